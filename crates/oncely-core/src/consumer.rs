@@ -1,0 +1,445 @@
+//! The consumer runtime: receive → begin → claim → handler → commit → ack, for each delivery.
+
+use crate::chaos::Chaos;
+use crate::envelope::{Envelope, PayloadHash};
+use crate::error::Error;
+use crate::handler::Handler;
+use crate::id::{ConsumerName, MessageId};
+use crate::outcome::{DeadLetterReason, Handled, Outcome, Step};
+use crate::retry::RetryPolicy;
+use crate::source::{Delivery, Source};
+use crate::stats::{Stats, StatsSnapshot};
+use crate::store::{Claim, Committed, DeadLetter, Store};
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span, warn};
+
+/// What to do with a message whose source time is older than the retention window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LatePolicy {
+    /// Dead-letter it with reason `late` (default): its id may have been pruned already.
+    #[default]
+    Quarantine,
+    /// Apply it anyway (only if the effect is naturally idempotent).
+    Apply,
+}
+
+/// Settings of a [`Consumer`].
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    concurrency: usize,
+    retry: RetryPolicy,
+    late_window: Option<Duration>,
+    late_policy: LatePolicy,
+    unsafe_ack_before_commit: bool,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 4,
+            retry: RetryPolicy::default(),
+            late_window: None,
+            late_policy: LatePolicy::default(),
+            unsafe_ack_before_commit: false,
+        }
+    }
+}
+
+enum Attempt {
+    Done(Outcome, Committed),
+    Conflict(PayloadHash),
+    Late(Duration, Duration),
+    Failed { error: Error, in_handler: bool },
+    Panicked(String),
+    Crashed(Step),
+}
+
+/// Runs a [`Handler`] over deliveries with the oncely contract.
+///
+/// ```no_run
+/// # use oncely_core::*;
+/// # async fn demo<S: Store, H: Handler<S::Tx>>(store: S, handler: H, source: MemorySource) -> Result<(), Error> {
+/// let consumer = Consumer::new(ConsumerName::new("billing")?, store, handler).concurrency(8);
+/// let shutdown = tokio_util::sync::CancellationToken::new();
+/// let stats = consumer.run(source, shutdown).await?;
+/// println!("applied {}", stats.applied);
+/// # Ok(()) }
+/// ```
+pub struct Consumer<S: Store, H> {
+    name: ConsumerName,
+    store: Arc<S>,
+    handler: Arc<H>,
+    config: ConsumerConfig,
+    chaos: Option<Arc<dyn Chaos>>,
+    stats: Arc<Stats>,
+}
+
+impl<S: Store, H> Clone for Consumer<S, H> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            store: self.store.clone(),
+            handler: self.handler.clone(),
+            config: self.config.clone(),
+            chaos: self.chaos.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+}
+
+impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
+    /// A consumer named `name` (the inbox key's first half) over `store`, running `handler`.
+    pub fn new(name: ConsumerName, store: impl Into<Arc<S>>, handler: H) -> Self {
+        Self {
+            name,
+            store: store.into(),
+            handler: Arc::new(handler),
+            config: ConsumerConfig::default(),
+            chaos: None,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Deliveries processed at once (default 4).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n.max(1);
+        self
+    }
+
+    /// Retry policy for transient failures (default: 5 attempts, 50 ms doubling, jitter).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Messages whose source time is older than `window` are late duplicate risks,
+    /// handled by `policy` (see [`LatePolicy`]). Set it to the inbox retention window.
+    pub fn late_after(mut self, window: Duration, policy: LatePolicy) -> Self {
+        self.config.late_window = Some(window);
+        self.config.late_policy = policy;
+        self
+    }
+
+    /// Injects crashes between steps (testing).
+    pub fn chaos(mut self, chaos: Arc<dyn Chaos>) -> Self {
+        self.chaos = Some(chaos);
+        self
+    }
+
+    /// TESTING ONLY: breaks the contract by acking before the commit, so a crash between
+    /// the two loses the message. Exists to prove that checkers can fail.
+    #[doc(hidden)]
+    pub fn unsafe_ack_before_commit(mut self, enabled: bool) -> Self {
+        self.config.unsafe_ack_before_commit = enabled;
+        self
+    }
+
+    /// The consumer's name.
+    pub fn name(&self) -> &ConsumerName {
+        &self.name
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Pulls deliveries from `source` until it is exhausted or `shutdown` is cancelled,
+    /// processing up to `concurrency` at once. On shutdown, in-flight deliveries finish;
+    /// nothing uncommitted is acked.
+    pub async fn run<Src: Source>(
+        &self,
+        mut source: Src,
+        shutdown: CancellationToken,
+    ) -> crate::Result<StatsSnapshot> {
+        let permits = Arc::new(Semaphore::new(self.config.concurrency));
+        let mut tasks = JoinSet::new();
+        loop {
+            let permit = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
+            };
+            let next = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                next = source.next() => next,
+            };
+            match next {
+                Ok(Some(delivery)) => {
+                    let me = self.clone();
+                    let stop = shutdown.clone();
+                    tasks.spawn(async move {
+                        let _permit = permit;
+                        me.process_until(delivery, &stop).await
+                    });
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(consumer = %self.name, error = %e, "source failed; retrying in 200 ms");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            while let Some(done) = tasks.try_join_next() {
+                if let Err(e) = done {
+                    warn!(consumer = %self.name, error = %e, "delivery task failed");
+                }
+            }
+        }
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done {
+                warn!(consumer = %self.name, error = %e, "delivery task failed");
+            }
+        }
+        Ok(self.stats.snapshot())
+    }
+
+    /// Processes one delivery through the whole contract and settles it.
+    pub async fn process(&self, delivery: Delivery) -> Outcome {
+        self.process_until(delivery, &CancellationToken::new())
+            .await
+    }
+
+    async fn process_until(&self, delivery: Delivery, stop: &CancellationToken) -> Outcome {
+        let span = info_span!(
+            "oncely.delivery",
+            consumer = %self.name,
+            message_id = delivery.message().display_id().unwrap_or_default(),
+            attempt = delivery.attempt(),
+            outcome = tracing::field::Empty,
+        );
+        let outcome = self.settle(delivery, stop).instrument(span.clone()).await;
+        span.record("outcome", outcome.name());
+        self.stats.record(&outcome);
+        outcome
+    }
+
+    fn crash(&self, step: Step, delivery: &Delivery) -> bool {
+        self.chaos.as_ref().is_some_and(|c| {
+            c.crash_after(step, delivery.message().id.as_deref(), delivery.attempt())
+        })
+    }
+
+    async fn settle(&self, delivery: Delivery, stop: &CancellationToken) -> Outcome {
+        self.stats.received();
+        if self.crash(Step::Received, &delivery) {
+            return Outcome::Crashed(Step::Received);
+        }
+        let raw = delivery.message();
+        let id = match MessageId::parse_optional(raw.id.as_deref()) {
+            Ok(id) => id,
+            Err(e) => {
+                return self
+                    .dead_letter(delivery, DeadLetterReason::BadId(e), 1)
+                    .await;
+            }
+        };
+        let envelope = Envelope::from_parts(id, raw.payload.clone(), raw.meta.clone());
+        let mut delivery = Some(delivery);
+        let mut delays = self.config.retry.delays();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self.attempt(&envelope, &mut delivery).await;
+            let Some(current) = delivery.take() else {
+                // Only the unsafe testing mode acks before the commit.
+                return match result {
+                    Attempt::Done(outcome, _) => outcome,
+                    Attempt::Crashed(step) => Outcome::Crashed(step),
+                    _ => Outcome::Retry(Error::transient(
+                        "unsafe mode: acked, then the commit failed",
+                    )),
+                };
+            };
+            let reason = match result {
+                Attempt::Done(outcome, proof) => return self.ack(current, proof, outcome).await,
+                Attempt::Crashed(step) => return Outcome::Crashed(step),
+                Attempt::Conflict(stored) => {
+                    let received = envelope.payload_hash();
+                    let reason = DeadLetterReason::Conflict { stored, received };
+                    return match self.dead_letter(current, reason, attempt).await {
+                        Outcome::DeadLettered(_) => Outcome::Conflict { stored, received },
+                        other => other,
+                    };
+                }
+                Attempt::Late(age, window) => DeadLetterReason::Late { age, window },
+                Attempt::Panicked(msg) => DeadLetterReason::Panicked(msg),
+                Attempt::Failed { error, in_handler } => {
+                    if error.is_transient() {
+                        if let Some(delay) = delays.next() {
+                            debug!(error = %error, ?delay, attempt, "transient failure; retrying");
+                            self.stats.retried();
+                            delivery = Some(current);
+                            tokio::select! {
+                                _ = tokio::time::sleep(delay) => continue,
+                                _ = stop.cancelled() => return self.nack(delivery.take().expect("set above"), error).await,
+                            }
+                        }
+                        if !in_handler {
+                            // The store itself keeps failing: hand the message back, don't dead-letter it.
+                            return self.nack(current, error).await;
+                        }
+                        DeadLetterReason::AttemptsExhausted {
+                            attempts: attempt,
+                            last_error: error.to_string(),
+                        }
+                    } else if in_handler {
+                        DeadLetterReason::Permanent(error.to_string())
+                    } else {
+                        return self.nack(current, error).await;
+                    }
+                }
+            };
+            return self.dead_letter(current, reason, attempt).await;
+        }
+    }
+
+    /// One pass of begin → claim → handler → commit. Acks nothing (except in unsafe mode).
+    async fn attempt(&self, envelope: &Envelope, delivery: &mut Option<Delivery>) -> Attempt {
+        let d = delivery.as_ref().expect("delivery present");
+        let store_err = |error| Attempt::Failed {
+            error,
+            in_handler: false,
+        };
+        let mut tx = match self.store.begin().await {
+            Ok(tx) => tx,
+            Err(e) => return store_err(e),
+        };
+        if self.crash(Step::Begun, d) {
+            return Attempt::Crashed(Step::Begun);
+        }
+        let hash = envelope.payload_hash();
+        let claim = match self
+            .store
+            .claim(&mut tx, &self.name, envelope.id(), hash)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => return store_err(e),
+        };
+        if self.crash(Step::Claimed, d) {
+            return Attempt::Crashed(Step::Claimed);
+        }
+        let outcome = match claim {
+            Claim::Conflict { stored } => {
+                let _ = self.store.rollback(tx).await;
+                return Attempt::Conflict(stored);
+            }
+            Claim::Duplicate => Outcome::Duplicate,
+            Claim::Fresh => {
+                if let Some(late) = self.late(envelope) {
+                    let _ = self.store.rollback(tx).await;
+                    return late;
+                }
+                let run = AssertUnwindSafe(self.handler.handle(&mut tx, envelope))
+                    .catch_unwind()
+                    .await;
+                match run {
+                    Err(panic) => return Attempt::Panicked(panic_message(&*panic)),
+                    Ok(Err(error)) => {
+                        let _ = self.store.rollback(tx).await;
+                        return Attempt::Failed {
+                            error,
+                            in_handler: true,
+                        };
+                    }
+                    Ok(Ok(Handled::Applied)) => Outcome::Applied,
+                    Ok(Ok(Handled::Stale)) => Outcome::Stale,
+                }
+            }
+        };
+        if self.config.unsafe_ack_before_commit {
+            let early = delivery.take().expect("delivery present");
+            let crash = self.crash(Step::Effected, &early);
+            let _ = early.ack(Committed::after_durable_commit()).await;
+            if crash {
+                return Attempt::Crashed(Step::Effected);
+            }
+            return match self.store.commit(tx).await {
+                Ok(proof) => Attempt::Done(outcome, proof),
+                Err(e) => store_err(e),
+            };
+        }
+        let d = delivery.as_ref().expect("delivery present");
+        if self.crash(Step::Effected, d) {
+            return Attempt::Crashed(Step::Effected);
+        }
+        match self.store.commit(tx).await {
+            Ok(proof) if self.crash(Step::Committed, d) => {
+                drop(proof);
+                Attempt::Crashed(Step::Committed)
+            }
+            Ok(proof) => Attempt::Done(outcome, proof),
+            Err(e) => store_err(e),
+        }
+    }
+
+    fn late(&self, envelope: &Envelope) -> Option<Attempt> {
+        let window = self.config.late_window?;
+        let sent = envelope.meta().source_time?;
+        let age = SystemTime::now().duration_since(sent).ok()?;
+        (age > window && self.config.late_policy == LatePolicy::Quarantine)
+            .then_some(Attempt::Late(age, window))
+    }
+
+    async fn ack(&self, delivery: Delivery, proof: Committed, outcome: Outcome) -> Outcome {
+        let crash_after_ack = self.crash(Step::Acked, &delivery);
+        if let Err(e) = delivery.ack(proof).await {
+            // Committed but not acked: the redelivery will be a Duplicate. Nothing is lost.
+            warn!(error = %e, "ack failed after commit; the broker will redeliver a duplicate");
+            self.stats.ack_failed();
+        }
+        if crash_after_ack {
+            return Outcome::Crashed(Step::Acked);
+        }
+        outcome
+    }
+
+    async fn nack(&self, delivery: Delivery, error: Error) -> Outcome {
+        warn!(error = %error, "store failing; message handed back to the broker");
+        if let Err(e) = delivery.nack().await {
+            warn!(error = %e, "nack failed; the broker redelivers after its timeout");
+        }
+        Outcome::Retry(error)
+    }
+
+    async fn dead_letter(
+        &self,
+        delivery: Delivery,
+        reason: DeadLetterReason,
+        attempts: u32,
+    ) -> Outcome {
+        let letter = DeadLetter {
+            consumer: self.name.clone(),
+            message: delivery.message().clone(),
+            reason,
+            attempts,
+        };
+        match self.store.dead_letter(&letter).await {
+            Ok(proof) => {
+                warn!(reason = letter.reason.code(), detail = %letter.reason, "dead-lettered");
+                self.ack(delivery, proof, Outcome::DeadLettered(letter.reason))
+                    .await
+            }
+            Err(e) => self.nack(delivery, e).await,
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}

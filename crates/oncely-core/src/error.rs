@@ -1,0 +1,106 @@
+//! One error type for oncely, with a [`ErrorKind`] that tells transient from permanent.
+
+use std::fmt;
+
+/// Boxed error source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What kind of failure an [`Error`] is; decides retry vs. dead-letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// May succeed if tried again (connection lost, deadlock, timeout): roll back and retry.
+    Transient,
+    /// Will fail again (bad payload, business rule): dead-letter at once.
+    Permanent,
+    /// The configuration is wrong (bad URL, bad table name): fix and restart.
+    Config,
+}
+
+/// An oncely error: a kind, a message, and an optional source.
+///
+/// ```
+/// use oncely_core::{Error, ErrorKind};
+/// let e = Error::transient("database is restarting");
+/// assert_eq!(e.kind(), ErrorKind::Transient);
+/// assert!(e.is_transient());
+/// ```
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    source: Option<BoxError>,
+}
+
+impl Error {
+    /// A new error of a kind.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A transient error: the runtime rolls back and retries with backoff.
+    pub fn transient(message: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::Transient, message.to_string())
+    }
+
+    /// A permanent error: the runtime rolls back and dead-letters the message.
+    pub fn permanent(message: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::Permanent, message.to_string())
+    }
+
+    /// A configuration error.
+    pub fn config(message: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::Config, message.to_string())
+    }
+
+    /// Attaches the underlying error.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// True for [`ErrorKind::Transient`].
+    pub fn is_transient(&self) -> bool {
+        self.kind == ErrorKind::Transient
+    }
+
+    /// The message, without the source chain.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error({:?}, {self})", self.kind)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Result with oncely's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

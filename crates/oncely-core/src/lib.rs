@@ -1,0 +1,40 @@
+//! # oncely-core
+//!
+//! The contract of oncely, without I/O: for each delivery of a message,
+//!
+//! ```text
+//! receive → begin tx → claim(consumer, message_id, payload_hash) → effect(tx) → commit → ack
+//! ```
+//!
+//! - [`MessageId`], [`ConsumerName`], [`Envelope`], [`PayloadHash`]: the validated model.
+//! - [`Store`]: the transaction the claim and the effect share; its commit yields the
+//!   [`Committed`] proof that [`Delivery::ack`] requires, so no ack can precede a commit.
+//! - [`Source`] and [`Delivery`]: what brokers deliver.
+//! - [`Consumer`]: the runtime (concurrency, retries with backoff, dead-lettering, shutdown).
+//! - [`MemorySource`] and [`CrashPlan`]: an in-process broker and deterministic fault injection.
+
+mod chaos;
+mod consumer;
+mod envelope;
+mod error;
+mod handler;
+mod id;
+mod memory;
+mod outcome;
+mod retry;
+mod source;
+mod stats;
+mod store;
+
+pub use chaos::{Chaos, CrashPlan};
+pub use consumer::{Consumer, LatePolicy};
+pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
+pub use error::{BoxError, Error, ErrorKind, Result};
+pub use handler::Handler;
+pub use id::{ConsumerName, IdError, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTES, MessageId};
+pub use memory::{MemorySource, MemoryStats, SourceFaults};
+pub use outcome::{DeadLetterReason, Handled, Outcome, Step};
+pub use retry::RetryPolicy;
+pub use source::{Acker, Delivery, Source};
+pub use stats::{Stats, StatsSnapshot};
+pub use store::{Claim, Committed, DeadLetter, Inspect, Store, StoredDeadLetter};

@@ -1,0 +1,70 @@
+//! The source contract: deliveries from a broker, acked only with a [`Committed`] proof.
+
+use crate::envelope::RawEnvelope;
+use crate::error::Result;
+use crate::store::Committed;
+use futures::future::BoxFuture;
+use std::future::Future;
+
+/// What a source needs to settle one delivery. Implemented by each broker adapter.
+pub trait Acker: Send + Sync + 'static {
+    /// Acknowledges: the broker must not deliver this message again.
+    fn ack(self: Box<Self>) -> BoxFuture<'static, Result<()>>;
+    /// Gives the message back for redelivery.
+    fn nack(self: Box<Self>) -> BoxFuture<'static, Result<()>>;
+}
+
+/// One delivery of a message. Dropping it without settling leaves it unacked, so the
+/// broker redelivers it.
+pub struct Delivery {
+    message: RawEnvelope,
+    attempt: u32,
+    acker: Box<dyn Acker>,
+}
+
+impl Delivery {
+    /// Wraps a received message. `attempt` is the broker's delivery count (1 for the first).
+    pub fn new(message: RawEnvelope, attempt: u32, acker: Box<dyn Acker>) -> Self {
+        Self {
+            message,
+            attempt,
+            acker,
+        }
+    }
+
+    /// The message as delivered.
+    pub fn message(&self) -> &RawEnvelope {
+        &self.message
+    }
+
+    /// The broker's delivery count, 1 for the first delivery (0 when the broker can't tell).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Acks after the commit that `proof` stands for.
+    pub async fn ack(self, proof: Committed) -> Result<()> {
+        let _ = proof;
+        self.acker.ack().await
+    }
+
+    /// Asks the broker to redeliver.
+    pub async fn nack(self) -> Result<()> {
+        self.acker.nack().await
+    }
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("id", &self.message.display_id())
+            .field("attempt", &self.attempt)
+            .finish()
+    }
+}
+
+/// A stream of deliveries. `Ok(None)` means the source is exhausted (for finite sources).
+pub trait Source: Send + 'static {
+    /// Waits for the next delivery.
+    fn next(&mut self) -> impl Future<Output = Result<Option<Delivery>>> + Send;
+}

@@ -1,0 +1,130 @@
+//! The store contract: a transaction the handler writes through, a claim inside it,
+//! a commit that yields the [`Committed`] proof an ack requires, and a dead-letter table.
+
+use crate::envelope::{Meta, PayloadHash, RawEnvelope};
+use crate::error::Result;
+use crate::id::ConsumerName;
+use crate::outcome::DeadLetterReason;
+use std::future::Future;
+use std::time::SystemTime;
+
+/// Proof that a transaction committed. Acking a delivery requires one, so an ack
+/// cannot be written before the commit it depends on.
+#[must_use = "a Committed proof exists to be passed to an ack"]
+#[derive(Debug)]
+pub struct Committed {
+    _sealed: (),
+}
+
+impl Committed {
+    /// For store implementations only: call this right after the database confirmed the commit.
+    #[doc(hidden)]
+    pub fn after_durable_commit() -> Self {
+        Self { _sealed: () }
+    }
+}
+
+/// The result of claiming `(consumer, message_id)` inside a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// First time: run the effect in the same transaction.
+    Fresh,
+    /// Already processed with the same payload: do nothing.
+    Duplicate,
+    /// Already processed with a different payload.
+    Conflict {
+        /// The hash the inbox holds.
+        stored: PayloadHash,
+    },
+}
+
+/// A message that could not be processed, with the reason.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// The consumer that gave up on it.
+    pub consumer: ConsumerName,
+    /// The message as delivered (its id may be unusable).
+    pub message: RawEnvelope,
+    /// Why.
+    pub reason: DeadLetterReason,
+    /// Attempts made before giving up.
+    pub attempts: u32,
+}
+
+/// A dead-letter row as stored.
+#[derive(Debug, Clone)]
+pub struct StoredDeadLetter {
+    /// Row id.
+    pub id: i64,
+    /// Consumer name.
+    pub consumer: String,
+    /// The id as shown for humans (lossy), if the message had one.
+    pub message_id: Option<String>,
+    /// The raw id bytes, if any.
+    pub raw_id: Option<Vec<u8>>,
+    /// Payload bytes.
+    pub payload: Vec<u8>,
+    /// SHA-256 of the payload.
+    pub payload_hash: String,
+    /// The hash the inbox held, for conflicts.
+    pub stored_hash: Option<String>,
+    /// Reason code, see [`DeadLetterReason::code`].
+    pub reason: String,
+    /// Human-readable detail.
+    pub detail: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When it was stored.
+    pub dead_lettered_at: SystemTime,
+    /// Entity key, version, source time, headers of the message.
+    pub meta: Meta,
+}
+
+/// A store: the inbox and dead-letter tables plus the transaction the handler writes through.
+///
+/// Implementations: `oncely-sql` (SQLite, PostgreSQL, MySQL/MariaDB). The conformance suite in
+/// `oncely-testkit` checks any implementation.
+pub trait Store: Send + Sync + 'static {
+    /// The transaction the claim and the handler's effect share.
+    type Tx: Send + 'static;
+
+    /// Begins a transaction.
+    fn begin(&self) -> impl Future<Output = Result<Self::Tx>> + Send;
+
+    /// Inserts `(consumer, message_id, payload_hash, received_at)` inside `tx`.
+    ///
+    /// A concurrent claim of the same id must wait for the first transaction and then see
+    /// [`Claim::Duplicate`] (or [`Claim::Fresh`] if the first rolled back).
+    fn claim(
+        &self,
+        tx: &mut Self::Tx,
+        consumer: &ConsumerName,
+        id: &crate::MessageId,
+        hash: PayloadHash,
+    ) -> impl Future<Output = Result<Claim>> + Send;
+
+    /// Commits durably and returns the proof an ack needs.
+    fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<Committed>> + Send;
+
+    /// Rolls back (dropping the transaction must do the same).
+    fn rollback(&self, tx: Self::Tx) -> impl Future<Output = Result<()>> + Send;
+
+    /// Stores a dead letter in its own transaction and commits it.
+    fn dead_letter(&self, letter: &DeadLetter) -> impl Future<Output = Result<Committed>> + Send;
+}
+
+/// Read access for checks, admin commands and the conformance suite.
+pub trait Inspect: Store {
+    /// The payload hash the inbox holds for `(consumer, id)`, if claimed and committed.
+    fn claimed_hash(
+        &self,
+        consumer: &ConsumerName,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<PayloadHash>>> + Send;
+
+    /// Dead letters of a consumer (all consumers when `None`), oldest first.
+    fn dead_letters(
+        &self,
+        consumer: Option<&ConsumerName>,
+    ) -> impl Future<Output = Result<Vec<StoredDeadLetter>>> + Send;
+}
