@@ -1,1 +1,30 @@
-//! oncely-sql
+//! # oncely-sql
+//!
+//! sqlx stores for oncely: [`SqliteStore`] (the embedded default), [`PgStore`] and
+//! [`MySqlStore`]. One implementation; the statements that differ live in [`Dialect`].
+//!
+//! The handler receives the store's `sqlx::Transaction` and writes its effect through it;
+//! the claim was inserted into the same transaction, so both commit or neither does.
+//!
+//! ```no_run
+//! use oncely_sql::SqliteStore;
+//! # async fn f() -> oncely_core::Result<()> {
+//! let store = SqliteStore::connect("sqlite:oncely.db").await?;
+//! store.migrate().await?;
+//! # Ok(()) }
+//! ```
+
+mod connect;
+mod dialect;
+mod error;
+mod migrate;
+mod store;
+mod tables;
+
+pub use connect::{ConnectOptions, Durability};
+pub use dialect::Dialect;
+pub use error::redact_url;
+pub use migrate::{Migration, migrations, print_migrations};
+pub use sqlx;
+pub use store::{MySqlStore, PgStore, SqlDatabase, SqlStore, SqliteStore};
+pub use tables::{Tables, is_identifier};

@@ -1,0 +1,279 @@
+//! [`SqlStore`]: the inbox and dead-letter tables in SQLite, PostgreSQL or MySQL/MariaDB.
+
+use crate::dialect::{Dialect, Queries};
+use crate::error::db;
+use crate::tables::Tables;
+use oncely_core::{
+    Claim, Committed, ConsumerName, DeadLetter, DeadLetterReason, Error, Inspect, MessageId, Meta,
+    PayloadHash, Result, Store, StoredDeadLetter,
+};
+use sqlx::{AssertSqlSafe, Database, MySql, Pool, Postgres, Row, SqlSafeStr, SqlStr, Sqlite};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A store backed by a sqlx pool. The handler receives a `sqlx::Transaction<'static, DB>`
+/// and writes its effect through it; the claim is in the same transaction.
+///
+/// Use the aliases [`SqliteStore`], [`PgStore`] and [`MySqlStore`].
+pub struct SqlStore<DB: Database> {
+    pool: Pool<DB>,
+    tables: Tables,
+    queries: Arc<Statements>,
+}
+
+impl<DB: Database> Clone for SqlStore<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            tables: self.tables.clone(),
+            queries: self.queries.clone(),
+        }
+    }
+}
+
+/// The embedded default store.
+pub type SqliteStore = SqlStore<Sqlite>;
+/// The PostgreSQL store.
+pub type PgStore = SqlStore<Postgres>;
+/// The MySQL / MariaDB store.
+pub type MySqlStore = SqlStore<MySql>;
+
+pub(crate) struct Statements {
+    claim: SqlStr,
+    stored_hash: SqlStr,
+    insert_dead_letter: SqlStr,
+    dead_letters: SqlStr,
+    dead_letters_of: SqlStr,
+}
+
+impl Statements {
+    fn new(dialect: Dialect, tables: &Tables) -> Self {
+        let q = Queries::new(dialect, tables);
+        let s = |text: String| AssertSqlSafe(text).into_sql_str();
+        Self {
+            claim: s(q.claim),
+            stored_hash: s(q.stored_hash),
+            insert_dead_letter: s(q.insert_dead_letter),
+            dead_letters: s(q.dead_letters),
+            dead_letters_of: s(q.dead_letters_of),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    to_ms(SystemTime::now())
+}
+
+pub(crate) fn to_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub(crate) fn from_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
+
+fn stored_hash_of(text: &str) -> Result<PayloadHash> {
+    PayloadHash::from_hex(text)
+        .ok_or_else(|| Error::permanent(format!("inbox holds a malformed payload hash {text:?}")))
+}
+
+/// Which dialect a sqlx database speaks.
+pub trait SqlDatabase: Database {
+    /// The dialect.
+    const DIALECT: Dialect;
+}
+impl SqlDatabase for Sqlite {
+    const DIALECT: Dialect = Dialect::Sqlite;
+}
+impl SqlDatabase for Postgres {
+    const DIALECT: Dialect = Dialect::Postgres;
+}
+impl SqlDatabase for MySql {
+    const DIALECT: Dialect = Dialect::MySql;
+}
+
+impl<DB: SqlDatabase> SqlStore<DB> {
+    /// A store over an existing pool, with the default table names.
+    pub fn from_pool(pool: Pool<DB>) -> Self {
+        Self::with_tables(pool, Tables::default())
+    }
+
+    /// A store over an existing pool, with custom table names.
+    pub fn with_tables(pool: Pool<DB>, tables: Tables) -> Self {
+        let queries = Arc::new(Statements::new(DB::DIALECT, &tables));
+        Self {
+            pool,
+            tables,
+            queries,
+        }
+    }
+
+    /// The pool (for the application's own queries).
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    /// The table naming in use.
+    pub fn tables(&self) -> &Tables {
+        &self.tables
+    }
+}
+
+fn letter_row(letter: &DeadLetter) -> (String, Option<String>, String) {
+    let hash = PayloadHash::of(&letter.message.payload).to_hex();
+    let stored = match &letter.reason {
+        DeadLetterReason::Conflict { stored, .. } => Some(stored.to_hex()),
+        _ => None,
+    };
+    let headers = serde_json::to_string(&letter.message.meta.headers).unwrap_or_default();
+    (hash, stored, headers)
+}
+
+macro_rules! sql_store {
+    ($db:ty, |$pool:ident| $begin:expr) => {
+        impl Store for SqlStore<$db> {
+            type Tx = sqlx::Transaction<'static, $db>;
+
+            async fn begin(&self) -> Result<Self::Tx> {
+                let $pool = &self.pool;
+                $begin.await.map_err(|e| db("begin", e))
+            }
+
+            async fn claim(
+                &self,
+                tx: &mut Self::Tx,
+                consumer: &ConsumerName,
+                id: &MessageId,
+                hash: PayloadHash,
+            ) -> Result<Claim> {
+                let inserted = sqlx::query(self.queries.claim.clone())
+                    .bind(consumer.as_str())
+                    .bind(id.as_str())
+                    .bind(hash.to_hex())
+                    .bind(now_ms())
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(|e| db("claim", e))?
+                    .rows_affected();
+                if inserted == 1 {
+                    return Ok(Claim::Fresh);
+                }
+                let stored: String = sqlx::query_scalar(self.queries.stored_hash.clone())
+                    .bind(consumer.as_str())
+                    .bind(id.as_str())
+                    .fetch_one(&mut **tx)
+                    .await
+                    .map_err(|e| db("reading the claimed payload hash", e))?;
+                let stored = stored_hash_of(&stored)?;
+                Ok(if stored == hash {
+                    Claim::Duplicate
+                } else {
+                    Claim::Conflict { stored }
+                })
+            }
+
+            async fn commit(&self, tx: Self::Tx) -> Result<Committed> {
+                tx.commit().await.map_err(|e| db("commit", e))?;
+                Ok(Committed::after_durable_commit())
+            }
+
+            async fn rollback(&self, tx: Self::Tx) -> Result<()> {
+                tx.rollback().await.map_err(|e| db("rollback", e))
+            }
+
+            async fn dead_letter(&self, letter: &DeadLetter) -> Result<Committed> {
+                let (hash, stored, headers) = letter_row(letter);
+                let meta = &letter.message.meta;
+                sqlx::query(self.queries.insert_dead_letter.clone())
+                    .bind(letter.consumer.as_str())
+                    .bind(letter.message.display_id())
+                    .bind(letter.message.id.clone())
+                    .bind(letter.message.payload.clone())
+                    .bind(hash)
+                    .bind(stored)
+                    .bind(letter.reason.code())
+                    .bind(letter.reason.to_string())
+                    .bind(letter.attempts as i32)
+                    .bind(meta.entity_key.clone())
+                    .bind(meta.version)
+                    .bind(meta.source_time.map(to_ms))
+                    .bind(headers)
+                    .bind(now_ms())
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| db("storing a dead letter", e))?;
+                Ok(Committed::after_durable_commit())
+            }
+        }
+
+        impl Inspect for SqlStore<$db> {
+            async fn claimed_hash(
+                &self,
+                consumer: &ConsumerName,
+                id: &str,
+            ) -> Result<Option<PayloadHash>> {
+                let stored: Option<String> = sqlx::query_scalar(self.queries.stored_hash.clone())
+                    .bind(consumer.as_str())
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| db("reading the inbox", e))?;
+                stored.as_deref().map(stored_hash_of).transpose()
+            }
+
+            async fn dead_letters(
+                &self,
+                consumer: Option<&ConsumerName>,
+            ) -> Result<Vec<StoredDeadLetter>> {
+                let rows = match consumer {
+                    Some(c) => {
+                        sqlx::query(self.queries.dead_letters_of.clone())
+                            .bind(c.as_str())
+                            .fetch_all(&self.pool)
+                            .await
+                    }
+                    None => {
+                        sqlx::query(self.queries.dead_letters.clone())
+                            .fetch_all(&self.pool)
+                            .await
+                    }
+                }
+                .map_err(|e| db("reading dead letters", e))?;
+                rows.iter()
+                    .map(|row| -> std::result::Result<_, sqlx::Error> {
+                        let headers: String = row.try_get("headers")?;
+                        Ok(StoredDeadLetter {
+                            id: row.try_get("id")?,
+                            consumer: row.try_get("consumer")?,
+                            message_id: row.try_get("message_id")?,
+                            raw_id: row.try_get("raw_id")?,
+                            payload: row.try_get("payload")?,
+                            payload_hash: row.try_get("payload_hash")?,
+                            stored_hash: row.try_get("stored_hash")?,
+                            reason: row.try_get("reason")?,
+                            detail: row.try_get("detail")?,
+                            attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
+                            dead_lettered_at: from_ms(row.try_get("dead_lettered_at")?),
+                            meta: Meta {
+                                entity_key: row.try_get("entity_key")?,
+                                version: row.try_get("version")?,
+                                source_time: row
+                                    .try_get::<Option<i64>, _>("source_time")?
+                                    .map(from_ms),
+                                headers: serde_json::from_str(&headers).unwrap_or_default(),
+                            },
+                        })
+                    })
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| db("decoding a dead letter", e))
+            }
+        }
+    };
+}
+
+sql_store!(Sqlite, |pool| pool.begin_with("BEGIN IMMEDIATE"));
+sql_store!(Postgres, |pool| pool.begin());
+sql_store!(MySql, |pool| pool.begin());
