@@ -1,0 +1,401 @@
+//! The effect journal: for a call that cannot join the transaction (an email provider, a
+//! payment API), `pending` is committed before the call, the call carries the idempotency key,
+//! and `done` with the provider's reference is committed after.
+
+use crate::db::{Col, EffectsDb, Val, db, from_ms, now_ms, p, ps};
+use oncely_core::{Error, Result};
+use oncely_sql::{Dialect, Tables};
+use sqlx::Pool;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// State of a journal row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectState {
+    /// Recorded before the call; the call may or may not have happened.
+    Pending,
+    /// The provider confirmed; its reference is stored.
+    Done,
+    /// Given up (by the reconciler's check or by the caller).
+    Failed,
+}
+
+impl EffectState {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Done => "done",
+            Self::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "done" => Self::Done,
+            "failed" => Self::Failed,
+            _ => Self::Pending,
+        }
+    }
+}
+
+/// One journal row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalEntry {
+    /// The idempotency key (see [`crate::effect_key`]).
+    pub key: String,
+    /// What kind of effect (e.g. `email`).
+    pub kind: String,
+    /// Current state.
+    pub state: EffectState,
+    /// The request, as recorded, so a reconciler can repeat the call.
+    pub request: Vec<u8>,
+    /// The provider's reference, once done.
+    pub provider_ref: Option<String>,
+    /// Why it failed, or the last error.
+    pub detail: Option<String>,
+    /// Calls started (counted before each call).
+    pub calls: u32,
+    /// When it was first recorded.
+    pub recorded_at: SystemTime,
+    /// Last change (recording, a call starting, a resolution).
+    pub updated_at: SystemTime,
+}
+
+/// The steps of [`Journal::perform`], for crash injection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JournalStep {
+    /// Before anything was recorded.
+    BeforeRecord,
+    /// `pending` committed, call not made.
+    Recorded,
+    /// Call returned, `done` not yet recorded.
+    Called,
+    /// `done` committed.
+    Marked,
+}
+
+/// Decides whether [`Journal::perform`] "crashes" after a step (testing).
+pub trait JournalChaos: Send + Sync + 'static {
+    /// True to abandon `perform` for `key` at `step`, as if the process died there.
+    fn crash_at(&self, step: JournalStep, key: &str) -> bool;
+}
+
+impl<F: Fn(JournalStep, &str) -> bool + Send + Sync + 'static> JournalChaos for F {
+    fn crash_at(&self, step: JournalStep, key: &str) -> bool {
+        self(step, key)
+    }
+}
+
+/// What [`Journal::perform`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Performed {
+    /// The call was made now (perhaps again: the provider deduplicates by key).
+    Called {
+        /// The provider's reference.
+        provider_ref: String,
+    },
+    /// An earlier run had completed it; nothing was called.
+    AlreadyDone {
+        /// The provider's reference recorded then.
+        provider_ref: String,
+    },
+}
+
+impl Performed {
+    /// The provider's reference.
+    pub fn provider_ref(&self) -> &str {
+        match self {
+            Self::Called { provider_ref } | Self::AlreadyDone { provider_ref } => provider_ref,
+        }
+    }
+}
+
+/// The journal table (`{prefix}effect_journal`) over a pool. It commits each step on its own
+/// connection, never in the handler's transaction: `pending` must be durable before the call.
+///
+/// On SQLite, which has a single writer per file, keep the journal in its own database file
+/// when it is used from inside a handler (the handler's transaction holds the write lock).
+pub struct Journal<DB: EffectsDb> {
+    pool: Pool<DB>,
+    tables: Tables,
+    chaos: Option<Arc<dyn JournalChaos>>,
+}
+
+impl<DB: EffectsDb> Clone for Journal<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            tables: self.tables.clone(),
+            chaos: self.chaos.clone(),
+        }
+    }
+}
+
+impl<DB: EffectsDb> fmt::Debug for Journal<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Journal")
+            .field("table", &self.tables.table("effect_journal"))
+            .finish()
+    }
+}
+
+const COLS: &str = "effect_key, kind, state, request, provider_ref, detail, calls, recorded_at, updated_at";
+const COL_TYPES: &[Col] = &[
+    Col::Text,
+    Col::Text,
+    Col::Text,
+    Col::Bytes,
+    Col::OptText,
+    Col::OptText,
+    Col::I64,
+    Col::I64,
+    Col::I64,
+];
+
+fn entry_of(row: &[Val]) -> JournalEntry {
+    JournalEntry {
+        key: row[0].text(),
+        kind: row[1].text(),
+        state: EffectState::parse(&row[2].text()),
+        request: row[3].bytes(),
+        provider_ref: row[4].opt_text(),
+        detail: row[5].opt_text(),
+        calls: row[6].i64().max(0) as u32,
+        recorded_at: from_ms(row[7].i64()),
+        updated_at: from_ms(row[8].i64()),
+    }
+}
+
+impl<DB: EffectsDb> Journal<DB> {
+    /// The journal of `tables` in `pool` (run [`crate::migrate`] first).
+    pub fn new(pool: Pool<DB>, tables: Tables) -> Self {
+        Self {
+            pool,
+            tables,
+            chaos: None,
+        }
+    }
+
+    /// Injects crashes between the steps of [`Journal::perform`] (testing).
+    pub fn with_chaos(mut self, chaos: Arc<dyn JournalChaos>) -> Self {
+        self.chaos = Some(chaos);
+        self
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    fn table(&self) -> String {
+        self.tables.table("effect_journal")
+    }
+
+    async fn exec(&self, doing: &str, sql: String, args: Vec<Val>) -> Result<u64> {
+        let mut conn = self.pool.acquire().await.map_err(|e| db(doing, e))?;
+        let done = DB::execute(&mut conn, sql, args)
+            .await
+            .map_err(|e| db(doing, e))?;
+        Ok(done.rows)
+    }
+
+    async fn query(&self, doing: &str, sql: String, args: Vec<Val>) -> Result<Vec<JournalEntry>> {
+        let mut conn = self.pool.acquire().await.map_err(|e| db(doing, e))?;
+        let rows = DB::fetch(&mut conn, sql, args, COL_TYPES)
+            .await
+            .map_err(|e| db(doing, e))?;
+        Ok(rows.iter().map(|r| entry_of(r)).collect())
+    }
+
+    /// Commits a `pending` row for `key` unless one exists, and returns the row as stored
+    /// (an existing row keeps its state: a redelivery sees `done` and calls nothing).
+    pub async fn record(&self, key: &str, kind: &str, request: &[u8]) -> Result<JournalEntry> {
+        let d = DB::DIALECT;
+        let insert = format!(
+            "INSERT INTO {} (effect_key, kind, state, request, calls, recorded_at, updated_at) VALUES ({}) {}",
+            self.table(),
+            ps(d, 1, 7),
+            match d {
+                Dialect::MySql => "ON DUPLICATE KEY UPDATE effect_key = effect_key",
+                _ => "ON CONFLICT (effect_key) DO NOTHING",
+            }
+        );
+        let now = now_ms();
+        let args = vec![
+            key.into(),
+            kind.into(),
+            EffectState::Pending.as_str().into(),
+            Val::Bytes(request.to_vec()),
+            Val::I64(0),
+            now.into(),
+            now.into(),
+        ];
+        self.exec("recording a pending effect", insert, args).await?;
+        self.get(key)
+            .await?
+            .ok_or_else(|| Error::transient(format!("journal row {key} vanished after recording")))
+    }
+
+    /// The row of `key`, if any.
+    pub async fn get(&self, key: &str) -> Result<Option<JournalEntry>> {
+        let sql = format!(
+            "SELECT {COLS} FROM {} WHERE effect_key = {}",
+            self.table(),
+            p(DB::DIALECT, 1)
+        );
+        Ok(self
+            .query("reading the journal", sql, vec![key.into()])
+            .await?
+            .pop())
+    }
+
+    /// Counts a call about to start and refreshes `updated_at`, so that the reconciler leaves
+    /// the row alone while the call is in flight. Commits before returning.
+    pub async fn start_call(&self, key: &str) -> Result<()> {
+        let d = DB::DIALECT;
+        let sql = format!(
+            "UPDATE {} SET calls = calls + 1, updated_at = {} WHERE effect_key = {} AND state = 'pending'",
+            self.table(),
+            p(d, 1),
+            p(d, 2)
+        );
+        self.exec("counting a call", sql, vec![now_ms().into(), key.into()])
+            .await
+            .map(drop)
+    }
+
+    /// Marks `key` done with the provider's reference. Returns false if it was not pending
+    /// (already done or failed).
+    pub async fn mark_done(&self, key: &str, provider_ref: &str) -> Result<bool> {
+        self.resolve(key, EffectState::Done, Some(provider_ref), None)
+            .await
+    }
+
+    /// Marks `key` failed with a reason. Returns false if it was not pending.
+    pub async fn mark_failed(&self, key: &str, reason: &str) -> Result<bool> {
+        self.resolve(key, EffectState::Failed, None, Some(reason))
+            .await
+    }
+
+    async fn resolve(
+        &self,
+        key: &str,
+        state: EffectState,
+        provider_ref: Option<&str>,
+        detail: Option<&str>,
+    ) -> Result<bool> {
+        let d = DB::DIALECT;
+        let sql = format!(
+            "UPDATE {} SET state = {}, provider_ref = {}, detail = {}, updated_at = {} WHERE effect_key = {} AND state = 'pending'",
+            self.table(),
+            p(d, 1),
+            p(d, 2),
+            p(d, 3),
+            p(d, 4),
+            p(d, 5)
+        );
+        let args = vec![
+            state.as_str().into(),
+            provider_ref.map(str::to_owned).into(),
+            detail.map(str::to_owned).into(),
+            now_ms().into(),
+            key.into(),
+        ];
+        Ok(self.exec("resolving an effect", sql, args).await? == 1)
+    }
+
+    /// Rows still `pending` whose last change is at least `age` old, oldest first.
+    pub async fn pending_older_than(&self, age: Duration, limit: u32) -> Result<Vec<JournalEntry>> {
+        let d = DB::DIALECT;
+        let sql = format!(
+            "SELECT {COLS} FROM {} WHERE state = 'pending' AND updated_at <= {} ORDER BY updated_at LIMIT {}",
+            self.table(),
+            p(d, 1),
+            p(d, 2)
+        );
+        let cutoff = now_ms() - age.as_millis() as i64;
+        self.query(
+            "reading pending effects",
+            sql,
+            vec![cutoff.into(), i64::from(limit).into()],
+        )
+        .await
+    }
+
+    /// All rows, by key (checks and admin).
+    pub async fn entries(&self) -> Result<Vec<JournalEntry>> {
+        let sql = format!("SELECT {COLS} FROM {} ORDER BY effect_key", self.table());
+        self.query("reading the journal", sql, vec![]).await
+    }
+
+    fn crash(&self, step: JournalStep, key: &str) -> Result<()> {
+        match &self.chaos {
+            Some(c) if c.crash_at(step, key) => Err(Error::transient(format!(
+                "injected crash at {step:?} of effect {key}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Record → call → mark done, for `key`.
+    ///
+    /// 1. commits `pending` (or finds the existing row: `done` returns
+    ///    [`Performed::AlreadyDone`] without calling; `failed` is a permanent error);
+    /// 2. counts the call and runs `call(&entry)`, which must pass `entry.key` to the provider as
+    ///    its idempotency key and return the provider's reference;
+    /// 3. commits `done` with that reference.
+    ///
+    /// A crash between steps leaves `pending`: the redelivery runs this again and calls again
+    /// with the same key (the provider deduplicates), or the reconciler resolves it.
+    pub async fn perform<F, Fut>(
+        &self,
+        key: &str,
+        kind: &str,
+        request: &[u8],
+        call: F,
+    ) -> Result<Performed>
+    where
+        F: FnOnce(JournalEntry) -> Fut + Send,
+        Fut: Future<Output = Result<String>> + Send,
+    {
+        self.crash(JournalStep::BeforeRecord, key)?;
+        let entry = self.record(key, kind, request).await?;
+        self.crash(JournalStep::Recorded, key)?;
+        match entry.state {
+            EffectState::Done => {
+                return Ok(Performed::AlreadyDone {
+                    provider_ref: entry.provider_ref.unwrap_or_default(),
+                });
+            }
+            EffectState::Failed => {
+                return Err(Error::permanent(format!(
+                    "effect {key} failed earlier: {}",
+                    entry.detail.unwrap_or_default()
+                )));
+            }
+            EffectState::Pending => {}
+        }
+        self.start_call(key).await?;
+        let provider_ref = call(entry).await?;
+        self.crash(JournalStep::Called, key)?;
+        if !self.mark_done(key, &provider_ref).await? {
+            // Resolved meanwhile (by the reconciler): report what is stored.
+            let stored = self.get(key).await?;
+            if let Some(JournalEntry {
+                state: EffectState::Failed,
+                detail,
+                ..
+            }) = stored
+            {
+                return Err(Error::permanent(format!(
+                    "effect {key} was marked failed: {}",
+                    detail.unwrap_or_default()
+                )));
+            }
+        }
+        self.crash(JournalStep::Marked, key)?;
+        Ok(Performed::Called { provider_ref })
+    }
+}

@@ -1,0 +1,53 @@
+//! # oncely-effects
+//!
+//! Effects beyond the inbox table, on SQLite, PostgreSQL and MySQL/MariaDB (through
+//! `oncely-sql`'s transactions):
+//!
+//! - **Versioned apply** ([`apply_if_newer`]): a per-entity version table; an update is applied
+//!   only if its version is higher than the stored one, in one atomic statement, so reordered
+//!   and duplicated updates converge on the highest version. A stale update is
+//!   [`oncely_core::Handled::Stale`]: no effect, acked.
+//! - **Idempotency keys** ([`effect_key`]): `msg-<id>:email`, the same on every redelivery and
+//!   machine, to pass to providers.
+//! - **Effect journal** ([`Journal`], [`Reconciler`]): `pending` committed before an outside
+//!   call, `done` with the provider's reference after; a reconciler resolves rows left pending
+//!   through a user-supplied check.
+//! - **Transactional outbox** ([`Outbox`], [`Relay`], [`Publisher`]): outgoing messages
+//!   written in the handler's transaction with ids derived from the incoming id, dispatched
+//!   after commit, in order per entity key, by one relay at a time per row.
+//!
+//! The tables are created by [`migrate`] (or printed by [`print_migrations`]):
+//!
+//! ```no_run
+//! # async fn f() -> oncely_core::Result<()> {
+//! let store = oncely_sql::SqliteStore::connect("sqlite:app.db").await?;
+//! store.migrate().await?;
+//! oncely_effects::migrate(store.pool(), store.tables()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! See `docs/effects.md` for when to use which.
+
+mod db;
+mod journal;
+mod key;
+mod migrate;
+mod outbox;
+mod publisher;
+mod reconcile;
+mod relay;
+pub mod testing;
+mod versioned;
+
+pub use db::EffectsDb;
+pub use journal::{EffectState, Journal, JournalChaos, JournalEntry, JournalStep, Performed};
+pub use key::{MAX_VERBATIM_ID, effect_key};
+pub use migrate::{EffectsMigration, migrate, migrations, print_migrations};
+pub use outbox::{DESTINATION_HEADER, Outbox, OutboxMessage, Outgoing, derived_id, outbox_rows};
+pub use publisher::Publisher;
+pub use reconcile::{ReconcileReport, Reconciler, Resolution, Resolve};
+pub use relay::{DispatchReport, Relay};
+pub use versioned::{Versioned, Versions, apply_if_newer};
+
+#[doc(hidden)]
+pub use db::{Col, Done, Val};

@@ -1,0 +1,165 @@
+//! Versioned apply: an update carrying version `v` of an entity is applied only if the stored
+//! version is lower, in one atomic statement, so reordered and duplicated updates converge on
+//! the highest version.
+
+use crate::db::{Col, EffectsDb, Val, db, now_ms, p, ps};
+use oncely_core::{Handled, Result};
+use oncely_sql::{Dialect, Tables};
+use sqlx::Transaction;
+
+/// What [`apply_if_newer`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Versioned {
+    /// The version is newer than the stored one (or the first seen): it is now stored; write
+    /// the effect in the same transaction.
+    Applied,
+    /// The stored version is the same or newer: write nothing. The handler returns
+    /// [`Handled::Stale`] and the delivery is acked.
+    Stale,
+}
+
+impl Versioned {
+    /// The handler's answer for this result.
+    pub fn handled(self) -> Handled {
+        match self {
+            Self::Applied => Handled::Applied,
+            Self::Stale => Handled::Stale,
+        }
+    }
+
+    /// True for [`Versioned::Applied`].
+    pub fn is_applied(self) -> bool {
+        self == Self::Applied
+    }
+}
+
+/// The per-entity version table (`{prefix}versions`), with custom [`Tables`].
+///
+/// ```no_run
+/// # use oncely_effects::{Versions, Versioned};
+/// # async fn f(tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>) -> oncely_core::Result<()> {
+/// let versions = Versions::new(oncely_sql::Tables::default());
+/// if versions.apply_if_newer(tx, "order", "o-17", 4).await? == Versioned::Applied {
+///     sqlx::query("UPDATE orders SET status = 'shipped' WHERE id = 'o-17'")
+///         .execute(&mut **tx)
+///         .await
+///         .map_err(|e| oncely_core::Error::transient(e))?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Versions {
+    tables: Tables,
+}
+
+impl Versions {
+    /// The version table of `tables`.
+    pub fn new(tables: Tables) -> Self {
+        Self { tables }
+    }
+
+    /// Stores `version` for `(entity, key)` if it is higher than the stored version (or none is
+    /// stored), inside `tx`. A concurrent transaction on the same entity waits on the row lock
+    /// and then compares against the committed version.
+    pub async fn apply_if_newer<DB: EffectsDb>(
+        &self,
+        tx: &mut Transaction<'_, DB>,
+        entity: &str,
+        key: &str,
+        version: i64,
+    ) -> Result<Versioned> {
+        let sql = apply_sql(DB::DIALECT, &self.tables);
+        let args: Vec<Val> = vec![entity.into(), key.into(), version.into(), now_ms().into()];
+        let done = DB::execute(&mut **tx, sql, args)
+            .await
+            .map_err(|e| db("apply_if_newer", e))?;
+        Ok(decide(DB::DIALECT, done.rows, done.last_insert_id))
+    }
+
+    /// The stored version of `(entity, key)`, if any.
+    pub async fn current<DB: EffectsDb>(
+        &self,
+        conn: &mut DB::Connection,
+        entity: &str,
+        key: &str,
+    ) -> Result<Option<i64>> {
+        let d = DB::DIALECT;
+        let sql = format!(
+            "SELECT version FROM {} WHERE entity = {} AND entity_key = {}",
+            self.tables.table("versions"),
+            p(d, 1),
+            p(d, 2)
+        );
+        let rows = DB::fetch(conn, sql, vec![entity.into(), key.into()], &[Col::I64])
+            .await
+            .map_err(|e| db("reading a version", e))?;
+        Ok(rows.first().map(|r| r[0].i64()))
+    }
+}
+
+/// [`Versions::apply_if_newer`] on the default tables (`oncely_versions`).
+///
+/// ```no_run
+/// # use oncely_core::{Envelope, Handled, Handler, Error};
+/// # struct Orders;
+/// impl Handler<sqlx::Transaction<'static, sqlx::Sqlite>> for Orders {
+///     async fn handle(&self, tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>, msg: &Envelope) -> Result<Handled, Error> {
+///         let key = msg.meta().entity_key.clone().ok_or_else(|| Error::permanent("no entity key"))?;
+///         let version = msg.meta().version.ok_or_else(|| Error::permanent("no version"))?;
+///         let seen = oncely_effects::apply_if_newer(tx, "order", &key, version).await?;
+///         if seen.is_applied() {
+///             // write the order's new state through `tx`
+///         }
+///         Ok(seen.handled())
+///     }
+/// }
+/// ```
+pub async fn apply_if_newer<DB: EffectsDb>(
+    tx: &mut Transaction<'_, DB>,
+    entity: &str,
+    key: &str,
+    version: i64,
+) -> Result<Versioned> {
+    Versions::default()
+        .apply_if_newer(tx, entity, key, version)
+        .await
+}
+
+/// The one statement per dialect: insert, or update only when the stored version is lower.
+pub(crate) fn apply_sql(d: Dialect, tables: &Tables) -> String {
+    let v = tables.table("versions");
+    let values = ps(d, 1, 4);
+    match d {
+        Dialect::Sqlite => format!(
+            "INSERT INTO {v} (entity, entity_key, version, updated_at) VALUES ({values}) \
+             ON CONFLICT (entity, entity_key) DO UPDATE SET version = excluded.version, \
+             updated_at = excluded.updated_at WHERE version < excluded.version"
+        ),
+        Dialect::Postgres => format!(
+            "INSERT INTO {v} AS cur (entity, entity_key, version, updated_at) VALUES ({values}) \
+             ON CONFLICT (entity, entity_key) DO UPDATE SET version = excluded.version, \
+             updated_at = excluded.updated_at WHERE cur.version < excluded.version"
+        ),
+        // sqlx connects with CLIENT_FOUND_ROWS, so an unchanged row counts 1 like an insert:
+        // the stale branch sets LAST_INSERT_ID(1), which the OK packet reports, to tell them
+        // apart. An applied update changes the row and counts 2. `updated_at` is assigned
+        // first so that its condition still sees the old version.
+        Dialect::MySql => format!(
+            "INSERT INTO {v} (entity, entity_key, version, updated_at) VALUES ({values}) \
+             ON DUPLICATE KEY UPDATE \
+             updated_at = IF(version < VALUES(version), VALUES(updated_at), updated_at + 0 * LAST_INSERT_ID(1)), \
+             version = IF(version < VALUES(version), VALUES(version), version)"
+        ),
+    }
+}
+
+fn decide(d: Dialect, rows: u64, last_insert_id: u64) -> Versioned {
+    match d {
+        Dialect::MySql => match (rows, last_insert_id) {
+            (2, _) | (1, 0) => Versioned::Applied,
+            _ => Versioned::Stale,
+        },
+        _ if rows == 1 => Versioned::Applied,
+        _ => Versioned::Stale,
+    }
+}
