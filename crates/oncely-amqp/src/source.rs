@@ -1,0 +1,260 @@
+//! [`AmqpSource`]: a RabbitMQ queue as an oncely [`Source`], with manual acks after commit.
+
+use crate::mapping::{attempt_of, envelope_of};
+use crate::url::split_params;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, ConnectionProperties};
+use oncely_core::{Acker, Delivery, Error, Result, Source};
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// Default queue name when the URL has no `?queue=`.
+pub const DEFAULT_QUEUE: &str = "oncely";
+
+/// Settings of an [`AmqpSource`].
+#[derive(Debug, Clone)]
+pub struct AmqpOptions {
+    /// The queue to consume (declared durable if missing).
+    pub queue: String,
+    /// Unacked deliveries the broker may push at once (`basic.qos` prefetch, default 32).
+    pub prefetch: u16,
+    /// Declare the queue (durable, not exclusive, not auto-delete) on connect (default true).
+    pub declare: bool,
+    /// Name shown in the broker's connection list (client property `connection_name`).
+    pub connection_name: String,
+    /// Longest wait between reconnect attempts (default 5 s).
+    pub max_backoff: Duration,
+}
+
+impl Default for AmqpOptions {
+    fn default() -> Self {
+        Self {
+            queue: DEFAULT_QUEUE.to_owned(),
+            prefetch: 32,
+            declare: true,
+            connection_name: "oncely".to_owned(),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl AmqpOptions {
+    /// Options for `consumer` from a URL: `?queue=` (default `oncely`) and `?prefetch=`
+    /// are taken off the URL; the rest is passed to lapin.
+    pub fn from_url(url: &str, consumer: &str) -> Result<(String, Self)> {
+        let (rest, params) = split_params(url, &["queue", "prefetch"]);
+        let mut options = Self {
+            connection_name: format!("oncely:{consumer}"),
+            ..Self::default()
+        };
+        if let Some(q) = params.get("queue") {
+            options.queue = q.clone();
+        }
+        if let Some(p) = params.get("prefetch") {
+            options.prefetch = p
+                .parse()
+                .map_err(|_| Error::config(format!("prefetch={p:?} is not a number")))?;
+        }
+        Ok((rest, options))
+    }
+}
+
+pub(crate) fn amqp_err(what: &str, e: lapin::Error) -> Error {
+    Error::transient(format!("RabbitMQ: {what}")).with_source(e)
+}
+
+/// A RabbitMQ queue as a [`Source`]. Deliveries are acked (`basic.ack`) only after the
+/// commit; a nack requeues; a delivery dropped unsettled is requeued too. When the
+/// connection is lost, the source reconnects with backoff; the broker requeues every
+/// unacked delivery, and those already committed come back as `Duplicate`.
+pub struct AmqpSource {
+    url: String,
+    options: AmqpOptions,
+    live: Option<Live>,
+}
+
+struct Live {
+    connection: Connection,
+    consumer: lapin::Consumer,
+}
+
+impl AmqpSource {
+    /// Connects, sets the prefetch, declares the queue and starts consuming.
+    /// Fails if the first connection fails (so a wrong URL is reported at once).
+    pub async fn connect(url: &str, options: AmqpOptions) -> Result<Self> {
+        let live = open(url, &options).await?;
+        Ok(Self {
+            url: url.to_owned(),
+            options,
+            live: Some(live),
+        })
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &AmqpOptions {
+        &self.options
+    }
+
+    /// Closes the connection (testing connection loss from the client side); the next
+    /// call to [`Source::next`] reconnects.
+    pub async fn close_connection(&mut self) {
+        if let Some(live) = self.live.take() {
+            let _ = live.connection.close(200, "oncely: closed".into()).await;
+        }
+    }
+
+    async fn reconnect(&mut self) -> Live {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match open(&self.url, &self.options).await {
+                Ok(live) => {
+                    info!(queue = %self.options.queue, "RabbitMQ: reconnected");
+                    return live;
+                }
+                Err(e) => {
+                    warn!(error = %e, ?delay, "RabbitMQ: reconnect failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(self.options.max_backoff);
+                }
+            }
+        }
+    }
+}
+
+async fn open(url: &str, options: &AmqpOptions) -> Result<Live> {
+    let props = ConnectionProperties::default()
+        .with_connection_name(options.connection_name.as_str().into());
+    let connection = Connection::connect(url, props)
+        .await
+        .map_err(|e| amqp_err("connect", e))?;
+    let channel = connection
+        .create_channel()
+        .await
+        .map_err(|e| amqp_err("open channel", e))?;
+    channel
+        .basic_qos(options.prefetch, BasicQosOptions::default())
+        .await
+        .map_err(|e| amqp_err("basic.qos", e))?;
+    if options.declare {
+        declare_queue(&channel, &options.queue).await?;
+    }
+    let consumer = channel
+        .basic_consume(
+            options.queue.as_str().into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| amqp_err("basic.consume", e))?;
+    Ok(Live {
+        connection,
+        consumer,
+    })
+}
+
+/// Declares a durable queue (idempotent).
+pub(crate) async fn declare_queue(channel: &Channel, queue: &str) -> Result<()> {
+    channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| amqp_err("queue.declare", e))?;
+    Ok(())
+}
+
+impl Source for AmqpSource {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        loop {
+            let live = match self.live.as_mut() {
+                Some(live) => live,
+                None => {
+                    let live = self.reconnect().await;
+                    self.live.insert(live)
+                }
+            };
+            match live.consumer.next().await {
+                Some(Ok(d)) => {
+                    let attempt = attempt_of(&d.properties, d.redelivered);
+                    let raw = envelope_of(&d.properties, d.data);
+                    let acker = AmqpAcker {
+                        inner: Some(d.acker),
+                    };
+                    return Ok(Some(Delivery::new(raw, attempt, Box::new(acker))));
+                }
+                Some(Err(e)) => {
+                    warn!(error = %e, "RabbitMQ: consumer failed; reconnecting");
+                }
+                None => warn!("RabbitMQ: consumer ended; reconnecting"),
+            }
+            if let Some(live) = self.live.take() {
+                let _ = live.connection.close(200, "oncely: reconnecting".into()).await;
+            }
+        }
+    }
+}
+
+struct AmqpAcker {
+    inner: Option<lapin::Acker>,
+}
+
+impl Acker for AmqpAcker {
+    fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        let acker = self.inner.take().expect("settled once");
+        Box::pin(async move {
+            acker
+                .ack(BasicAckOptions::default())
+                .await
+                .map(|_| ())
+                .map_err(|e| amqp_err("basic.ack", e))
+        })
+    }
+
+    fn nack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        let acker = self.inner.take().expect("settled once");
+        Box::pin(requeue(acker))
+    }
+}
+
+async fn requeue(acker: lapin::Acker) -> Result<()> {
+    acker
+        .nack(BasicNackOptions {
+            requeue: true,
+            multiple: false,
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| amqp_err("basic.nack", e))
+}
+
+impl Drop for AmqpAcker {
+    /// A delivery dropped unsettled (a crashed task) is requeued, as the broker would do
+    /// if the process had died.
+    fn drop(&mut self) {
+        if let Some(acker) = self.inner.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = requeue(acker).await;
+            });
+        }
+    }
+}
+
+/// Connects a source for consumer `consumer` from a URL such as
+/// `amqp://guest:guest@127.0.0.1:5672/%2f?queue=credits&prefetch=32`.
+pub async fn connect_source(url: &str, consumer: &str) -> Result<AmqpSource> {
+    let (url, options) = AmqpOptions::from_url(url, consumer)?;
+    AmqpSource::connect(&url, options).await
+}
