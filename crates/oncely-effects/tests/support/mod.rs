@@ -1,0 +1,123 @@
+//! Test support: databases per test (SQLite temp file, a PostgreSQL schema, a MariaDB
+//! database), skipping loudly when a server is missing unless `CI` / `ONCELY_REQUIRE_SERVICES`.
+#![allow(dead_code)]
+
+use oncely_sql::{MySqlStore, PgStore, SqliteStore, Tables};
+use std::time::Duration;
+
+pub fn pg_url() -> String {
+    std::env::var("ONCELY_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+pub fn mysql_url() -> String {
+    std::env::var("ONCELY_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+fn must_have_services() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
+}
+
+fn missing(what: &str, test: &str, error: &dyn std::fmt::Display) {
+    if must_have_services() {
+        panic!("{what} is required (CI / ONCELY_REQUIRE_SERVICES set) but unreachable: {error}");
+    }
+    eprintln!("\n!!!!!!!! SKIPPED {test}: {what} unreachable ({error}) !!!!!!!!\n");
+}
+
+/// A unique lower-case suffix for schema / database names.
+pub fn unique(test: &str) -> String {
+    format!("t_{}_{}_{:06x}", test, std::process::id(), rand_u32() & 0xff_ffff)
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    );
+    h.finish() as u32
+}
+
+/// A SQLite store in a temp dir, with oncely's and the effects tables.
+pub async fn sqlite() -> (SqliteStore, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("test.db").display());
+    let store = SqliteStore::connect(&url).await.unwrap();
+    store.migrate().await.unwrap();
+    oncely_effects::migrate(store.pool(), store.tables()).await.unwrap();
+    (store, dir)
+}
+
+/// A PostgreSQL store in a fresh schema, or `None` (SKIPPED) without a server.
+pub async fn postgres(test: &str) -> Option<PgStore> {
+    let tables = Tables::default().with_schema(&unique(test)).unwrap();
+    let options = oncely_sql::ConnectOptions {
+        tables,
+        max_connections: 12,
+        ..Default::default()
+    };
+    let store = match tokio::time::timeout(
+        Duration::from_secs(10),
+        PgStore::connect_with(&pg_url(), &options),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return missing("PostgreSQL", test, &e).then_none(),
+        Err(e) => return missing("PostgreSQL", test, &e).then_none(),
+    };
+    store.migrate().await.unwrap();
+    oncely_effects::migrate(store.pool(), store.tables()).await.unwrap();
+    Some(store)
+}
+
+/// A MySQL/MariaDB store in a fresh database, or `None` (SKIPPED) without a server.
+pub async fn mysql(test: &str) -> Option<MySqlStore> {
+    let tables = Tables::default().with_schema(&unique(test)).unwrap();
+    let options = oncely_sql::ConnectOptions {
+        tables,
+        max_connections: 12,
+        ..Default::default()
+    };
+    let store = match tokio::time::timeout(
+        Duration::from_secs(10),
+        MySqlStore::connect_with(&mysql_url(), &options),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return missing("MariaDB/MySQL", test, &e).then_none(),
+        Err(e) => return missing("MariaDB/MySQL", test, &e).then_none(),
+    };
+    store.migrate().await.unwrap();
+    oncely_effects::migrate(store.pool(), store.tables()).await.unwrap();
+    Some(store)
+}
+
+/// Drops a test's PostgreSQL schema (best effort).
+pub async fn drop_pg(store: &PgStore) {
+    if let Some(schema) = store.tables().schema() {
+        let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(store.pool()).await;
+    }
+}
+
+/// Drops a test's MySQL database (best effort).
+pub async fn drop_mysql(store: &MySqlStore) {
+    if let Some(schema) = store.tables().schema() {
+        let sql = format!("DROP DATABASE IF EXISTS {schema}");
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(store.pool()).await;
+    }
+}
+
+trait ThenNone {
+    fn then_none<T>(self) -> Option<T>;
+}
+impl ThenNone for () {
+    fn then_none<T>(self) -> Option<T> {
+        None
+    }
+}
