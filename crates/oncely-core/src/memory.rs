@@ -177,7 +177,12 @@ impl Source for MemorySource {
             changed.as_mut().enable();
             {
                 let mut state = self.shared.lock();
-                let window = self.shared.faults.reorder_window.min(state.ready.len());
+                let window = self
+                    .shared
+                    .faults
+                    .reorder_window
+                    .max(1)
+                    .min(state.ready.len());
                 if window > 0 {
                     let at = if window > 1 {
                         state.rng.random_range(0..window)

@@ -1,1 +1,114 @@
-//! oncely-testkit
+//! # oncely-testkit
+//!
+//! The conformance suite every oncely store must pass, as River's `Exercise()`: implement
+//! [`StoreHarness`] for your store and call [`exercise`] from a test.
+//!
+//! ```ignore
+//! #[tokio::test(flavor = "multi_thread")]
+//! async fn conformance() {
+//!     oncely_testkit::exercise(&MyHarness::new()).await;
+//! }
+//! ```
+//!
+//! Every check counts effects independently, from the ledger rows the harness reads back,
+//! never from the consumer's own counters.
+
+mod check;
+mod harness;
+mod ledger;
+pub mod store_suite;
+
+pub use check::{Tally, tally};
+pub use harness::StoreHarness;
+pub use ledger::{LedgerHandler, Script};
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// How big the crash matrix is.
+#[derive(Debug, Clone, Copy)]
+pub struct ExerciseOptions {
+    /// Seeds per crash step.
+    pub crash_seeds: u64,
+    /// Messages per crash run.
+    pub crash_messages: usize,
+}
+
+impl Default for ExerciseOptions {
+    fn default() -> Self {
+        Self {
+            crash_seeds: 5,
+            crash_messages: 100,
+        }
+    }
+}
+
+/// Runs every store conformance case against fresh stores from `harness`, printing one line
+/// per case, and panics listing the cases that failed.
+pub async fn exercise<H: StoreHarness>(harness: &H) {
+    exercise_with(harness, ExerciseOptions::default()).await
+}
+
+type Case<'a> = (
+    &'static str,
+    Pin<Box<dyn Future<Output = store_suite::CaseResult> + 'a>>,
+);
+
+/// [`exercise`] with a custom crash matrix size.
+pub async fn exercise_with<H: StoreHarness>(harness: &H, options: ExerciseOptions) {
+    use store_suite::*;
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "fresh_then_duplicate",
+            Box::pin(fresh_then_duplicate(harness)),
+        ),
+        (
+            "conflict_is_dead_lettered",
+            Box::pin(conflict_is_dead_lettered(harness)),
+        ),
+        (
+            "consumers_are_independent",
+            Box::pin(consumers_are_independent(harness)),
+        ),
+        ("failures_roll_back", Box::pin(failures_roll_back(harness))),
+        (
+            "bad_ids_are_dead_lettered",
+            Box::pin(bad_ids_are_dead_lettered(harness)),
+        ),
+        (
+            "concurrent_duplicates",
+            Box::pin(concurrent_duplicates(harness)),
+        ),
+        (
+            "late_messages_are_quarantined",
+            Box::pin(late_messages_are_quarantined(harness)),
+        ),
+        (
+            "checker_catches_ack_before_commit",
+            Box::pin(checker_catches_ack_before_commit(harness)),
+        ),
+        (
+            "crash_at_every_step",
+            Box::pin(crash_at_every_step(
+                harness,
+                options.crash_seeds,
+                options.crash_messages,
+            )),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, case) in cases {
+        match case.await {
+            Ok(()) => println!("conformance {name} ... ok"),
+            Err(why) => {
+                println!("conformance {name} ... FAILED: {why}");
+                failures.push(format!("{name}: {why}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "conformance failures:\n{}",
+        failures.join("\n")
+    );
+}

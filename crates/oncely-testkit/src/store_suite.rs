@@ -1,0 +1,381 @@
+//! The store conformance cases. Each case gets a fresh store from the harness.
+
+use crate::check::tally;
+use crate::harness::StoreHarness;
+use crate::ledger::{LedgerHandler, Script};
+use oncely_core::{
+    Consumer, ConsumerName, CrashPlan, Inspect, LatePolicy, MemorySource, Outcome, RawEnvelope,
+    RetryPolicy, Source, SourceFaults, Step,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
+
+/// A failed conformance check.
+pub type CaseResult = Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy::default()
+        .max_attempts(3)
+        .base_delay(Duration::from_millis(1))
+        .max_delay(Duration::from_millis(5))
+}
+
+fn consumer<H: StoreHarness>(
+    name: &str,
+    store: &H::Store,
+    handler: &LedgerHandler<H>,
+) -> Consumer<H::Store, LedgerHandler<H>> {
+    Consumer::new(
+        ConsumerName::new(name).expect("valid name"),
+        store.clone(),
+        handler.clone(),
+    )
+    .retry(fast_retry())
+}
+
+async fn deliver<H: StoreHarness>(
+    consumer: &Consumer<H::Store, LedgerHandler<H>>,
+    message: RawEnvelope,
+) -> Outcome {
+    let mut source = MemorySource::new();
+    source.publish(message);
+    let delivery = source
+        .next()
+        .await
+        .expect("memory source never fails")
+        .expect("one message");
+    consumer.process(delivery).await
+}
+
+fn err(e: oncely_core::Error) -> String {
+    format!("store error: {e}")
+}
+
+/// Fresh → Applied with one effect; the same message again → Duplicate, no new effect.
+pub async fn fresh_then_duplicate<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    let c = consumer("billing", &store, &handler);
+    let first = deliver(&c, RawEnvelope::new("m-1", "10")).await;
+    ensure!(
+        matches!(first, Outcome::Applied),
+        "first delivery: {first:?}, want Applied"
+    );
+    for _ in 0..2 {
+        let again = deliver(&c, RawEnvelope::new("m-1", "10")).await;
+        ensure!(
+            matches!(again, Outcome::Duplicate),
+            "redelivery: {again:?}, want Duplicate"
+        );
+    }
+    let effects = H::effects(&store).await.map_err(err)?;
+    ensure!(
+        effects == vec![("m-1".to_owned(), 10)],
+        "effects {effects:?}, want one row m-1=10"
+    );
+    Ok(())
+}
+
+/// Same id, different payload → Conflict, dead letter with both hashes, never applied.
+pub async fn conflict_is_dead_lettered<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    let c = consumer("billing", &store, &handler);
+    deliver(&c, RawEnvelope::new("m-1", "10")).await;
+    let second = deliver(&c, RawEnvelope::new("m-1", "99")).await;
+    ensure!(
+        matches!(second, Outcome::Conflict { .. }),
+        "conflicting copy: {second:?}, want Conflict"
+    );
+    let effects = H::effects(&store).await.map_err(err)?;
+    ensure!(
+        effects == vec![("m-1".to_owned(), 10)],
+        "effects {effects:?}, want only the first copy"
+    );
+    let letters = store.dead_letters(None).await.map_err(err)?;
+    ensure!(letters.len() == 1, "{} dead letters, want 1", letters.len());
+    let l = &letters[0];
+    ensure!(
+        l.reason == "conflict",
+        "reason {:?}, want conflict",
+        l.reason
+    );
+    ensure!(
+        l.payload == b"99",
+        "dead letter keeps the conflicting payload, got {:?}",
+        l.payload
+    );
+    let stored = oncely_core::PayloadHash::of(b"10").to_hex();
+    ensure!(
+        l.stored_hash.as_deref() == Some(stored.as_str()),
+        "stored hash {:?}",
+        l.stored_hash
+    );
+    ensure!(
+        l.detail.contains(&stored) && l.detail.contains(&l.payload_hash),
+        "detail names both hashes: {}",
+        l.detail
+    );
+    Ok(())
+}
+
+/// Two consumers each apply the same message once.
+pub async fn consumers_are_independent<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    for name in ["billing", "audit"] {
+        let c = consumer(name, &store, &handler);
+        for want_applied in [true, false] {
+            let o = deliver(&c, RawEnvelope::new("m-1", "5")).await;
+            let ok = if want_applied {
+                matches!(o, Outcome::Applied)
+            } else {
+                matches!(o, Outcome::Duplicate)
+            };
+            ensure!(ok, "consumer {name}: {o:?}");
+        }
+    }
+    let effects = H::effects(&store).await.map_err(err)?;
+    ensure!(
+        effects.len() == 2,
+        "effects {effects:?}, want one per consumer"
+    );
+    Ok(())
+}
+
+/// A failing handler rolls back its effect and leaves no claim; transient failures retry.
+pub async fn failures_roll_back<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    let c = consumer("billing", &store, &handler);
+    let name = c.name().clone();
+    handler.script("perm", Script::FailPermanent);
+    handler.script("flaky", Script::FailTransient(2));
+    handler.script("hopeless", Script::FailTransient(100));
+    handler.script("boom", Script::Panic);
+    let perm = deliver(&c, RawEnvelope::new("perm", "1")).await;
+    ensure!(
+        matches!(&perm, Outcome::DeadLettered(r) if r.code() == "permanent"),
+        "permanent: {perm:?}"
+    );
+    let flaky = deliver(&c, RawEnvelope::new("flaky", "2")).await;
+    ensure!(
+        matches!(flaky, Outcome::Applied),
+        "transient twice then ok: {flaky:?}"
+    );
+    let hopeless = deliver(&c, RawEnvelope::new("hopeless", "3")).await;
+    ensure!(
+        matches!(&hopeless, Outcome::DeadLettered(r) if r.code() == "attempts_exhausted"),
+        "exhausted: {hopeless:?}"
+    );
+    let boom = deliver(&c, RawEnvelope::new("boom", "4")).await;
+    ensure!(
+        matches!(&boom, Outcome::DeadLettered(r) if r.code() == "panic"),
+        "panic: {boom:?}"
+    );
+    let effects = H::effects(&store).await.map_err(err)?;
+    ensure!(
+        effects == vec![("flaky".to_owned(), 2)],
+        "effects {effects:?}: failed attempts must leave none"
+    );
+    for id in ["perm", "hopeless", "boom"] {
+        let claim = store.claimed_hash(&name, id).await.map_err(err)?;
+        ensure!(
+            claim.is_none(),
+            "{id}: a failed attempt left its claim behind"
+        );
+    }
+    let letters = store.dead_letters(Some(&name)).await.map_err(err)?;
+    ensure!(letters.len() == 3, "{} dead letters, want 3", letters.len());
+    Ok(())
+}
+
+/// Deliveries without a usable id are dead-lettered with a reason, never applied.
+pub async fn bad_ids_are_dead_lettered<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    let c = consumer("billing", &store, &handler);
+    let bad: Vec<Option<Vec<u8>>> = vec![
+        None,
+        Some(Vec::new()),
+        Some(vec![b'x'; 256]),
+        Some(b"bad\xffutf8".to_vec()),
+        Some(b"line\nbreak".to_vec()),
+    ];
+    for id in &bad {
+        let raw = RawEnvelope {
+            id: id.clone(),
+            payload: b"7".to_vec(),
+            ..Default::default()
+        };
+        let o = deliver(&c, raw).await;
+        ensure!(
+            matches!(&o, Outcome::DeadLettered(r) if r.code() == "bad_id"),
+            "id {id:?}: {o:?}"
+        );
+    }
+    ensure!(
+        H::effects(&store).await.map_err(err)?.is_empty(),
+        "a bad-id message was applied"
+    );
+    let letters = store.dead_letters(None).await.map_err(err)?;
+    ensure!(
+        letters.len() == bad.len(),
+        "{} dead letters, want {}",
+        letters.len(),
+        bad.len()
+    );
+    ensure!(
+        letters
+            .iter()
+            .all(|l| l.reason == "bad_id" && l.payload == b"7" && !l.detail.is_empty()),
+        "dead letters lack reason or payload"
+    );
+    ensure!(
+        letters[3].raw_id.as_deref() == Some(&b"bad\xffutf8"[..]),
+        "raw id bytes kept"
+    );
+    Ok(())
+}
+
+/// Two concurrent deliveries of one id: exactly one Applied, the other waits and sees Duplicate.
+pub async fn concurrent_duplicates<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    handler.script("m-1", Script::Hold(Duration::from_millis(300)));
+    let c = consumer("billing", &store, &handler);
+    let (a, b) = tokio::join!(
+        deliver(&c, RawEnvelope::new("m-1", "3")),
+        deliver(&c, RawEnvelope::new("m-1", "3"))
+    );
+    let applied = [&a, &b]
+        .iter()
+        .filter(|o| matches!(o, Outcome::Applied))
+        .count();
+    let dups = [&a, &b]
+        .iter()
+        .filter(|o| matches!(o, Outcome::Duplicate))
+        .count();
+    ensure!(
+        applied == 1 && dups == 1,
+        "outcomes {a:?} and {b:?}: want one Applied, one Duplicate"
+    );
+    let effects = H::effects(&store).await.map_err(err)?;
+    ensure!(effects.len() == 1, "effects {effects:?}, want one");
+    Ok(())
+}
+
+/// A message older than the late window is quarantined, not applied; a duplicate of an id
+/// still in the inbox is still just a Duplicate.
+pub async fn late_messages_are_quarantined<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    let window = Duration::from_secs(3600);
+    let c = consumer("billing", &store, &handler).late_after(window, LatePolicy::Quarantine);
+    let old = SystemTime::now() - Duration::from_secs(7200);
+    let mut late = RawEnvelope::new("late-1", "4");
+    late.meta.source_time = Some(old);
+    let o = deliver(&c, late).await;
+    ensure!(
+        matches!(&o, Outcome::DeadLettered(r) if r.code() == "late"),
+        "late message: {o:?}"
+    );
+    let mut fresh = RawEnvelope::new("fresh-1", "6");
+    fresh.meta.source_time = Some(SystemTime::now());
+    let o = deliver(&c, fresh.clone()).await;
+    ensure!(matches!(o, Outcome::Applied), "recent message: {o:?}");
+    fresh.meta.source_time = Some(old);
+    let o = deliver(&c, fresh).await;
+    ensure!(
+        matches!(o, Outcome::Duplicate),
+        "late copy of a known id: {o:?}, want Duplicate"
+    );
+    let effects = H::effects(&store).await.map_err(err)?;
+    ensure!(
+        effects == vec![("fresh-1".to_owned(), 6)],
+        "effects {effects:?}"
+    );
+    Ok(())
+}
+
+/// Crashes after each step, many seeds, with duplicates, reordering and lost acks:
+/// every message's effect exactly once, none lost.
+pub async fn crash_at_every_step<H: StoreHarness>(
+    h: &H,
+    seeds: u64,
+    messages: usize,
+) -> CaseResult {
+    for step in Step::ALL {
+        for seed in 0..seeds {
+            let store = h.fresh().await.map_err(err)?;
+            let handler = LedgerHandler::<H>::default();
+            let source = MemorySource::with_faults(SourceFaults {
+                seed,
+                duplicate_rate: 0.2,
+                reorder_window: 8,
+                lost_ack_rate: 0.05,
+            });
+            let mut expected = HashMap::new();
+            for i in 0..messages {
+                let amount = (i % 7 + 1) as i64;
+                expected.insert(format!("m-{i}"), amount);
+                source.publish(RawEnvelope::new(format!("m-{i}"), amount.to_string()));
+            }
+            source.close();
+            let plan = CrashPlan::new(seed, 0.3).only_at(&[step]);
+            let c = consumer("billing", &store, &handler)
+                .concurrency(4)
+                .chaos(Arc::new(plan));
+            let stats = c
+                .run(source.clone(), CancellationToken::new())
+                .await
+                .map_err(err)?;
+            let effects = H::effects(&store).await.map_err(err)?;
+            let t = tally(&effects, &expected, &[]);
+            ensure!(
+                t.is_exactly_once(),
+                "crash after {step:?}, seed {seed}: {t:?} (stats {stats:?})"
+            );
+            ensure!(
+                stats.crashes > 0,
+                "crash after {step:?}, seed {seed}: no crash was injected"
+            );
+            ensure!(source.unacked() == 0, "messages left unacked");
+        }
+    }
+    Ok(())
+}
+
+/// The checker can fail: with the contract broken on purpose (ack before commit) and crashes
+/// between the two, the tally must show lost messages.
+pub async fn checker_catches_ack_before_commit<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    let source = MemorySource::new();
+    let mut expected = HashMap::new();
+    for i in 0..50 {
+        expected.insert(format!("m-{i}"), 1);
+        source.publish(RawEnvelope::new(format!("m-{i}"), "1"));
+    }
+    source.close();
+    let c = consumer("billing", &store, &handler)
+        .unsafe_ack_before_commit(true)
+        .chaos(Arc::new(CrashPlan::new(1, 0.5).only_at(&[Step::Effected])));
+    c.run(source, CancellationToken::new()).await.map_err(err)?;
+    let t = tally(&H::effects(&store).await.map_err(err)?, &expected, &[]);
+    ensure!(
+        t.lost > 0,
+        "ack-before-commit with crashes lost nothing according to the checker: {t:?}"
+    );
+    Ok(())
+}
