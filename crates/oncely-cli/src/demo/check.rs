@@ -1,0 +1,144 @@
+//! The demo's checker. It trusts nothing the consumer counted: it reads the ledger, the
+//! balances, the inbox and the dead letters back from the database and compares them with
+//! what was published.
+
+use super::credits::CreditTables;
+use super::publish::Published;
+use crate::db::AnyStore;
+use crate::with_store;
+use anyhow::{Context, Result};
+use oncely_core::{ConsumerName, Inspect, PayloadHash};
+use oncely_sql::Dialect;
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use std::collections::{BTreeMap, HashMap};
+
+/// What the database says happened.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Verdict {
+    /// Sum of the amounts of the winning payloads (the ones the inbox recorded).
+    pub expected_total: i64,
+    /// Sum of all account balances read back.
+    pub actual_total: i64,
+    /// Sum of the ledger rows (must equal the balances).
+    pub ledger_total: i64,
+    /// Ledger rows beyond one per id.
+    pub double_effects: u64,
+    /// Ids with neither an effect nor a dead-letter row (bad-id messages counted by number).
+    pub lost: u64,
+    /// Ids published with two payloads.
+    pub conflicts_injected: u64,
+    /// Of those, ids with a `conflict` dead-letter row.
+    pub conflicts_caught: u64,
+    /// Ids applied with an amount other than their recorded payload's.
+    pub wrong_amount: u64,
+    /// Ids with an effect but no inbox claim.
+    pub effects_without_claim: u64,
+    /// Dead-letter rows of the demo consumer.
+    pub dead_letter_rows: u64,
+    /// Dead-letter rows by reason.
+    pub dead_letters_by_reason: BTreeMap<String, u64>,
+}
+
+impl Verdict {
+    /// True when every invariant holds.
+    pub fn holds(&self) -> bool {
+        self.double_effects == 0
+            && self.lost == 0
+            && self.wrong_amount == 0
+            && self.effects_without_claim == 0
+            && self.conflicts_caught == self.conflicts_injected
+            && self.expected_total == self.actual_total
+            && self.ledger_total == self.actual_total
+    }
+}
+
+struct Readings {
+    inbox: HashMap<String, String>,
+    ledger: Vec<(String, i64)>,
+    balances: Vec<i64>,
+}
+
+async fn read(store: &AnyStore, tables: &CreditTables, consumer: &str) -> Result<Readings> {
+    let inbox_table = store.tables().table("inbox");
+    let id_col = match store.dialect() {
+        Dialect::MySql => "CAST(message_id AS CHAR)",
+        _ => "message_id",
+    };
+    let consumer = consumer.replace('\'', "");
+    let inbox_sql =
+        format!("SELECT {id_col}, payload_hash FROM {inbox_table} WHERE consumer = '{consumer}'");
+    let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
+    let balance_sql = format!("SELECT balance FROM {}", tables.accounts);
+    let readings = with_store!(store, s => {
+        let inbox: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(inbox_sql))
+            .fetch_all(s.pool()).await.context("reading the inbox")?;
+        let ledger: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(ledger_sql))
+            .fetch_all(s.pool()).await.context("reading the ledger")?;
+        let balances: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(balance_sql))
+            .fetch_all(s.pool()).await.context("reading balances")?;
+        Readings { inbox: inbox.into_iter().collect(), ledger, balances }
+    });
+    Ok(readings)
+}
+
+/// Reads the database back and judges the run.
+pub async fn check(
+    store: &AnyStore,
+    tables: &CreditTables,
+    consumer: &ConsumerName,
+    published: &Published,
+) -> Result<Verdict> {
+    let r = read(store, tables, consumer.as_str()).await?;
+    let letters = with_store!(store, s => s.dead_letters(Some(consumer)).await?);
+    let mut v = Verdict {
+        dead_letter_rows: letters.len() as u64,
+        ..Verdict::default()
+    };
+    let mut reasons_by_id: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut bad_id_rows = 0u64;
+    for l in &letters {
+        *v.dead_letters_by_reason
+            .entry(l.reason.clone())
+            .or_default() += 1;
+        if l.reason == "bad_id" {
+            bad_id_rows += 1;
+        } else if let Some(id) = &l.message_id {
+            reasons_by_id.entry(id).or_default().push(&l.reason);
+        }
+    }
+    let mut rows: HashMap<&str, Vec<i64>> = HashMap::new();
+    for (id, amount) in &r.ledger {
+        rows.entry(id).or_default().push(*amount);
+        v.ledger_total += amount;
+    }
+    v.actual_total = r.balances.iter().sum();
+    for (id, variants) in &published.variants {
+        let reasons = reasons_by_id.get(id.as_str()).cloned().unwrap_or_default();
+        if variants.len() > 1 {
+            v.conflicts_injected += 1;
+            if reasons.contains(&"conflict") {
+                v.conflicts_caught += 1;
+            }
+        }
+        let applied = rows.get(id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+        v.double_effects += applied.len().saturating_sub(1) as u64;
+        let Some(first) = applied.first() else {
+            if !reasons.iter().any(|r| *r != "conflict") {
+                v.lost += 1;
+            }
+            continue;
+        };
+        let recorded = r.inbox.get(id).and_then(|h| PayloadHash::from_hex(h));
+        match recorded.and_then(|h| variants.iter().find(|(vh, _)| *vh == h)) {
+            Some((_, Some(amount))) => {
+                v.expected_total += amount;
+                if first != amount {
+                    v.wrong_amount += 1;
+                }
+            }
+            _ => v.effects_without_claim += 1,
+        }
+    }
+    v.lost += (published.bad_ids as u64).saturating_sub(bad_id_rows);
+    Ok(v)
+}

@@ -1,0 +1,217 @@
+//! `oncely demo`: the credits ledger under duplicates, conflicts, reordering and crashes,
+//! checked independently against the database.
+
+mod check;
+mod credits;
+mod publish;
+mod report;
+
+use crate::db::AnyStore;
+use crate::with_store;
+use anyhow::{Context, Result};
+use check::check;
+use credits::{CreditTables, Credits};
+use indicatif::{ProgressBar, ProgressStyle};
+use oncely_core::{
+    Consumer, ConsumerName, CrashPlan, MemorySource, RetryPolicy, SourceFaults, StatsSnapshot,
+};
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{ConnectOptions, Dialect, Tables, redact_url};
+use publish::{Mix, generate};
+use report::Report;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Flags of `oncely demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Distinct messages to publish.
+    #[arg(long, default_value_t = 10_000)]
+    pub messages: usize,
+    /// Seed for every random choice (same seed, same stream and faults).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Deliveries processed at once.
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Share of messages delivered twice by the broker.
+    #[arg(long, default_value_t = 0.2)]
+    pub duplicate_rate: f64,
+    /// Share of ids published again with a different amount (a conflict).
+    #[arg(long, default_value_t = 0.05)]
+    pub conflict_rate: f64,
+    /// Reordering: each delivery is taken at random among this many ready messages.
+    #[arg(long, default_value_t = 32)]
+    pub reorder_window: usize,
+    /// Probability of a consumer crash after each step of the contract.
+    #[arg(long, default_value_t = 0.01)]
+    pub crash_rate: f64,
+    /// Probability that an ack is lost (the message is redelivered).
+    #[arg(long, default_value_t = 0.02)]
+    pub lost_ack_rate: f64,
+    /// Share of messages without a usable id.
+    #[arg(long, default_value_t = 0.001)]
+    pub bad_id_rate: f64,
+    /// Share of messages whose payload cannot be decoded.
+    #[arg(long, default_value_t = 0.001)]
+    pub undecodable_rate: f64,
+    /// Accounts credited.
+    #[arg(long, default_value_t = 100)]
+    pub accounts: usize,
+    /// Database URL (default: a temporary SQLite file). postgres:// and mysql:// work too.
+    #[arg(long, env = "ONCELY_DEMO_STORE")]
+    pub store: Option<String>,
+    /// Schema (PostgreSQL) or database (MySQL) the demo resets and uses.
+    #[arg(long, default_value = "oncely_demo")]
+    pub schema: String,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// TESTING ONLY: ack before commit, breaking the contract, to show the checker catches it.
+    #[arg(long, hide = true)]
+    pub unsafe_ack_before_commit: bool,
+}
+
+/// Runs the demo; returns whether every invariant held.
+pub async fn run(args: DemoArgs) -> Result<bool> {
+    let temp = tempfile::tempdir().context("creating a temporary directory")?;
+    let url = args
+        .store
+        .clone()
+        .unwrap_or_else(|| format!("sqlite:{}", temp.path().join("oncely-demo.db").display()));
+    let dialect = Dialect::from_url(&url)?;
+    let schema = (dialect != Dialect::Sqlite).then_some(args.schema.as_str());
+    let mut tables = Tables::default();
+    if let Some(s) = schema {
+        tables = tables.with_schema(s)?;
+    }
+    let options = ConnectOptions {
+        tables,
+        max_connections: (args.workers as u32 + 4).max(8),
+        ..ConnectOptions::default()
+    };
+    let store = AnyStore::open(&url, &options).await?;
+    let credit_tables = CreditTables::new(dialect, schema);
+    reset(&store, &credit_tables, schema).await?;
+
+    let published = generate(
+        args.seed,
+        Mix {
+            messages: args.messages,
+            accounts: args.accounts,
+            conflict_rate: args.conflict_rate,
+            bad_id_rate: args.bad_id_rate,
+            undecodable_rate: args.undecodable_rate,
+        },
+    );
+    let source = MemorySource::with_faults(SourceFaults {
+        seed: args.seed,
+        duplicate_rate: args.duplicate_rate,
+        reorder_window: args.reorder_window,
+        lost_ack_rate: args.lost_ack_rate,
+    });
+    for m in &published.messages {
+        source.publish(m.clone());
+    }
+    source.close();
+    let total_copies = source.stats().published + source.stats().duplicates_injected;
+
+    let name = ConsumerName::new("demo")?;
+    let handler = Credits::new(credit_tables.clone());
+    let progress = progress_bar(total_copies, args.json);
+    let started = Instant::now();
+    let stats = with_store!(&store, s => {
+        let consumer = Consumer::new(name.clone(), s.clone(), handler)
+            .concurrency(args.workers)
+            .retry(RetryPolicy::default().max_attempts(5).base_delay(Duration::from_millis(5)))
+            .chaos(Arc::new(CrashPlan::new(args.seed, args.crash_rate)))
+            .unsafe_ack_before_commit(args.unsafe_ack_before_commit);
+        consume(consumer, source.clone(), &progress).await?
+    });
+    let elapsed = started.elapsed();
+    progress.finish_and_clear();
+
+    let verdict = check(&store, &credit_tables, &name, &published).await?;
+    let report = Report::new(
+        &args,
+        redact_url(&url),
+        &published,
+        &source.stats(),
+        &stats,
+        &verdict,
+        elapsed,
+    );
+    report.print(args.json);
+    Ok(verdict.holds())
+}
+
+async fn consume<S, H>(
+    consumer: Consumer<S, H>,
+    source: MemorySource,
+    progress: &ProgressBar,
+) -> Result<StatsSnapshot>
+where
+    S: oncely_core::Store,
+    H: oncely_core::Handler<S::Tx>,
+{
+    let ticker = {
+        let (source, progress) = (source.clone(), progress.clone());
+        tokio::spawn(async move {
+            loop {
+                progress.set_position(source.stats().acked);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let stats = consumer.run(source, CancellationToken::new()).await;
+    ticker.abort();
+    Ok(stats?)
+}
+
+fn progress_bar(len: u64, hidden: bool) -> ProgressBar {
+    if hidden {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} consuming [{bar:40}] {pos}/{len} acked  {per_sec}  eta {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Gives the demo a clean slate: its schema (PostgreSQL/MySQL) or its tables (SQLite).
+async fn reset(store: &AnyStore, tables: &CreditTables, schema: Option<&str>) -> Result<()> {
+    let drops: Vec<String> = match (store.dialect(), schema) {
+        (Dialect::Postgres, Some(s)) => vec![format!("DROP SCHEMA IF EXISTS {s} CASCADE")],
+        (Dialect::MySql, Some(s)) => vec![format!("DROP DATABASE IF EXISTS {s}")],
+        _ => vec![
+            format!("DROP TABLE IF EXISTS {}", tables.accounts),
+            format!("DROP TABLE IF EXISTS {}", tables.ledger),
+            format!("DROP TABLE IF EXISTS {}", store.tables().table("inbox")),
+            format!(
+                "DROP TABLE IF EXISTS {}",
+                store.tables().table("dead_letters")
+            ),
+            format!(
+                "DROP TABLE IF EXISTS {}",
+                store.tables().table("migrations")
+            ),
+        ],
+    };
+    for sql in drops.into_iter().chain(std::iter::once(String::new())) {
+        if sql.is_empty() {
+            break;
+        }
+        with_store!(store, s => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(s.pool()).await.context("resetting the demo schema")?; });
+    }
+    store.migrate().await?;
+    for sql in tables.ddl() {
+        with_store!(store, s => { sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(s.pool()).await.context("creating the demo tables")?; });
+    }
+    Ok(())
+}
