@@ -131,7 +131,10 @@ pub trait EffectsDb: SqlDatabase {
 
     /// Runs a script of several statements without arguments (migrations).
     #[doc(hidden)]
-    fn script<'c>(conn: &'c mut Self::Connection, sql: String) -> BoxFuture<'c, Result<(), sqlx::Error>>;
+    fn script<'c>(
+        conn: &'c mut Self::Connection,
+        sql: String,
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
 
     /// Runs a query and decodes each row as `cols`.
     #[doc(hidden)]
@@ -181,7 +184,9 @@ macro_rules! effects_db {
                 sql: String,
             ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
                 Box::pin(async move {
-                    sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *conn).await?;
+                    sqlx::raw_sql(AssertSqlSafe(sql))
+                        .execute(&mut *conn)
+                        .await?;
                     Ok(())
                 })
             }

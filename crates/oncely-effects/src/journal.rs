@@ -141,7 +141,8 @@ impl<DB: EffectsDb> fmt::Debug for Journal<DB> {
     }
 }
 
-const COLS: &str = "effect_key, kind, state, request, provider_ref, detail, calls, recorded_at, updated_at";
+const COLS: &str =
+    "effect_key, kind, state, request, provider_ref, detail, calls, recorded_at, updated_at";
 const COL_TYPES: &[Col] = &[
     Col::Text,
     Col::Text,
@@ -232,7 +233,8 @@ impl<DB: EffectsDb> Journal<DB> {
             now.into(),
             now.into(),
         ];
-        self.exec("recording a pending effect", insert, args).await?;
+        self.exec("recording a pending effect", insert, args)
+            .await?;
         self.get(key)
             .await?
             .ok_or_else(|| Error::transient(format!("journal row {key} vanished after recording")))

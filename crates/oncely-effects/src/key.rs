@@ -40,7 +40,8 @@ fn sha_hex(text: &str, chars: usize) -> String {
 /// assert!(effect_key(&odd, "email").starts_with("msgh-"));
 /// ```
 pub fn effect_key(id: &MessageId, effect: &str) -> String {
-    let effect = if !effect.is_empty() && effect.len() <= 16 && effect.chars().all(safe_effect_char) {
+    let effect = if !effect.is_empty() && effect.len() <= 16 && effect.chars().all(safe_effect_char)
+    {
         effect.to_owned()
     } else {
         format!("h-{}", sha_hex(effect, 16))
@@ -79,7 +80,10 @@ mod tests {
             "msgh-c8687a08aa5d6ed2044328fa6a697ab8:email"
         );
         for unsafe_id in ["a:b", "a/b", "é", "a\"b", "a\\b", "x y z"] {
-            assert!(effect_key(&id(unsafe_id), "email").starts_with("msgh-"), "{unsafe_id}");
+            assert!(
+                effect_key(&id(unsafe_id), "email").starts_with("msgh-"),
+                "{unsafe_id}"
+            );
         }
         let long = "a".repeat(MAX_VERBATIM_ID + 1);
         assert!(effect_key(&id(&long), "email").starts_with("msgh-"));
@@ -90,7 +94,10 @@ mod tests {
     #[test]
     fn unsafe_effect_names_are_hashed() {
         let k = effect_key(&id("m1"), "send email");
-        assert!(k.starts_with("msg-m1:h-") && k.len() == "msg-m1:h-".len() + 16, "{k}");
+        assert!(
+            k.starts_with("msg-m1:h-") && k.len() == "msg-m1:h-".len() + 16,
+            "{k}"
+        );
         assert_ne!(effect_key(&id("m1"), "email"), effect_key(&id("m1"), "sms"));
     }
 

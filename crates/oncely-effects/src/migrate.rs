@@ -100,7 +100,12 @@ pub async fn migrate<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) -> Result<
             ));
         }
         let result = run_pending::<DB>(&mut conn, tables).await;
-        let _ = DB::execute(&mut conn, "SELECT RELEASE_LOCK(?)".into(), vec![lock.into()]).await;
+        let _ = DB::execute(
+            &mut conn,
+            "SELECT RELEASE_LOCK(?)".into(),
+            vec![lock.into()],
+        )
+        .await;
         return result;
     }
     let mut tx = pool
@@ -146,9 +151,14 @@ async fn run_pending<DB: EffectsDb>(conn: &mut DB::Connection, tables: &Tables) 
     )
     .await
     .map_err(|e| db("creating the effects migrations table", e))?;
-    let done = DB::fetch(conn, format!("SELECT version FROM {ledger}"), vec![], &[Col::I64])
-        .await
-        .map_err(|e| db("reading applied effects migrations", e))?;
+    let done = DB::fetch(
+        conn,
+        format!("SELECT version FROM {ledger}"),
+        vec![],
+        &[Col::I64],
+    )
+    .await
+    .map_err(|e| db("reading applied effects migrations", e))?;
     let done: Vec<i64> = done.iter().map(|r| r[0].i64()).collect();
     let mut applied = 0;
     for m in migrations(dialect) {

@@ -240,7 +240,10 @@ pub async fn outbox_rows<DB: EffectsDb>(
     conn: &mut DB::Connection,
     tables: &Tables,
 ) -> Result<Vec<OutboxMessage>> {
-    let sql = format!("SELECT {ROW_COLS} FROM {} ORDER BY id", tables.table("outbox"));
+    let sql = format!(
+        "SELECT {ROW_COLS} FROM {} ORDER BY id",
+        tables.table("outbox")
+    );
     DB::fetch(conn, sql, vec![], ROW_TYPES)
         .await
         .map_err(|e| db("reading the outbox", e))?

@@ -121,7 +121,10 @@ impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
 
     fn backoff_after(&self, failures: u32) -> Duration {
         let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
-        let full = self.base_backoff.saturating_mul(factor).min(self.max_backoff);
+        let full = self
+            .base_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff);
         full.mul_f64(0.5 + rand::random::<f64>() / 2.0)
     }
 
@@ -250,7 +253,9 @@ impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
                         continue;
                     }
                 }
-                Err(e) => warn!(error = %e, "outbox dispatch failed; retrying after the poll interval"),
+                Err(e) => {
+                    warn!(error = %e, "outbox dispatch failed; retrying after the poll interval")
+                }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break,

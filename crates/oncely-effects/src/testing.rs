@@ -197,7 +197,9 @@ fn handle(state: &Mutex<State>, req: Request) -> Option<(u16, String)> {
                 reference: reference.clone(),
             });
             if let Some(k) = &req.key {
-                s.by_key.entry(k.clone()).or_insert_with(|| reference.clone());
+                s.by_key
+                    .entry(k.clone())
+                    .or_insert_with(|| reference.clone());
                 if s.drop_once.remove(k) {
                     return None;
                 }

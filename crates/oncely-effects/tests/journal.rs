@@ -11,8 +11,8 @@ use oncely_core::{
 };
 use oncely_effects::testing::FakeProvider;
 use oncely_effects::{
-    EffectState, EffectsDb, Journal, JournalEntry, JournalStep, Performed, Reconciler,
-    Resolution, Resolve, effect_key,
+    EffectState, EffectsDb, Journal, JournalEntry, JournalStep, Performed, Reconciler, Resolution,
+    Resolve, effect_key,
 };
 use oncely_sql::Tables;
 use sqlx::{Pool, Sqlite, Transaction};
@@ -24,7 +24,12 @@ use tokio_util::sync::CancellationToken;
 const N: usize = 24;
 
 /// The provider call, as an application would write it: the journal's key as `Idempotency-Key`.
-async fn call(client: &reqwest::Client, base: &str, key: &str, body: Vec<u8>) -> oncely_core::Result<String> {
+async fn call(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    body: Vec<u8>,
+) -> oncely_core::Result<String> {
     let resp = client
         .post(format!("{base}/effects"))
         .header("Idempotency-Key", key)
@@ -33,9 +38,14 @@ async fn call(client: &reqwest::Client, base: &str, key: &str, body: Vec<u8>) ->
         .await
         .map_err(|e| Error::transient(format!("provider unreachable: {e}")))?;
     let status = resp.status();
-    let text = resp.text().await.map_err(|e| Error::transient(format!("provider answer lost: {e}")))?;
+    let text = resp
+        .text()
+        .await
+        .map_err(|e| Error::transient(format!("provider answer lost: {e}")))?;
     if !status.is_success() {
-        return Err(Error::transient(format!("provider answered {status}: {text}")));
+        return Err(Error::transient(format!(
+            "provider answered {status}: {text}"
+        )));
     }
     let v: serde_json::Value = serde_json::from_str(&text).map_err(Error::transient)?;
     Ok(v["id"].as_str().unwrap_or_default().to_owned())
@@ -48,7 +58,11 @@ struct Mailer {
 }
 
 impl Handler<Transaction<'static, Sqlite>> for Mailer {
-    async fn handle(&self, tx: &mut Transaction<'static, Sqlite>, msg: &Envelope) -> oncely_core::Result<Handled> {
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        msg: &Envelope,
+    ) -> oncely_core::Result<Handled> {
         let key = effect_key(msg.id(), "email");
         let (client, base) = (&self.client, self.base.as_str());
         let done = self
@@ -97,7 +111,8 @@ async fn run_mailer(steps: &[JournalStep], provider: FakeProvider) -> Counted {
         .execute(inbox_db.pool())
         .await
         .unwrap();
-    let journal = Journal::new(journal_db.pool().clone(), Tables::default()).with_chaos(crash_once_at(steps));
+    let journal =
+        Journal::new(journal_db.pool().clone(), Tables::default()).with_chaos(crash_once_at(steps));
     let ids: Vec<String> = (0..N).map(|i| format!("welcome-{i}")).collect();
     let expected: Vec<String> = ids
         .iter()
@@ -113,7 +128,10 @@ async fn run_mailer(steps: &[JournalStep], provider: FakeProvider) -> Counted {
         lost_ack_rate: 0.1,
     });
     for (i, id) in ids.iter().enumerate() {
-        source.publish(RawEnvelope::new(id.clone(), format!(r#"{{"to":"user{i}@example.com"}}"#)));
+        source.publish(RawEnvelope::new(
+            id.clone(),
+            format!(r#"{{"to":"user{i}@example.com"}}"#),
+        ));
     }
     source.close();
     let handler = Mailer {
@@ -121,12 +139,27 @@ async fn run_mailer(steps: &[JournalStep], provider: FakeProvider) -> Counted {
         client: reqwest::Client::new(),
         base: provider.url(),
     };
-    let consumer = Consumer::new(ConsumerName::new("mailer").unwrap(), inbox_db.clone(), handler)
-        .concurrency(4)
-        .retry(RetryPolicy::default().max_attempts(20).base_delay(Duration::from_millis(1)).max_delay(Duration::from_millis(5)));
-    let stats = consumer.run(source.clone(), CancellationToken::new()).await.unwrap();
+    let consumer = Consumer::new(
+        ConsumerName::new("mailer").unwrap(),
+        inbox_db.clone(),
+        handler,
+    )
+    .concurrency(4)
+    .retry(
+        RetryPolicy::default()
+            .max_attempts(20)
+            .base_delay(Duration::from_millis(1))
+            .max_delay(Duration::from_millis(5)),
+    );
+    let stats = consumer
+        .run(source.clone(), CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(stats.dead_lettered, 0, "{stats:?}");
-    let sent_rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sent").fetch_one(inbox_db.pool()).await.unwrap();
+    let sent_rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sent")
+        .fetch_one(inbox_db.pool())
+        .await
+        .unwrap();
     let provider_refs = provider
         .performed()
         .into_iter()
@@ -153,20 +186,33 @@ fn assert_once_per_key(c: &Counted) {
     assert_eq!(c.journal.len(), N);
     for e in &c.journal {
         assert_eq!(e.state, EffectState::Done, "{e:?}");
-        assert_eq!(e.provider_ref.as_ref(), c.provider_refs.get(&e.key), "journal ref of {}", e.key);
+        assert_eq!(
+            e.provider_ref.as_ref(),
+            c.provider_refs.get(&e.key),
+            "journal ref of {}",
+            e.key
+        );
     }
     assert_eq!(c.sent_rows, N as i64, "one app row per message");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_before_record_effect_once_per_key() {
-    let c = run_mailer(&[JournalStep::BeforeRecord], FakeProvider::start().await.unwrap()).await;
+    let c = run_mailer(
+        &[JournalStep::BeforeRecord],
+        FakeProvider::start().await.unwrap(),
+    )
+    .await;
     assert_once_per_key(&c);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_record_effect_once_per_key() {
-    let c = run_mailer(&[JournalStep::Recorded], FakeProvider::start().await.unwrap()).await;
+    let c = run_mailer(
+        &[JournalStep::Recorded],
+        FakeProvider::start().await.unwrap(),
+    )
+    .await;
     assert_once_per_key(&c);
 }
 
@@ -186,7 +232,12 @@ async fn crash_after_done_effect_once_per_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_at_every_step_effect_once_per_key() {
-    let steps = [JournalStep::BeforeRecord, JournalStep::Recorded, JournalStep::Called, JournalStep::Marked];
+    let steps = [
+        JournalStep::BeforeRecord,
+        JournalStep::Recorded,
+        JournalStep::Called,
+        JournalStep::Marked,
+    ];
     let c = run_mailer(&steps, FakeProvider::start().await.unwrap()).await;
     assert_once_per_key(&c);
 }
@@ -194,9 +245,17 @@ async fn crash_at_every_step_effect_once_per_key() {
 /// The count can fail: a provider that ignores the key performs twice after a crash after the call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_provider_dedup_doubles_are_counted() {
-    let c = run_mailer(&[JournalStep::Called], FakeProvider::without_dedup().await.unwrap()).await;
+    let c = run_mailer(
+        &[JournalStep::Called],
+        FakeProvider::without_dedup().await.unwrap(),
+    )
+    .await;
     let doubles: u32 = c.per_key.values().map(|n| n.saturating_sub(1)).sum();
-    assert!(doubles >= N as u32, "expected ≥{N} doubles, counted {doubles}: {:?}", c.per_key);
+    assert!(
+        doubles >= N as u32,
+        "expected ≥{N} doubles, counted {doubles}: {:?}",
+        c.per_key
+    );
 }
 
 /// The user's check: ask the provider about the key; unknown → call again, except keys the
@@ -216,8 +275,12 @@ impl Resolve for HttpResolver {
             .await
             .map_err(Error::transient)?;
         if resp.status().is_success() {
-            let v: serde_json::Value = serde_json::from_str(&resp.text().await.map_err(Error::transient)?).map_err(Error::transient)?;
-            return Ok(Resolution::Done(v["id"].as_str().unwrap_or_default().to_owned()));
+            let v: serde_json::Value =
+                serde_json::from_str(&resp.text().await.map_err(Error::transient)?)
+                    .map_err(Error::transient)?;
+            return Ok(Resolution::Done(
+                v["id"].as_str().unwrap_or_default().to_owned(),
+            ));
         }
         Ok(if self.rejected.contains(&entry.key) {
             Resolution::Failed("recipient rejected".into())
@@ -248,8 +311,9 @@ async fn reconciler_resolves<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
         })
         .collect();
     let plan = crash_at.clone();
-    let journal = Journal::new(pool.clone(), tables.clone())
-        .with_chaos(Arc::new(move |step: JournalStep, key: &str| plan.get(key) == Some(&step)));
+    let journal = Journal::new(pool.clone(), tables.clone()).with_chaos(Arc::new(
+        move |step: JournalStep, key: &str| plan.get(key) == Some(&step),
+    ));
     for key in &keys {
         let result = journal
             .perform(key, "email", key.as_bytes(), |e| {
@@ -257,14 +321,29 @@ async fn reconciler_resolves<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
                 async move { call(client, base, &e.key, e.request).await }
             })
             .await;
-        assert_eq!(result.is_err(), crash_at.contains_key(key), "{key}: {result:?}");
+        assert_eq!(
+            result.is_err(),
+            crash_at.contains_key(key),
+            "{key}: {result:?}"
+        );
     }
     let before = provider.effects_per_key();
-    assert_eq!(before.len(), 7, "5 called-then-crashed + 2 complete: {before:?}");
+    assert_eq!(
+        before.len(),
+        7,
+        "5 called-then-crashed + 2 complete: {before:?}"
+    );
     let plain = Journal::new(pool.clone(), tables.clone());
     // Rows pending for less than the timeout are left alone.
-    let patient = Reconciler::new(plain.clone(), HttpResolver { client: client.clone(), base: base.clone(), rejected: HashSet::new() })
-        .timeout(Duration::from_secs(3600));
+    let patient = Reconciler::new(
+        plain.clone(),
+        HttpResolver {
+            client: client.clone(),
+            base: base.clone(),
+            rejected: HashSet::new(),
+        },
+    )
+    .timeout(Duration::from_secs(3600));
     assert_eq!(patient.run_once().await.unwrap().checked, 0);
     let resolver = HttpResolver {
         client: client.clone(),
@@ -273,14 +352,32 @@ async fn reconciler_resolves<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
     };
     let reconciler = Reconciler::new(plain.clone(), resolver).timeout(Duration::ZERO);
     let report = reconciler.run_once().await.unwrap();
-    assert_eq!((report.checked, report.done, report.recalled, report.failed, report.errors), (11, 5, 5, 1, 0), "{report:?}");
-    assert_eq!(reconciler.run_once().await.unwrap().checked, 0, "nothing left pending");
+    assert_eq!(
+        (
+            report.checked,
+            report.done,
+            report.recalled,
+            report.failed,
+            report.errors
+        ),
+        (11, 5, 5, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(
+        reconciler.run_once().await.unwrap().checked,
+        0,
+        "nothing left pending"
+    );
     let per_key = provider.effects_per_key();
     for (i, key) in keys.iter().enumerate() {
         let entry = plain.get(key).await.unwrap().unwrap();
         if i == 12 {
             assert_eq!(entry.state, EffectState::Failed);
-            assert_eq!(per_key.get(key), None, "a rejected effect was never performed");
+            assert_eq!(
+                per_key.get(key),
+                None,
+                "a rejected effect was never performed"
+            );
         } else {
             assert_eq!(entry.state, EffectState::Done, "{key}");
             assert_eq!(per_key.get(key), Some(&1), "{key} performed once");
@@ -288,9 +385,21 @@ async fn reconciler_resolves<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
     }
     // Afterwards, a late redelivery calls nothing and learns the outcome.
     let requests = provider.requests();
-    let again = plain.perform(&keys[3], "email", b"", |_| async { panic!("must not call") }).await.unwrap();
+    let again = plain
+        .perform(&keys[3], "email", b"", |_| async {
+            panic!("must not call")
+        })
+        .await
+        .unwrap();
     assert!(matches!(again, Performed::AlreadyDone { .. }));
-    assert!(plain.perform(&keys[12], "email", b"", |_| async { panic!("must not call") }).await.is_err());
+    assert!(
+        plain
+            .perform(&keys[12], "email", b"", |_| async {
+                panic!("must not call")
+            })
+            .await
+            .is_err()
+    );
     assert_eq!(provider.requests(), requests);
 }
 
@@ -302,14 +411,18 @@ async fn reconciler_resolves_stuck_rows_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciler_resolves_stuck_rows_on_postgres() {
-    let Some(store) = support::postgres("jrec").await else { return };
+    let Some(store) = support::postgres("jrec").await else {
+        return;
+    };
     reconciler_resolves(store.pool().clone(), store.tables().clone()).await;
     support::drop_pg(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciler_resolves_stuck_rows_on_mariadb() {
-    let Some(store) = support::mysql("jrec").await else { return };
+    let Some(store) = support::mysql("jrec").await else {
+        return;
+    };
     reconciler_resolves(store.pool().clone(), store.tables().clone()).await;
     support::drop_mysql(&store).await;
 }

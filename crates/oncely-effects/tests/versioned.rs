@@ -47,7 +47,11 @@ fn values_table(tables: &Tables) -> String {
 }
 
 async fn create_values<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) {
-    let key = if DB::DIALECT == Dialect::MySql { "VARCHAR(190)" } else { "TEXT" };
+    let key = if DB::DIALECT == Dialect::MySql {
+        "VARCHAR(190)"
+    } else {
+        "TEXT"
+    };
     let sql = format!(
         "CREATE TABLE IF NOT EXISTS {} (k {key} PRIMARY KEY, value TEXT NOT NULL, version BIGINT NOT NULL)",
         values_table(tables)
@@ -75,7 +79,8 @@ async fn apply<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables, u: &Update) -> V
         p(d, 2),
         p(d, 3),
         match d {
-            Dialect::MySql => "ON DUPLICATE KEY UPDATE value = VALUES(value), version = VALUES(version)",
+            Dialect::MySql =>
+                "ON DUPLICATE KEY UPDATE value = VALUES(value), version = VALUES(version)",
             _ => "ON CONFLICT (k) DO UPDATE SET value = excluded.value, version = excluded.version",
         }
     );
@@ -86,9 +91,15 @@ async fn apply<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables, u: &Update) -> V
                 .begin_with(DB::BEGIN)
                 .await
                 .map_err(oncely_core::Error::transient)?;
-            let seen = versions.apply_if_newer(&mut tx, "order", &u.key, u.version).await?;
+            let seen = versions
+                .apply_if_newer(&mut tx, "order", &u.key, u.version)
+                .await?;
             if seen.is_applied() {
-                let args = vec![Val::from(u.key.as_str()), u.value.as_str().into(), u.version.into()];
+                let args = vec![
+                    Val::from(u.key.as_str()),
+                    u.value.as_str().into(),
+                    u.version.into(),
+                ];
                 DB::execute(&mut tx, upsert.clone(), args)
                     .await
                     .map_err(oncely_core::Error::transient)?;
@@ -125,7 +136,9 @@ async fn run_case<DB: EffectsDb>(
     let mut expected: BTreeMap<String, (i64, String)> = BTreeMap::new();
     let mut distinct: BTreeMap<String, std::collections::BTreeSet<i64>> = BTreeMap::new();
     for u in &updates {
-        let best = expected.entry(u.key.clone()).or_insert((i64::MIN, String::new()));
+        let best = expected
+            .entry(u.key.clone())
+            .or_insert((i64::MIN, String::new()));
         if u.version > best.0 {
             *best = (u.version, u.value.clone());
         }
@@ -145,11 +158,18 @@ async fn run_case<DB: EffectsDb>(
     let versions = Versions::new(tables.clone());
     let mut conn = pool.acquire().await.unwrap();
     for (key, (version, value)) in &expected {
-        let stored = versions.current::<DB>(&mut conn, "order", key).await.unwrap();
+        let stored = versions
+            .current::<DB>(&mut conn, "order", key)
+            .await
+            .unwrap();
         prop_assert_eq!(stored, Some(*version), "version of {}", key);
         let rows = DB::fetch(
             &mut conn,
-            format!("SELECT value, version FROM {} WHERE k = {}", values_table(tables), p(DB::DIALECT, 1)),
+            format!(
+                "SELECT value, version FROM {} WHERE k = {}",
+                values_table(tables),
+                p(DB::DIALECT, 1)
+            ),
             vec![key.as_str().into()],
             &[oncely_effects::Col::Text, oncely_effects::Col::I64],
         )
@@ -160,12 +180,22 @@ async fn run_case<DB: EffectsDb>(
         prop_assert_eq!(&rows[0][1], &Val::I64(*version));
         // A version (duplicates included) is applied at most once, and at least the highest is.
         let n = applied.get(key).copied().unwrap_or(0);
-        prop_assert!(n >= 1 && n <= distinct[key].len(), "{} applied {} times", key, n);
+        prop_assert!(
+            n >= 1 && n <= distinct[key].len(),
+            "{} applied {} times",
+            key,
+            n
+        );
     }
     Ok(())
 }
 
-fn property<DB: EffectsDb>(rt: &tokio::runtime::Runtime, pool: Pool<DB>, tables: Tables, cases: u32) {
+fn property<DB: EffectsDb>(
+    rt: &tokio::runtime::Runtime,
+    pool: Pool<DB>,
+    tables: Tables,
+    cases: u32,
+) {
     rt.block_on(create_values(&pool, &tables));
     let mut runner = TestRunner::new(Config {
         cases,
@@ -199,17 +229,44 @@ async fn outcomes<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) {
     ];
     for (key, version, want) in steps {
         let mut tx = conn.begin_with(DB::BEGIN).await.unwrap();
-        let got = versions.apply_if_newer(&mut tx, "order", key, version).await.unwrap();
+        let got = versions
+            .apply_if_newer(&mut tx, "order", key, version)
+            .await
+            .unwrap();
         tx.commit().await.unwrap();
         assert_eq!(got, want, "{key} v{version}");
     }
     // A rolled-back apply leaves nothing behind.
     let mut tx = conn.begin_with(DB::BEGIN).await.unwrap();
-    assert_eq!(versions.apply_if_newer(&mut tx, "order", "a", 9).await.unwrap(), Versioned::Applied);
+    assert_eq!(
+        versions
+            .apply_if_newer(&mut tx, "order", "a", 9)
+            .await
+            .unwrap(),
+        Versioned::Applied
+    );
     tx.rollback().await.unwrap();
-    assert_eq!(versions.current::<DB>(&mut conn, "order", "a").await.unwrap(), Some(4));
-    assert_eq!(versions.current::<DB>(&mut conn, "order", "b").await.unwrap(), Some(2));
-    assert_eq!(versions.current::<DB>(&mut conn, "order", "zz").await.unwrap(), None);
+    assert_eq!(
+        versions
+            .current::<DB>(&mut conn, "order", "a")
+            .await
+            .unwrap(),
+        Some(4)
+    );
+    assert_eq!(
+        versions
+            .current::<DB>(&mut conn, "order", "b")
+            .await
+            .unwrap(),
+        Some(2)
+    );
+    assert_eq!(
+        versions
+            .current::<DB>(&mut conn, "order", "zz")
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -231,7 +288,9 @@ fn outcomes_on_sqlite() {
 #[test]
 fn outcomes_on_postgres() {
     rt().block_on(async {
-        let Some(store) = support::postgres("vout").await else { return };
+        let Some(store) = support::postgres("vout").await else {
+            return;
+        };
         outcomes(store.pool(), store.tables()).await;
         support::drop_pg(&store).await;
     });
@@ -240,7 +299,9 @@ fn outcomes_on_postgres() {
 #[test]
 fn outcomes_on_mariadb() {
     rt().block_on(async {
-        let Some(store) = support::mysql("vout").await else { return };
+        let Some(store) = support::mysql("vout").await else {
+            return;
+        };
         outcomes(store.pool(), store.tables()).await;
         support::drop_mysql(&store).await;
     });
@@ -256,7 +317,9 @@ fn reorder_property_on_sqlite() {
 #[test]
 fn reorder_property_on_postgres() {
     let rt = rt();
-    let Some(store) = rt.block_on(support::postgres("vprop")) else { return };
+    let Some(store) = rt.block_on(support::postgres("vprop")) else {
+        return;
+    };
     property(&rt, store.pool().clone(), store.tables().clone(), 24);
     rt.block_on(support::drop_pg(&store));
 }
@@ -264,7 +327,9 @@ fn reorder_property_on_postgres() {
 #[test]
 fn reorder_property_on_mariadb() {
     let rt = rt();
-    let Some(store) = rt.block_on(support::mysql("vprop")) else { return };
+    let Some(store) = rt.block_on(support::mysql("vprop")) else {
+        return;
+    };
     property(&rt, store.pool().clone(), store.tables().clone(), 24);
     rt.block_on(support::drop_mysql(&store));
 }

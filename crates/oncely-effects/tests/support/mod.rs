@@ -6,7 +6,8 @@ use oncely_sql::{MySqlStore, PgStore, SqliteStore, Tables};
 use std::time::Duration;
 
 pub fn pg_url() -> String {
-    std::env::var("ONCELY_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    std::env::var("ONCELY_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 pub fn mysql_url() -> String {
@@ -17,16 +18,22 @@ fn must_have_services() -> bool {
     std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
 }
 
-fn missing(what: &str, test: &str, error: &dyn std::fmt::Display) {
+fn missing<T>(what: &str, test: &str, error: &dyn std::fmt::Display) -> Option<T> {
     if must_have_services() {
         panic!("{what} is required (CI / ONCELY_REQUIRE_SERVICES set) but unreachable: {error}");
     }
     eprintln!("\n!!!!!!!! SKIPPED {test}: {what} unreachable ({error}) !!!!!!!!\n");
+    None
 }
 
 /// A unique lower-case suffix for schema / database names.
 pub fn unique(test: &str) -> String {
-    format!("t_{}_{}_{:06x}", test, std::process::id(), rand_u32() & 0xff_ffff)
+    format!(
+        "t_{}_{}_{:06x}",
+        test,
+        std::process::id(),
+        rand_u32() & 0xff_ffff
+    )
 }
 
 fn rand_u32() -> u32 {
@@ -47,7 +54,9 @@ pub async fn sqlite() -> (SqliteStore, tempfile::TempDir) {
     let url = format!("sqlite:{}", dir.path().join("test.db").display());
     let store = SqliteStore::connect(&url).await.unwrap();
     store.migrate().await.unwrap();
-    oncely_effects::migrate(store.pool(), store.tables()).await.unwrap();
+    oncely_effects::migrate(store.pool(), store.tables())
+        .await
+        .unwrap();
     (store, dir)
 }
 
@@ -66,11 +75,13 @@ pub async fn postgres(test: &str) -> Option<PgStore> {
     .await
     {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return missing("PostgreSQL", test, &e).then_none(),
-        Err(e) => return missing("PostgreSQL", test, &e).then_none(),
+        Ok(Err(e)) => return missing("PostgreSQL", test, &e),
+        Err(e) => return missing("PostgreSQL", test, &e),
     };
     store.migrate().await.unwrap();
-    oncely_effects::migrate(store.pool(), store.tables()).await.unwrap();
+    oncely_effects::migrate(store.pool(), store.tables())
+        .await
+        .unwrap();
     Some(store)
 }
 
@@ -89,11 +100,13 @@ pub async fn mysql(test: &str) -> Option<MySqlStore> {
     .await
     {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return missing("MariaDB/MySQL", test, &e).then_none(),
-        Err(e) => return missing("MariaDB/MySQL", test, &e).then_none(),
+        Ok(Err(e)) => return missing("MariaDB/MySQL", test, &e),
+        Err(e) => return missing("MariaDB/MySQL", test, &e),
     };
     store.migrate().await.unwrap();
-    oncely_effects::migrate(store.pool(), store.tables()).await.unwrap();
+    oncely_effects::migrate(store.pool(), store.tables())
+        .await
+        .unwrap();
     Some(store)
 }
 
@@ -101,7 +114,9 @@ pub async fn mysql(test: &str) -> Option<MySqlStore> {
 pub async fn drop_pg(store: &PgStore) {
     if let Some(schema) = store.tables().schema() {
         let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(store.pool()).await;
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(store.pool())
+            .await;
     }
 }
 
@@ -109,15 +124,8 @@ pub async fn drop_pg(store: &PgStore) {
 pub async fn drop_mysql(store: &MySqlStore) {
     if let Some(schema) = store.tables().schema() {
         let sql = format!("DROP DATABASE IF EXISTS {schema}");
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(store.pool()).await;
-    }
-}
-
-trait ThenNone {
-    fn then_none<T>(self) -> Option<T>;
-}
-impl ThenNone for () {
-    fn then_none<T>(self) -> Option<T> {
-        None
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(store.pool())
+            .await;
     }
 }
