@@ -13,7 +13,7 @@ use crate::store::{Claim, Committed, DeadLetter, Store};
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -221,6 +221,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let outcome = self.settle(delivery, stop).instrument(span.clone()).await;
         span.record("outcome", outcome.name());
         self.stats.record(&outcome);
+        crate::metrics::outcome(&self.name, &outcome);
         outcome
     }
 
@@ -279,6 +280,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                         if let Some(delay) = delays.next() {
                             debug!(error = %error, ?delay, attempt, "transient failure; retrying");
                             self.stats.retried();
+                            crate::metrics::retry(&self.name);
                             delivery = Some(current);
                             tokio::select! {
                                 _ = tokio::time::sleep(delay) => continue,
@@ -341,9 +343,11 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                     let _ = self.store.rollback(tx).await;
                     return late;
                 }
+                let started = Instant::now();
                 let run = AssertUnwindSafe(self.handler.handle(&mut tx, envelope))
                     .catch_unwind()
                     .await;
+                crate::metrics::handler_time(&self.name, started.elapsed());
                 match run {
                     Err(panic) => return Attempt::Panicked(panic_message(&*panic)),
                     Ok(Err(error)) => {
@@ -374,7 +378,10 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         if self.crash(Step::Effected, d) {
             return Attempt::Crashed(Step::Effected);
         }
-        match self.store.commit(tx).await {
+        let started = Instant::now();
+        let committed = self.store.commit(tx).await;
+        crate::metrics::commit_time(&self.name, started.elapsed());
+        match committed {
             Ok(proof) if self.crash(Step::Committed, d) => {
                 drop(proof);
                 Attempt::Crashed(Step::Committed)

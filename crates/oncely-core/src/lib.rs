@@ -20,6 +20,7 @@ mod error;
 mod handler;
 mod id;
 mod memory;
+pub mod metrics;
 mod outcome;
 mod retry;
 mod source;
