@@ -1,0 +1,101 @@
+//! The demo end to end, through the real binary: its checker reads the database back, so
+//! these tests assert on independently counted effects.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn demo(args: &[&str]) -> (i32, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .arg("demo")
+        .arg("--json")
+        .args(args)
+        .output()
+        .expect("run oncely demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "demo printed no JSON report ({e}); stdout: {stdout}; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), report)
+}
+
+fn n(report: &Value, key: &str) -> i64 {
+    report[key]
+        .as_i64()
+        .unwrap_or_else(|| panic!("report lacks {key}: {report}"))
+}
+
+fn assert_exactly_once(code: i32, r: &Value) {
+    assert_eq!(code, 0, "demo failed: {r}");
+    assert_eq!(n(r, "double_effects"), 0, "{r}");
+    assert_eq!(n(r, "lost"), 0, "{r}");
+    assert_eq!(n(r, "expected_total"), n(r, "actual_total"), "{r}");
+    assert_eq!(n(r, "conflicts_caught"), n(r, "conflicts_injected"), "{r}");
+    assert!(n(r, "conflicts_injected") > 0, "no conflict was injected: {r}");
+    assert!(n(r, "duplicates_skipped") > 0, "no duplicate was skipped: {r}");
+    assert!(n(r, "crashes") > 0, "no crash was injected: {r}");
+    assert!(n(r, "deliveries") > n(r, "messages"), "no redelivery: {r}");
+    assert!(r["ok"].as_bool().unwrap());
+}
+
+#[test]
+fn demo_on_sqlite_applies_each_message_once() {
+    let (code, r) = demo(&["--messages", "2000", "--seed", "7"]);
+    assert_exactly_once(code, &r);
+    assert_eq!(n(&r, "messages"), 2000);
+}
+
+#[test]
+fn unsafe_ack_before_commit_is_caught_by_the_checker() {
+    let (code, r) = demo(&[
+        "--messages",
+        "1500",
+        "--seed",
+        "7",
+        "--unsafe-ack-before-commit",
+    ]);
+    assert_eq!(code, 1, "the broken contract must fail the run: {r}");
+    assert!(n(&r, "lost") > 0, "ack-before-commit with crashes must lose messages: {r}");
+    assert!(!r["ok"].as_bool().unwrap());
+}
+
+#[test]
+fn the_same_seed_reproduces_a_single_worker_run() {
+    let strip = |mut v: Value| {
+        for k in ["messages_per_sec", "elapsed_secs", "store"] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        v
+    };
+    let args = ["--messages", "800", "--seed", "3", "--workers", "1"];
+    let (_, a) = demo(&args);
+    let (_, b) = demo(&args);
+    assert_eq!(strip(a), strip(b));
+}
+
+fn required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
+}
+
+fn server_demo(url: &str, schema: &str) {
+    let port = if url.starts_with("postgres") { 5432 } else { 3306 };
+    if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(!required(), "{url} is not answering and CI requires it");
+        eprintln!("SKIPPED: no server on 127.0.0.1:{port} (set CI=1 to make this a failure)");
+        return;
+    }
+    let (code, r) = demo(&["--messages", "2000", "--store", url, "--schema", schema]);
+    assert_exactly_once(code, &r);
+}
+
+#[test]
+fn demo_on_postgres_applies_each_message_once() {
+    server_demo("postgres://postgres@127.0.0.1/test", "oncely_demo_test_pg");
+}
+
+#[test]
+fn demo_on_mariadb_applies_each_message_once() {
+    server_demo("mysql://root@127.0.0.1/test", "oncely_demo_test_my");
+}
