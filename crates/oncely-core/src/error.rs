@@ -104,3 +104,10 @@ impl std::error::Error for Error {
 
 /// Result with oncely's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<crate::id::IdError> for Error {
+    /// An unusable id or consumer name is permanent: retrying cannot fix it.
+    fn from(e: crate::id::IdError) -> Self {
+        Error::new(ErrorKind::Permanent, e.to_string()).with_source(e)
+    }
+}

@@ -253,3 +253,69 @@ impl Drop for MemoryAcker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Committed;
+
+    async fn drain(source: &mut MemorySource) -> Vec<String> {
+        let mut ids = Vec::new();
+        while let Some(d) = source.next().await.unwrap() {
+            ids.push(d.message().display_id().unwrap());
+            d.ack(Committed::after_durable_commit()).await.unwrap();
+        }
+        ids
+    }
+
+    fn faulty(seed: u64) -> MemorySource {
+        let s = MemorySource::with_faults(SourceFaults {
+            seed,
+            duplicate_rate: 0.3,
+            reorder_window: 5,
+            lost_ack_rate: 0.1,
+        });
+        for i in 0..100 {
+            s.publish(RawEnvelope::new(format!("m-{i}"), "x"));
+        }
+        s.close();
+        s
+    }
+
+    #[tokio::test]
+    async fn faults_are_deterministic_per_seed() {
+        let (mut a, mut b, mut c) = (faulty(1), faulty(1), faulty(2));
+        let (da, db, dc) = (
+            drain(&mut a).await,
+            drain(&mut b).await,
+            drain(&mut c).await,
+        );
+        assert_eq!(da, db);
+        assert_ne!(da, dc);
+        let stats = a.stats();
+        assert!(
+            stats.duplicates_injected > 10 && stats.lost_acks > 0,
+            "{stats:?}"
+        );
+        assert_eq!(
+            stats.deliveries,
+            100 + stats.duplicates_injected + stats.lost_acks
+        );
+    }
+
+    #[tokio::test]
+    async fn unsettled_and_nacked_deliveries_come_back() {
+        let mut s = MemorySource::new();
+        s.publish(RawEnvelope::new("m-1", "x"));
+        s.close();
+        drop(s.next().await.unwrap().unwrap());
+        let d = s.next().await.unwrap().unwrap();
+        assert_eq!(d.attempt(), 2);
+        d.nack().await.unwrap();
+        let d = s.next().await.unwrap().unwrap();
+        assert_eq!(d.attempt(), 3);
+        d.ack(Committed::after_durable_commit()).await.unwrap();
+        assert!(s.next().await.unwrap().is_none());
+        assert_eq!(s.stats().requeued, 2);
+    }
+}

@@ -84,6 +84,10 @@ pub async fn exercise_with<H: StoreHarness>(harness: &H, options: ExerciseOption
             Box::pin(late_messages_are_quarantined(harness)),
         ),
         (
+            "shutdown_then_resume",
+            Box::pin(shutdown_then_resume(harness)),
+        ),
+        (
             "checker_catches_ack_before_commit",
             Box::pin(checker_catches_ack_before_commit(harness)),
         ),
