@@ -1,1 +1,41 @@
-//! oncely
+//! # oncely
+//!
+//! Idempotent consumers: with at-least-once delivery every message may arrive more than once;
+//! oncely makes the second processing a no-op, so each message's effect happens once.
+//!
+//! ```text
+//! receive → begin tx → claim(consumer, message_id, payload_hash) → effect(tx) → commit → ack
+//! ```
+//!
+//! This facade re-exports [`oncely_core`] at the root and the other crates as modules,
+//! behind features: `sql` (default: SQLite, PostgreSQL, MySQL/MariaDB stores), `effects`,
+//! `amqp`, `nats`, `redis`, `mqtt`, `testkit`. See the README and `docs/` for the contract.
+//!
+//! ```
+//! use oncely::{ConsumerName, MessageId};
+//! assert!(MessageId::new("order-42").is_ok());
+//! assert!(ConsumerName::new("").is_err());
+//! ```
+
+pub use oncely_core::*;
+
+#[cfg(feature = "sql")]
+pub use oncely_sql as sql;
+
+#[cfg(feature = "effects")]
+pub use oncely_effects as effects;
+
+#[cfg(feature = "amqp")]
+pub use oncely_amqp as amqp;
+
+#[cfg(feature = "nats")]
+pub use oncely_nats as nats;
+
+#[cfg(feature = "redis")]
+pub use oncely_redis as redis;
+
+#[cfg(feature = "mqtt")]
+pub use oncely_mqtt as mqtt;
+
+#[cfg(feature = "testkit")]
+pub use oncely_testkit as testkit;
