@@ -126,10 +126,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The relay runs beside the consumer and is woken after each commit (on PostgreSQL it
     // would wake itself through LISTEN/NOTIFY).
-    let events = MemorySource::with_faults(SourceFaults {
-        reorder_window: 1,
-        ..SourceFaults::default()
-    });
+    let events = MemorySource::new();
     let relay = Relay::new(ledger.pool().clone(), Tables::default(), events.clone())
         .poll_interval(Duration::from_millis(50));
     let stop_relay = CancellationToken::new();

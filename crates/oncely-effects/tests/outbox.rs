@@ -150,11 +150,7 @@ async fn relay_killed_mid_dispatch_downstream_applies_each_once() {
     assert_eq!(got, expected);
 
     // Relays killed after the k-th publish of each incarnation, before the mark.
-    // reorder_window 1 = FIFO (MemorySource::new() has window 0, which delivers nothing: reported).
-    let downstream = MemorySource::with_faults(SourceFaults {
-        reorder_window: 1,
-        ..SourceFaults::default()
-    });
+    let downstream = MemorySource::new();
     let log: Log = Log::default();
     let mut kills = 0;
     for kill_after in [3, 1, 5, 2, 4] {
