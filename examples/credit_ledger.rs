@@ -93,6 +93,10 @@ async fn sqlite(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    run().await
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let ledger = sqlite(dir.path(), "ledger.db").await?;
     sqlx::query("CREATE TABLE ledger (message_id TEXT NOT NULL, account TEXT NOT NULL, amount INTEGER NOT NULL)")
@@ -194,4 +198,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         notified.len()
     );
     Ok(())
+}
+
+/// `cargo test -p oncely-examples --examples` (and `cargo test --workspace`) runs the example.
+#[cfg(test)]
+mod tests {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_to_completion() {
+        super::run().await.expect("example failed");
+    }
 }

@@ -54,6 +54,10 @@ impl Handler<Transaction<'static, Sqlite>> for OrderStatus {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    run().await
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let store = SqliteStore::connect(&format!(
         "sqlite:{}",
@@ -125,4 +129,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         stats.stale
     );
     Ok(())
+}
+
+/// `cargo test -p oncely-examples --examples` (and `cargo test --workspace`) runs the example.
+#[cfg(test)]
+mod tests {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_to_completion() {
+        super::run().await.expect("example failed");
+    }
 }

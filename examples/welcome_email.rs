@@ -83,6 +83,10 @@ impl Handler<Transaction<'static, Sqlite>> for Welcome {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    run().await
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let app =
         SqliteStore::connect(&format!("sqlite:{}", dir.path().join("app.db").display())).await?;
@@ -174,4 +178,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         crashed.lock().unwrap().len()
     );
     Ok(())
+}
+
+/// `cargo test -p oncely-examples --examples` (and `cargo test --workspace`) runs the example.
+#[cfg(test)]
+mod tests {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_to_completion() {
+        super::run().await.expect("example failed");
+    }
 }
