@@ -51,13 +51,13 @@ async fn call(
     Ok(v["id"].as_str().unwrap_or_default().to_owned())
 }
 
-struct Mailer {
-    journal: Journal<Sqlite>,
+struct Mailer<J: EffectsDb> {
+    journal: Journal<J>,
     client: reqwest::Client,
     base: String,
 }
 
-impl Handler<Transaction<'static, Sqlite>> for Mailer {
+impl<J: EffectsDb> Handler<Transaction<'static, Sqlite>> for Mailer<J> {
     async fn handle(
         &self,
         tx: &mut Transaction<'static, Sqlite>,
@@ -106,13 +106,28 @@ struct Counted {
 /// key's first provider answer dropped after the effect.
 async fn run_mailer(steps: &[JournalStep], provider: FakeProvider) -> Counted {
     let (journal_db, _d1) = support::sqlite().await; // the journal commits on its own file
+    run_mailer_on(
+        journal_db.pool().clone(),
+        Tables::default(),
+        steps,
+        provider,
+    )
+    .await
+}
+
+/// [`run_mailer`] with the journal in any database (the inbox stays on SQLite).
+async fn run_mailer_on<J: EffectsDb>(
+    journal_pool: Pool<J>,
+    tables: Tables,
+    steps: &[JournalStep],
+    provider: FakeProvider,
+) -> Counted {
     let (inbox_db, _d2) = support::sqlite().await;
     sqlx::query("CREATE TABLE sent (message_id TEXT NOT NULL, provider_ref TEXT NOT NULL)")
         .execute(inbox_db.pool())
         .await
         .unwrap();
-    let journal =
-        Journal::new(journal_db.pool().clone(), Tables::default()).with_chaos(crash_once_at(steps));
+    let journal = Journal::new(journal_pool, tables).with_chaos(crash_once_at(steps));
     let ids: Vec<String> = (0..N).map(|i| format!("welcome-{i}")).collect();
     let expected: Vec<String> = ids
         .iter()
@@ -194,6 +209,12 @@ fn assert_once_per_key(c: &Counted) {
         );
     }
     assert_eq!(c.sent_rows, N as i64, "one app row per message");
+    eprintln!(
+        "journal: {} keys, {} side effects, {} provider requests",
+        c.expected.len(),
+        c.per_key.values().sum::<u32>(),
+        c.requests
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,6 +261,47 @@ async fn crash_at_every_step_effect_once_per_key() {
     ];
     let c = run_mailer(&steps, FakeProvider::start().await.unwrap()).await;
     assert_once_per_key(&c);
+}
+
+const ALL_STEPS: [JournalStep; 4] = [
+    JournalStep::BeforeRecord,
+    JournalStep::Recorded,
+    JournalStep::Called,
+    JournalStep::Marked,
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_at_every_step_effect_once_per_key_postgres_journal() {
+    let Some(store) = support::postgres("jcrash").await else {
+        return;
+    };
+    let provider = FakeProvider::start().await.unwrap();
+    let c = run_mailer_on(
+        store.pool().clone(),
+        store.tables().clone(),
+        &ALL_STEPS,
+        provider,
+    )
+    .await;
+    assert_once_per_key(&c);
+    support::drop_pg(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_at_every_step_effect_once_per_key_mariadb_journal() {
+    let Some(store) = support::mysql("jcrash").await else {
+        return;
+    };
+    let provider = FakeProvider::start().await.unwrap();
+    let c = run_mailer_on(
+        store.pool().clone(),
+        store.tables().clone(),
+        &ALL_STEPS,
+        provider,
+    )
+    .await;
+    assert_once_per_key(&c);
+    support::drop_mysql(&store).await;
 }
 
 /// The count can fail: a provider that ignores the key performs twice after a crash after the call.

@@ -1,0 +1,177 @@
+//! Versioned apply through the oncely `Consumer` on every store: a broker that reorders,
+//! duplicates and loses acks; the handler returns `Handled::Stale` for old versions. Each
+//! message id ends Applied or Stale exactly once and every entity holds its latest value.
+
+mod support;
+
+use oncely_core::{
+    Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
+    SourceFaults, Store,
+};
+use oncely_effects::{Col, EffectsDb, Val, Versions};
+use oncely_sql::{Dialect, SqlStore, Tables};
+use sqlx::Transaction;
+use tokio_util::sync::CancellationToken;
+
+const ENTITIES: usize = 8;
+const VERSIONS: i64 = 5;
+
+fn table(tables: &Tables) -> String {
+    match tables.schema() {
+        Some(s) => format!("{s}.order_status"),
+        None => "order_status".into(),
+    }
+}
+
+struct Status {
+    tables: Tables,
+}
+
+impl<DB: EffectsDb> Handler<Transaction<'static, DB>> for Status {
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'static, DB>,
+        msg: &Envelope,
+    ) -> Result<Handled, Error> {
+        let key = msg
+            .meta()
+            .entity_key
+            .clone()
+            .ok_or_else(|| Error::permanent("no key"))?;
+        let version = msg
+            .meta()
+            .version
+            .ok_or_else(|| Error::permanent("no version"))?;
+        let seen = Versions::new(self.tables.clone())
+            .apply_if_newer(tx, "order", &key, version)
+            .await?;
+        if seen.is_applied() {
+            let (p1, p2, conflict) = match DB::DIALECT {
+                Dialect::Postgres => (
+                    "$1",
+                    "$2",
+                    "ON CONFLICT (k) DO UPDATE SET value = excluded.value",
+                ),
+                Dialect::Sqlite => (
+                    "?1",
+                    "?2",
+                    "ON CONFLICT (k) DO UPDATE SET value = excluded.value",
+                ),
+                Dialect::MySql => ("?", "?", "ON DUPLICATE KEY UPDATE value = VALUES(value)"),
+            };
+            let sql = format!(
+                "INSERT INTO {} (k, value) VALUES ({p1}, {p2}) {conflict}",
+                table(&self.tables)
+            );
+            let value = String::from_utf8_lossy(msg.payload()).into_owned();
+            DB::execute(tx, sql, vec![Val::Text(key), Val::Text(value)])
+                .await
+                .map_err(Error::transient)?;
+        }
+        Ok(seen.handled())
+    }
+}
+
+async fn through_consumer<DB: EffectsDb>(store: SqlStore<DB>)
+where
+    SqlStore<DB>: Store<Tx = Transaction<'static, DB>>,
+{
+    let tables = store.tables().clone();
+    let key_type = if DB::DIALECT == Dialect::MySql {
+        "VARCHAR(190)"
+    } else {
+        "TEXT"
+    };
+    let mut conn = store.pool().acquire().await.unwrap();
+    DB::script(
+        &mut conn,
+        format!(
+            "CREATE TABLE {} (k {key_type} PRIMARY KEY, value TEXT NOT NULL)",
+            table(&tables)
+        ),
+    )
+    .await
+    .unwrap();
+    let source = MemorySource::with_faults(SourceFaults {
+        seed: 21,
+        duplicate_rate: 0.3,
+        reorder_window: 10,
+        lost_ack_rate: 0.1,
+    });
+    for e in 0..ENTITIES {
+        for v in 1..=VERSIONS {
+            let mut raw = RawEnvelope::new(format!("e{e}-v{v}"), format!("e{e} state {v}"));
+            raw.meta.entity_key = Some(format!("e{e}"));
+            raw.meta.version = Some(v);
+            source.publish(raw);
+        }
+    }
+    source.close();
+    let consumer = Consumer::new(
+        ConsumerName::new("status").unwrap(),
+        store.clone(),
+        Status {
+            tables: tables.clone(),
+        },
+    )
+    .concurrency(4);
+    let stats = consumer
+        .run(source, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(stats.dead_lettered, 0, "{stats:?}");
+    assert_eq!(
+        stats.applied + stats.stale,
+        ENTITIES as u64 * VERSIONS as u64,
+        "each id applied or stale once: {stats:?}"
+    );
+    let rows = DB::fetch(
+        &mut conn,
+        format!("SELECT k, value FROM {} ORDER BY k", table(&tables)),
+        vec![],
+        &[Col::Text, Col::Text],
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), ENTITIES);
+    for row in rows {
+        let k = row[0].clone();
+        let Val::Text(k) = k else { panic!("text key") };
+        assert_eq!(
+            row[1],
+            Val::Text(format!("{k} state {VERSIONS}")),
+            "{k} holds its latest state"
+        );
+    }
+    eprintln!(
+        "{:?}: applied {}, stale {}, duplicates {}",
+        DB::DIALECT,
+        stats.applied,
+        stats.stale,
+        stats.duplicates
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_converges_under_reordering_sqlite() {
+    let (store, _dir) = support::sqlite().await;
+    through_consumer(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_converges_under_reordering_postgres() {
+    let Some(store) = support::postgres("vcons").await else {
+        return;
+    };
+    through_consumer(store.clone()).await;
+    support::drop_pg(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_converges_under_reordering_mariadb() {
+    let Some(store) = support::mysql("vcons").await else {
+        return;
+    };
+    through_consumer(store.clone()).await;
+    support::drop_mysql(&store).await;
+}
