@@ -17,9 +17,7 @@ pub const SOURCE_TIME_HEADER: &str = "oncely-source-time";
 pub fn properties_of(message: &RawEnvelope) -> BasicProperties {
     let mut props = BasicProperties::default().with_delivery_mode(2);
     if let Some(id) = &message.id {
-        props = props.with_message_id(ShortString::from(
-            String::from_utf8_lossy(id).into_owned(),
-        ));
+        props = props.with_message_id(ShortString::from(String::from_utf8_lossy(id).into_owned()));
     }
     let meta = &message.meta;
     let mut headers = FieldTable::default();

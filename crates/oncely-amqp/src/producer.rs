@@ -1,7 +1,7 @@
 //! [`AmqpProducer`]: publishes [`RawEnvelope`]s with the id in the `message_id` property.
 
 use crate::mapping::properties_of;
-use crate::source::{DEFAULT_QUEUE, amqp_err, declare_queue};
+use crate::source::{DEFAULT_QUEUE, PARAMS, amqp_err, declare_queue};
 use crate::url::split_params;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Connection, ConnectionProperties};
@@ -16,8 +16,8 @@ pub struct AmqpProducer {
 }
 
 impl AmqpProducer {
-    /// Connects and declares `queue` (durable).
-    pub async fn connect(url: &str, queue: &str) -> Result<Self> {
+    /// Connects and declares `queue` (durable, `x-queue-type` = `queue_type`, normally `quorum`).
+    pub async fn connect(url: &str, queue: &str, queue_type: &str) -> Result<Self> {
         let connection = Connection::connect(
             url,
             ConnectionProperties::default().with_connection_name("oncely:producer".into()),
@@ -32,7 +32,7 @@ impl AmqpProducer {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| amqp_err("confirm.select", e))?;
-        declare_queue(&channel, queue).await?;
+        declare_queue(&channel, queue, queue_type).await?;
         Ok(Self {
             _connection: connection,
             channel,
@@ -67,19 +67,23 @@ impl AmqpProducer {
                 .await
                 .map_err(|e| amqp_err("publisher confirm", e))?;
             if confirmation.is_nack() {
-                return Err(Error::transient("RabbitMQ: broker nacked a published message"));
+                return Err(Error::transient(
+                    "RabbitMQ: broker nacked a published message",
+                ));
             }
         }
         Ok(())
     }
 }
 
-/// Publishes `messages` to the queue named by the URL's `?queue=` (default `oncely`),
+/// Publishes `messages` to the queue named by the URL's `?queue=` (default `oncely`; declared
+/// with `?queue_type=`, default `quorum`),
 /// e.g. `amqp://guest:guest@127.0.0.1:5672/%2f?queue=credits`.
 pub async fn publish(url: &str, messages: &[RawEnvelope]) -> Result<()> {
-    let (url, params) = split_params(url, &["queue", "prefetch"]);
+    let (url, params) = split_params(url, PARAMS);
     let queue = params.get("queue").map_or(DEFAULT_QUEUE, String::as_str);
-    let producer = AmqpProducer::connect(&url, queue).await?;
+    let queue_type = params.get("queue_type").map_or("quorum", String::as_str);
+    let producer = AmqpProducer::connect(&url, queue, queue_type).await?;
     for chunk in messages.chunks(1000) {
         producer.send_all(chunk).await?;
     }

@@ -13,6 +13,9 @@ use oncely_core::{Acker, Delivery, Error, Result, Source};
 use std::time::Duration;
 use tracing::{info, warn};
 
+/// oncely's own URL parameters (taken off before the URL goes to lapin).
+pub(crate) const PARAMS: &[&str] = &["queue", "prefetch", "queue_type"];
+
 /// Default queue name when the URL has no `?queue=`.
 pub const DEFAULT_QUEUE: &str = "oncely";
 
@@ -25,6 +28,10 @@ pub struct AmqpOptions {
     pub prefetch: u16,
     /// Declare the queue (durable, not exclusive, not auto-delete) on connect (default true).
     pub declare: bool,
+    /// `x-queue-type` used when declaring: `quorum` (default; the broker counts deliveries
+    /// in `x-delivery-count`, so `attempt` is exact) or `classic` (only a redelivered flag:
+    /// attempt is 1 or 2). Must match how the queue was declared before.
+    pub queue_type: String,
     /// Name shown in the broker's connection list (client property `connection_name`).
     pub connection_name: String,
     /// Longest wait between reconnect attempts (default 5 s).
@@ -37,6 +44,7 @@ impl Default for AmqpOptions {
             queue: DEFAULT_QUEUE.to_owned(),
             prefetch: 32,
             declare: true,
+            queue_type: "quorum".to_owned(),
             connection_name: "oncely".to_owned(),
             max_backoff: Duration::from_secs(5),
         }
@@ -47,13 +55,16 @@ impl AmqpOptions {
     /// Options for `consumer` from a URL: `?queue=` (default `oncely`) and `?prefetch=`
     /// are taken off the URL; the rest is passed to lapin.
     pub fn from_url(url: &str, consumer: &str) -> Result<(String, Self)> {
-        let (rest, params) = split_params(url, &["queue", "prefetch"]);
+        let (rest, params) = split_params(url, PARAMS);
         let mut options = Self {
             connection_name: format!("oncely:{consumer}"),
             ..Self::default()
         };
         if let Some(q) = params.get("queue") {
             options.queue = q.clone();
+        }
+        if let Some(t) = params.get("queue_type") {
+            options.queue_type = t.clone();
         }
         if let Some(p) = params.get("prefetch") {
             options.prefetch = p
@@ -141,7 +152,7 @@ async fn open(url: &str, options: &AmqpOptions) -> Result<Live> {
         .await
         .map_err(|e| amqp_err("basic.qos", e))?;
     if options.declare {
-        declare_queue(&channel, &options.queue).await?;
+        declare_queue(&channel, &options.queue, &options.queue_type).await?;
     }
     let consumer = channel
         .basic_consume(
@@ -158,8 +169,13 @@ async fn open(url: &str, options: &AmqpOptions) -> Result<Live> {
     })
 }
 
-/// Declares a durable queue (idempotent).
-pub(crate) async fn declare_queue(channel: &Channel, queue: &str) -> Result<()> {
+/// Declares a durable queue of type `queue_type` (idempotent).
+pub(crate) async fn declare_queue(channel: &Channel, queue: &str, queue_type: &str) -> Result<()> {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        lapin::types::AMQPValue::LongString(queue_type.into()),
+    );
     channel
         .queue_declare(
             queue.into(),
@@ -167,7 +183,7 @@ pub(crate) async fn declare_queue(channel: &Channel, queue: &str) -> Result<()> 
                 durable: true,
                 ..QueueDeclareOptions::default()
             },
-            FieldTable::default(),
+            args,
         )
         .await
         .map_err(|e| amqp_err("queue.declare", e))?;
@@ -199,7 +215,10 @@ impl Source for AmqpSource {
                 None => warn!("RabbitMQ: consumer ended; reconnecting"),
             }
             if let Some(live) = self.live.take() {
-                let _ = live.connection.close(200, "oncely: reconnecting".into()).await;
+                let _ = live
+                    .connection
+                    .close(200, "oncely: reconnecting".into())
+                    .await;
             }
         }
     }
@@ -253,7 +272,7 @@ impl Drop for AmqpAcker {
 }
 
 /// Connects a source for consumer `consumer` from a URL such as
-/// `amqp://guest:guest@127.0.0.1:5672/%2f?queue=credits&prefetch=32`.
+/// `amqp://guest:guest@127.0.0.1:5672/%2f?queue=credits&prefetch=32&queue_type=quorum`.
 pub async fn connect_source(url: &str, consumer: &str) -> Result<AmqpSource> {
     let (url, options) = AmqpOptions::from_url(url, consumer)?;
     AmqpSource::connect(&url, options).await

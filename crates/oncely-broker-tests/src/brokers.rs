@@ -1,0 +1,43 @@
+//! One URL-driven entry over the broker crates: `amqp://`, `nats://`, `redis://`, `mqtt://`.
+
+use oncely_core::{Delivery, Error, RawEnvelope, Result, Source};
+
+/// Any of the broker sources, chosen by URL scheme.
+pub enum AnySource {
+    /// RabbitMQ.
+    Amqp(oncely_amqp::AmqpSource),
+}
+
+impl Source for AnySource {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        match self {
+            Self::Amqp(s) => s.next().await,
+        }
+    }
+}
+
+fn scheme(url: &str) -> &str {
+    url.split_once("://").map_or("", |(s, _)| s)
+}
+
+/// Connects the source a URL names, for consumer `consumer`.
+pub async fn connect_source(url: &str, consumer: &str) -> Result<AnySource> {
+    match scheme(url) {
+        "amqp" | "amqps" => Ok(AnySource::Amqp(
+            oncely_amqp::connect_source(url, consumer).await?,
+        )),
+        other => Err(Error::config(format!(
+            "unknown source scheme {other:?} in {url}"
+        ))),
+    }
+}
+
+/// Publishes `messages` to the broker a URL names.
+pub async fn publish(url: &str, messages: &[RawEnvelope]) -> Result<()> {
+    match scheme(url) {
+        "amqp" | "amqps" => oncely_amqp::publish(url, messages).await,
+        other => Err(Error::config(format!(
+            "unknown source scheme {other:?} in {url}"
+        ))),
+    }
+}

@@ -1,0 +1,131 @@
+//! Cutting connections from the server side, and the SIGKILL crash loop.
+
+use crate::check::Report;
+use crate::ledger::Db;
+use crate::workload::Workload;
+use rand::Rng;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::process::Command;
+
+/// Closes every RabbitMQ connection whose client property `connection_name` is `name`,
+/// with `rabbitmqctl close_connection`. Returns how many were closed.
+pub async fn rabbitmq_close_connections(name: &str) -> usize {
+    let out = Command::new("rabbitmqctl")
+        .args(["list_connections", "pid", "client_properties", "-q"])
+        .output()
+        .await
+        .expect("rabbitmqctl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let needle = format!("{{\"connection_name\",\"{name}\"}}");
+    let mut closed = 0;
+    for line in text.lines().filter(|l| l.contains(&needle)) {
+        let Some(pid) = line.split('\t').next() else {
+            continue;
+        };
+        let status = Command::new("rabbitmqctl")
+            .args(["close_connection", pid, "oncely test: connection cut"])
+            .stdout(Stdio::null())
+            .status()
+            .await
+            .expect("rabbitmqctl runs");
+        if status.success() {
+            closed += 1;
+        }
+    }
+    closed
+}
+
+/// Kills every Redis client whose name (`CLIENT SETNAME`) is `name` (`CLIENT KILL ID`).
+pub async fn redis_kill_clients(name: &str) -> usize {
+    let out = Command::new("redis-cli")
+        .args(["CLIENT", "LIST"])
+        .output()
+        .await
+        .expect("redis-cli runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut killed = 0;
+    for line in text.lines() {
+        let field = |k: &str| {
+            line.split(' ')
+                .find_map(|kv| kv.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+        };
+        if field("name") == Some(name)
+            && let Some(id) = field("id")
+        {
+            let status = Command::new("redis-cli")
+                .args(["CLIENT", "KILL", "ID", id])
+                .stdout(Stdio::null())
+                .status()
+                .await
+                .expect("redis-cli runs");
+            if status.success() {
+                killed += 1;
+            }
+        }
+    }
+    killed
+}
+
+/// Waits until the database holds at least `rows` ledger rows (or 120 s passed).
+pub async fn wait_for_rows(db: &Db, rows: i64) {
+    for _ in 0..1200 {
+        if db.counts().await.map(|c| c.0).unwrap_or(0) >= rows {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The SIGKILL crash loop: starts the consumer binary, kills it with SIGKILL at random
+/// moments `kills` times, then lets it run to idle exit until the database is complete
+/// (at most `max_rounds` clean runs). Returns the final report and the last run's output.
+pub async fn crash_loop(
+    binary: &str,
+    args: &[String],
+    db: &Db,
+    workload: &Workload,
+    kills: usize,
+) -> (Report, Vec<String>) {
+    let mut rng = rand::rng();
+    let mut outputs = Vec::new();
+    for k in 0..kills {
+        let mut child = Command::new(binary)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("consumer binary starts");
+        let wait = Duration::from_millis(rng.random_range(300..2500));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {
+                child.start_kill().expect("SIGKILL");
+                let _ = child.wait().await;
+                let (rows, dead) = db.counts().await.unwrap_or_default();
+                eprintln!("kill {}: SIGKILL after {wait:?}; ledger rows {rows}, dead letters {dead}", k + 1);
+            }
+            status = child.wait() => {
+                eprintln!("kill {}: consumer exited on its own ({status:?}) before the kill", k + 1);
+            }
+        }
+    }
+    let mut report = Report::read(db, workload).await.expect("report");
+    for round in 0..6 {
+        let out = Command::new(binary)
+            .args(args)
+            .stderr(Stdio::inherit())
+            .output()
+            .await
+            .expect("consumer binary runs");
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        eprintln!("clean run {}: {line}", round + 1);
+        assert!(out.status.success(), "consumer failed: {:?}", out.status);
+        outputs.push(line);
+        report = Report::read(db, workload).await.expect("report");
+        if report.complete() || report.double > 0 {
+            break;
+        }
+    }
+    (report, outputs)
+}

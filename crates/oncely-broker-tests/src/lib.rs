@@ -1,0 +1,25 @@
+//! # oncely-broker-tests
+//!
+//! Test support for oncely's broker sources, used by this crate's integration tests:
+//!
+//! - [`workload`]: messages with unique ids, exact duplicates and bad ids, in the demo's
+//!   payload shape `{"account": "acct-17", "amount": 5}`.
+//! - [`ledger`]: a handler that writes one ledger row per applied effect (the ledger has no
+//!   unique key, so a double effect shows up as a second row).
+//! - [`check`]: the independent checker — it counts ledger rows and dead letters in the
+//!   database against the workload, never the consumer's own counters.
+//! - [`brokers`]: one URL-driven entry over the four broker crates.
+//! - [`runner`]: runs a consumer until it has been idle for a while.
+//! - [`services`]: skip-or-fail when a server is missing.
+//!
+//! The binary `oncely-broker-consumer` is the child process of the SIGKILL crash and
+//! scale-out tests.
+
+pub mod brokers;
+pub mod check;
+pub mod faults;
+pub mod ledger;
+pub mod runner;
+pub mod services;
+pub mod suite;
+pub mod workload;

@@ -1,0 +1,126 @@
+//! RabbitMQ: conformance, connection loss, SIGKILL crash test — against the real server.
+
+use oncely_amqp::{AmqpOptions, AmqpSource};
+use oncely_broker_tests::faults::{crash_loop, rabbitmq_close_connections};
+use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::services::{AMQP_URL, available, unique};
+use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
+use oncely_broker_tests::workload::Workload;
+use oncely_core::Source;
+use std::time::Duration;
+
+fn up(test: &str) -> bool {
+    available(test, "RabbitMQ", "127.0.0.1:5672")
+}
+
+fn url(queue: &str) -> String {
+    format!("{AMQP_URL}?queue={queue}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_conformance() {
+    if !up("amqp_conformance") {
+        return;
+    }
+    let queue = unique("conf");
+    let url = url(&queue);
+    let source = oncely_amqp::connect_source(&url, "conformance")
+        .await
+        .expect("connect");
+    let publish_url = url.clone();
+    conformance(
+        "amqp",
+        source,
+        |m| async move { oncely_amqp::publish(&publish_url, &m).await },
+        Duration::from_secs(2),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_unsettled_delivery_is_redelivered_after_reconnect() {
+    if !up("amqp_unsettled_delivery_is_redelivered_after_reconnect") {
+        return;
+    }
+    let queue = unique("unsettled");
+    let url = url(&queue);
+    oncely_amqp::publish(&url, &[oncely_core::RawEnvelope::new("only-1", "{}")])
+        .await
+        .expect("publish");
+    let (base, options) = AmqpOptions::from_url(&url, "t").expect("options");
+    let mut source = AmqpSource::connect(&base, options).await.expect("connect");
+    let first = source.next().await.expect("next").expect("delivery");
+    assert_eq!(first.message().id.as_deref(), Some(&b"only-1"[..]));
+    assert_eq!(first.attempt(), 1);
+    // Keep it unsettled and lose the connection: the broker must deliver it again.
+    std::mem::forget(first);
+    source.close_connection().await;
+    let again = source.next().await.expect("next").expect("redelivery");
+    assert_eq!(again.message().id.as_deref(), Some(&b"only-1"[..]));
+    assert_eq!(again.attempt(), 2, "a redelivery must say so");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_connection_closed_by_server_mid_stream() {
+    if !up("amqp_connection_closed_by_server_mid_stream") {
+        return;
+    }
+    let queue = unique("connloss");
+    let url = url(&queue);
+    let workload = Workload::new(&queue, 3000, 0.2, 2, 3);
+    oncely_amqp::publish(&url, &workload.messages)
+        .await
+        .expect("publish");
+    let (base, mut options) = AmqpOptions::from_url(&url, "connloss").expect("options");
+    options.connection_name = unique("oncely_cut");
+    let name = options.connection_name.clone();
+    let source = AmqpSource::connect(&base, options).await.expect("connect");
+    let (db, _dir) = sqlite_db().await;
+    connection_loss(
+        "amqp connection loss",
+        &db,
+        &workload,
+        source,
+        || rabbitmq_close_connections(&name),
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_sigkill_crash_10k() {
+    if !up("amqp_sigkill_crash_10k") {
+        return;
+    }
+    let queue = unique("crash");
+    let url = url(&queue);
+    let workload = Workload::new(&queue, 10_000, 0.2, 5, 42);
+    oncely_amqp::publish(&url, &workload.messages)
+        .await
+        .expect("publish");
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = format!("sqlite:{}", dir.path().join("crash.db").display());
+    let db = Db::open(&store, None).await.expect("db");
+    let args: Vec<String> = [
+        "--source",
+        &url,
+        "--consumer",
+        "crash",
+        "--store",
+        &store,
+        "--idle-exit",
+        "3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (report, _) = crash_loop(
+        env!("CARGO_BIN_EXE_oncely-broker-consumer"),
+        &args,
+        &db,
+        &workload,
+        6,
+    )
+    .await;
+    report.assert_exact("amqp SIGKILL crash test");
+}

@@ -1,0 +1,398 @@
+//! [`RedisSource`]: a Redis stream consumer group as an oncely [`Source`].
+
+use crate::mapping::envelope_of;
+use crate::url::split_params;
+use futures::future::BoxFuture;
+use oncely_core::{Acker, Delivery, Error, Result, Source};
+use redis::aio::MultiplexedConnection;
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+use redis::{AsyncConnectionConfig, Client, Value};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// Default stream name when the URL has no `?stream=`.
+pub const DEFAULT_STREAM: &str = "oncely";
+
+/// Settings of a [`RedisSource`].
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// The stream key.
+    pub stream: String,
+    /// The consumer group (created at id `0` with `MKSTREAM` if missing).
+    pub group: String,
+    /// This member's name in the group; pending entries are owned per member.
+    pub member: String,
+    /// Entries fetched per `XREADGROUP` (default 32).
+    pub batch: usize,
+    /// How long one `XREADGROUP` blocks waiting for new entries (default 1 s).
+    pub block: Duration,
+    /// Pending entries idle this long (delivered to a member that died or lost its ack)
+    /// are taken over with `XAUTOCLAIM` (default 30 s).
+    pub reclaim_idle: Duration,
+    /// Name set with `CLIENT SETNAME` on this source's connections.
+    pub client_name: String,
+    /// Longest wait between reconnect attempts (default 5 s).
+    pub max_backoff: Duration,
+}
+
+impl RedisOptions {
+    /// Defaults for consumer `consumer`: stream `oncely`, group = consumer name,
+    /// member = `{consumer}-{pid}`.
+    pub fn new(consumer: &str) -> Self {
+        Self {
+            stream: DEFAULT_STREAM.to_owned(),
+            group: consumer.to_owned(),
+            member: format!("{consumer}-{}", std::process::id()),
+            batch: 32,
+            block: Duration::from_secs(1),
+            reclaim_idle: Duration::from_secs(30),
+            client_name: format!("oncely-{consumer}"),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+
+    /// Options from a URL's `?stream=`, `?group=`, `?member=`, `?batch=`, `?reclaim_ms=`,
+    /// `?block_ms=`; returns the URL without them.
+    pub fn from_url(url: &str, consumer: &str) -> Result<(String, Self)> {
+        let (rest, p) = split_params(
+            url,
+            &[
+                "stream",
+                "group",
+                "member",
+                "batch",
+                "reclaim_ms",
+                "block_ms",
+            ],
+        );
+        let mut o = Self::new(consumer);
+        let num = |k: &str| -> Result<Option<u64>> {
+            p.get(k)
+                .map(|v| {
+                    v.parse()
+                        .map_err(|_| Error::config(format!("{k}={v:?} is not a number")))
+                })
+                .transpose()
+        };
+        if let Some(s) = p.get("stream") {
+            o.stream = s.clone();
+        }
+        if let Some(g) = p.get("group") {
+            o.group = g.clone();
+        }
+        if let Some(m) = p.get("member") {
+            o.member = m.clone();
+        }
+        if let Some(b) = num("batch")? {
+            o.batch = b.max(1) as usize;
+        }
+        if let Some(ms) = num("reclaim_ms")? {
+            o.reclaim_idle = Duration::from_millis(ms);
+        }
+        if let Some(ms) = num("block_ms")? {
+            o.block = Duration::from_millis(ms.max(1));
+        }
+        Ok((rest, o))
+    }
+}
+
+pub(crate) fn redis_err(what: &str, e: redis::RedisError) -> Error {
+    Error::transient(format!("Redis: {what}")).with_source(e)
+}
+
+enum Phase {
+    /// Re-reading this member's own pending entries after (re)connecting, from this id.
+    OwnPending(String),
+    /// Reading new entries (`>`).
+    New,
+}
+
+struct Live {
+    read: MultiplexedConnection,
+    ack: MultiplexedConnection,
+    broken: Arc<AtomicBool>,
+}
+
+/// A Redis stream read through a consumer group: `XREADGROUP`, `XACK` after the commit,
+/// and `XAUTOCLAIM` of entries left pending longer than
+/// [`RedisOptions::reclaim_idle`] by a member that died or could not ack. After a
+/// (re)connect it first re-reads its own pending entries. `attempt` is the entry's
+/// delivery count from `XPENDING`.
+pub struct RedisSource {
+    client: Client,
+    options: RedisOptions,
+    live: Option<Live>,
+    phase: Phase,
+    buffer: VecDeque<Delivery>,
+    reclaim_cursor: String,
+    next_reclaim: Instant,
+}
+
+impl RedisSource {
+    /// Connects and creates the group if missing. Fails if the first connection fails.
+    pub async fn connect(url: &str, options: RedisOptions) -> Result<Self> {
+        let client = Client::open(url).map_err(|e| Error::config(format!("Redis URL: {e}")))?;
+        let mut me = Self {
+            client,
+            options,
+            live: None,
+            phase: Phase::OwnPending("0".to_owned()),
+            buffer: VecDeque::new(),
+            reclaim_cursor: "0-0".to_owned(),
+            next_reclaim: Instant::now(),
+        };
+        me.live = Some(me.open().await?);
+        Ok(me)
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
+    async fn connection(&self, response_timeout: Duration) -> Result<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_response_timeout(Some(response_timeout))
+            .set_connection_timeout(Some(Duration::from_secs(5)));
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| redis_err("connect", e))?;
+        redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(&self.options.client_name)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| redis_err("CLIENT SETNAME", e))?;
+        Ok(conn)
+    }
+
+    async fn open(&self) -> Result<Live> {
+        let mut read = self
+            .connection(self.options.block + Duration::from_secs(5))
+            .await?;
+        let ack = self.connection(Duration::from_secs(5)).await?;
+        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&self.options.stream)
+            .arg(&self.options.group)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut read)
+            .await;
+        if let Err(e) = created
+            && e.code() != Some("BUSYGROUP")
+        {
+            return Err(redis_err("XGROUP CREATE", e));
+        }
+        Ok(Live {
+            read,
+            ack,
+            broken: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    async fn reconnect(&mut self) {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.open().await {
+                Ok(live) => {
+                    info!(stream = %self.options.stream, "Redis: reconnected");
+                    self.live = Some(live);
+                    self.phase = Phase::OwnPending("0".to_owned());
+                    return;
+                }
+                Err(e) => {
+                    warn!(error = %e, ?delay, "Redis: reconnect failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(self.options.max_backoff);
+                }
+            }
+        }
+    }
+
+    /// One round trip: fills the buffer (possibly with nothing).
+    async fn fill(&mut self) -> Result<()> {
+        let o = &self.options;
+        let live = self.live.as_mut().expect("connected");
+        if Instant::now() >= self.next_reclaim {
+            let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+                .arg(&o.stream)
+                .arg(&o.group)
+                .arg(&o.member)
+                .arg(o.reclaim_idle.as_millis() as u64)
+                .arg(&self.reclaim_cursor)
+                .arg("COUNT")
+                .arg(o.batch)
+                .query_async(&mut live.read)
+                .await
+                .map_err(|e| redis_err("XAUTOCLAIM", e))?;
+            self.reclaim_cursor = reply.next_stream_id.clone();
+            if self.reclaim_cursor == "0-0" {
+                let every = (o.reclaim_idle / 2).max(Duration::from_millis(100));
+                self.next_reclaim = Instant::now() + every;
+            }
+            if !reply.claimed.is_empty() {
+                info!(
+                    count = reply.claimed.len(),
+                    "Redis: reclaimed idle pending entries"
+                );
+                return self.push(reply.claimed, None).await;
+            }
+        }
+        let (id, block) = match &self.phase {
+            Phase::OwnPending(after) => (after.clone(), None),
+            Phase::New => (">".to_owned(), Some(o.block)),
+        };
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(&o.group)
+            .arg(&o.member)
+            .arg("COUNT")
+            .arg(o.batch);
+        if let Some(b) = block {
+            cmd.arg("BLOCK").arg(b.as_millis() as u64);
+        }
+        cmd.arg("STREAMS").arg(&o.stream).arg(&id);
+        let reply: Option<StreamReadReply> = cmd
+            .query_async(&mut live.read)
+            .await
+            .map_err(|e| redis_err("XREADGROUP", e))?;
+        let entries: Vec<StreamId> = reply
+            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
+            .unwrap_or_default();
+        match &self.phase {
+            Phase::OwnPending(_) if entries.is_empty() => {
+                self.phase = Phase::New;
+                Ok(())
+            }
+            Phase::OwnPending(_) => {
+                let last = entries.last().map(|e| e.id.clone()).unwrap_or_default();
+                self.phase = Phase::OwnPending(last);
+                self.push(entries, None).await
+            }
+            Phase::New => self.push(entries, Some(1)).await,
+        }
+    }
+
+    /// Queues entries as deliveries; `attempt` is looked up with `XPENDING` unless given.
+    async fn push(&mut self, entries: Vec<StreamId>, attempt: Option<u32>) -> Result<()> {
+        let live = self.live.as_mut().expect("connected");
+        let counts = match (attempt, entries.first(), entries.last()) {
+            (None, Some(first), Some(last)) => {
+                pending_counts(
+                    &mut live.read,
+                    &self.options,
+                    &first.id,
+                    &last.id,
+                    entries.len(),
+                )
+                .await?
+            }
+            _ => HashMap::new(),
+        };
+        for entry in entries {
+            let raw = envelope_of(&entry.map);
+            let n = attempt
+                .or_else(|| counts.get(&entry.id).copied())
+                .unwrap_or(2);
+            let acker = RedisAcker {
+                conn: live.ack.clone(),
+                broken: live.broken.clone(),
+                stream: self.options.stream.clone(),
+                group: self.options.group.clone(),
+                entry: entry.id,
+            };
+            self.buffer
+                .push_back(Delivery::new(raw, n, Box::new(acker)));
+        }
+        Ok(())
+    }
+}
+
+async fn pending_counts(
+    conn: &mut MultiplexedConnection,
+    o: &RedisOptions,
+    first: &str,
+    last: &str,
+    count: usize,
+) -> Result<HashMap<String, u32>> {
+    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(&o.stream)
+        .arg(&o.group)
+        .arg(first)
+        .arg(last)
+        .arg(count)
+        .arg(&o.member)
+        .query_async(conn)
+        .await
+        .map_err(|e| redis_err("XPENDING", e))?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, _, _, n)| (id, n.min(u64::from(u32::MAX)) as u32))
+        .collect())
+}
+
+impl Source for RedisSource {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        loop {
+            if let Some(d) = self.buffer.pop_front() {
+                return Ok(Some(d));
+            }
+            let broken = self
+                .live
+                .as_ref()
+                .is_none_or(|l| l.broken.load(Ordering::Relaxed));
+            if broken {
+                self.live = None;
+                self.reconnect().await;
+            }
+            if let Err(e) = self.fill().await {
+                warn!(error = %e, "Redis: read failed; reconnecting");
+                self.live = None;
+            }
+        }
+    }
+}
+
+struct RedisAcker {
+    conn: MultiplexedConnection,
+    broken: Arc<AtomicBool>,
+    stream: String,
+    group: String,
+    entry: String,
+}
+
+impl Acker for RedisAcker {
+    fn ack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let done: redis::RedisResult<Value> = redis::cmd("XACK")
+                .arg(&self.stream)
+                .arg(&self.group)
+                .arg(&self.entry)
+                .query_async(&mut conn)
+                .await;
+            done.map(|_| ()).map_err(|e| {
+                self.broken.store(true, Ordering::Relaxed);
+                redis_err("XACK", e)
+            })
+        })
+    }
+
+    /// Leaves the entry pending: it is taken over again after the reclaim idle time.
+    fn nack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Connects a source for consumer `consumer` from a URL such as
+/// `redis://127.0.0.1:6379/0?stream=credits&reclaim_ms=30000` (group = consumer name).
+pub async fn connect_source(url: &str, consumer: &str) -> Result<RedisSource> {
+    let (url, options) = RedisOptions::from_url(url, consumer)?;
+    RedisSource::connect(&url, options).await
+}
