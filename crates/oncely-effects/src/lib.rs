@@ -33,6 +33,7 @@ mod journal;
 mod key;
 mod migrate;
 mod outbox;
+mod prune;
 mod publisher;
 mod reconcile;
 mod relay;
@@ -44,6 +45,7 @@ pub use journal::{EffectState, Journal, JournalChaos, JournalEntry, JournalStep,
 pub use key::{MAX_VERBATIM_ID, effect_key};
 pub use migrate::{EffectsMigration, migrate, migrations, print_migrations};
 pub use outbox::{DESTINATION_HEADER, Outbox, OutboxMessage, Outgoing, derived_id, outbox_rows};
+pub use prune::{prune_journal, prune_outbox};
 pub use publisher::Publisher;
 pub use reconcile::{ReconcileReport, Reconciler, Resolution, Resolve};
 pub use relay::{DispatchReport, Relay};

@@ -1,0 +1,77 @@
+//! Retention: delete dispatched outbox rows and resolved journal rows in bounded batches.
+
+use crate::db::{EffectsDb, db, now_ms, p};
+use oncely_core::Result;
+use oncely_sql::{Dialect, Tables};
+use sqlx::Pool;
+use std::time::Duration;
+
+async fn delete_batch<DB: EffectsDb>(
+    pool: &Pool<DB>,
+    table: String,
+    key: &str,
+    condition: &str,
+    older_than: Duration,
+    batch: u32,
+) -> Result<u64> {
+    let d = DB::DIALECT;
+    let sql = match d {
+        // MySQL has DELETE … LIMIT but no LIMIT in an IN subquery.
+        Dialect::MySql => format!(
+            "DELETE FROM {table} WHERE {condition} <= {} ORDER BY {key} LIMIT {}",
+            p(d, 1),
+            p(d, 2)
+        ),
+        _ => format!(
+            "DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM {table} WHERE {condition} <= {} ORDER BY {key} LIMIT {})",
+            p(d, 1),
+            p(d, 2)
+        ),
+    };
+    let cutoff = now_ms() - older_than.as_millis() as i64;
+    let mut conn = pool.acquire().await.map_err(|e| db("pruning", e))?;
+    let done = DB::execute(
+        &mut conn,
+        sql,
+        vec![cutoff.into(), i64::from(batch.max(1)).into()],
+    )
+    .await
+    .map_err(|e| db("pruning", e))?;
+    Ok(done.rows)
+}
+
+/// Deletes up to `batch` outbox rows dispatched more than `older_than` ago and returns how
+/// many; call it until it returns 0. Undispatched rows are never deleted.
+pub async fn prune_outbox<DB: EffectsDb>(
+    pool: &Pool<DB>,
+    tables: &Tables,
+    older_than: Duration,
+    batch: u32,
+) -> Result<u64> {
+    let condition = "dispatched_at IS NOT NULL AND dispatched_at";
+    delete_batch(
+        pool,
+        tables.table("outbox"),
+        "id",
+        condition,
+        older_than,
+        batch,
+    )
+    .await
+}
+
+/// Deletes up to `batch` journal rows resolved (`done` or `failed`) more than `older_than` ago
+/// and returns how many. Keep them at least as long as the message may be redelivered (the
+/// inbox retention window): a redelivery that finds no row would call the provider again,
+/// which is then safe only within the provider's own deduplication window. Pending rows are
+/// never deleted.
+pub async fn prune_journal<DB: EffectsDb>(
+    pool: &Pool<DB>,
+    tables: &Tables,
+    older_than: Duration,
+    batch: u32,
+) -> Result<u64> {
+    let condition = "state <> 'pending' AND updated_at";
+    let table = tables.table("effect_journal");
+    delete_batch(pool, table, "effect_key", condition, older_than, batch).await
+}
