@@ -362,25 +362,40 @@ impl<DB: EffectsDb> Journal<DB> {
         F: FnOnce(JournalEntry) -> Fut + Send,
         Fut: Future<Output = Result<String>> + Send,
     {
+        let entry = match self.open(key, kind, request).await? {
+            Ok(pending) => pending,
+            Err(finished) => return Ok(finished),
+        };
+        self.start_call(key).await?;
+        let provider_ref = call(entry).await?;
+        self.complete(key, provider_ref).await
+    }
+
+    /// Steps before the call: crash points, record, and the answer for a row already resolved
+    /// (`Err(AlreadyDone)`; `failed` is a permanent error). `Ok(entry)` means call now.
+    pub(crate) async fn open(
+        &self,
+        key: &str,
+        kind: &str,
+        request: &[u8],
+    ) -> Result<std::result::Result<JournalEntry, Performed>> {
         self.crash(JournalStep::BeforeRecord, key)?;
         let entry = self.record(key, kind, request).await?;
         self.crash(JournalStep::Recorded, key)?;
         match entry.state {
-            EffectState::Done => {
-                return Ok(Performed::AlreadyDone {
-                    provider_ref: entry.provider_ref.unwrap_or_default(),
-                });
-            }
-            EffectState::Failed => {
-                return Err(Error::permanent(format!(
-                    "effect {key} failed earlier: {}",
-                    entry.detail.unwrap_or_default()
-                )));
-            }
-            EffectState::Pending => {}
+            EffectState::Done => Ok(Err(Performed::AlreadyDone {
+                provider_ref: entry.provider_ref.unwrap_or_default(),
+            })),
+            EffectState::Failed => Err(Error::permanent(format!(
+                "effect {key} failed earlier: {}",
+                entry.detail.unwrap_or_default()
+            ))),
+            EffectState::Pending => Ok(Ok(entry)),
         }
-        self.start_call(key).await?;
-        let provider_ref = call(entry).await?;
+    }
+
+    /// Steps after the call: crash points and `done`.
+    pub(crate) async fn complete(&self, key: &str, provider_ref: String) -> Result<Performed> {
         self.crash(JournalStep::Called, key)?;
         if !self.mark_done(key, &provider_ref).await? {
             // Resolved meanwhile (by the reconciler): report what is stored.

@@ -2,8 +2,8 @@
 //! no redelivery to finish the job) through a user-supplied check.
 
 use crate::db::EffectsDb;
-use crate::journal::{Journal, JournalEntry};
-use oncely_core::Result;
+use crate::journal::{Journal, JournalEntry, Performed};
+use oncely_core::{Error, Result};
 use std::future::Future;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -147,5 +147,42 @@ impl<DB: EffectsDb, R: Resolve> Reconciler<DB, R> {
                 _ = tokio::time::sleep(interval) => {}
             }
         }
+    }
+}
+
+impl<DB: EffectsDb> Journal<DB> {
+    /// [`Journal::perform`] with the call and the check of a [`Resolve`]: when the row is
+    /// already `pending` and a call was started before (`entry.calls > 0`, a crash or a lost
+    /// answer), the provider is asked first (`check`) and called again only on
+    /// [`Resolution::RetryCall`]. Use it for providers that do not deduplicate by key (a
+    /// call still racing with the check can then be repeated); with providers that do, it
+    /// saves the repeated call.
+    pub async fn perform_checked<R: Resolve>(
+        &self,
+        key: &str,
+        kind: &str,
+        request: &[u8],
+        resolver: &R,
+    ) -> Result<Performed> {
+        let entry = match self.open(key, kind, request).await? {
+            Ok(pending) => pending,
+            Err(finished) => return Ok(finished),
+        };
+        if entry.calls > 0 {
+            match resolver.check(&entry).await? {
+                Resolution::Done(provider_ref) => {
+                    self.mark_done(key, &provider_ref).await?;
+                    return Ok(Performed::AlreadyDone { provider_ref });
+                }
+                Resolution::Failed(reason) => {
+                    self.mark_failed(key, &reason).await?;
+                    return Err(Error::permanent(format!("effect {key} failed: {reason}")));
+                }
+                Resolution::RetryCall => {}
+            }
+        }
+        self.start_call(key).await?;
+        let provider_ref = resolver.call(&entry).await?;
+        self.complete(key, provider_ref).await
     }
 }

@@ -53,6 +53,8 @@ async fn call(
 
 struct Mailer<J: EffectsDb> {
     journal: Journal<J>,
+    /// With a resolver: `perform_checked` (ask the provider before calling again).
+    checked: Option<HttpResolver>,
     client: reqwest::Client,
     base: String,
 }
@@ -65,12 +67,20 @@ impl<J: EffectsDb> Handler<Transaction<'static, Sqlite>> for Mailer<J> {
     ) -> oncely_core::Result<Handled> {
         let key = effect_key(msg.id(), "email");
         let (client, base) = (&self.client, self.base.as_str());
-        let done = self
-            .journal
-            .perform(&key, "email", msg.payload(), |entry| async move {
-                call(client, base, &entry.key, entry.request).await
-            })
-            .await?;
+        let done = match &self.checked {
+            Some(resolver) => {
+                self.journal
+                    .perform_checked(&key, "email", msg.payload(), resolver)
+                    .await?
+            }
+            None => {
+                self.journal
+                    .perform(&key, "email", msg.payload(), |entry| async move {
+                        call(client, base, &entry.key, entry.request).await
+                    })
+                    .await?
+            }
+        };
         sqlx::query("INSERT INTO sent (message_id, provider_ref) VALUES (?1, ?2)")
             .bind(msg.id().as_str())
             .bind(done.provider_ref())
@@ -111,6 +121,7 @@ async fn run_mailer(steps: &[JournalStep], provider: FakeProvider) -> Counted {
         Tables::default(),
         steps,
         provider,
+        false,
     )
     .await
 }
@@ -121,6 +132,7 @@ async fn run_mailer_on<J: EffectsDb>(
     tables: Tables,
     steps: &[JournalStep],
     provider: FakeProvider,
+    checked: bool,
 ) -> Counted {
     let (inbox_db, _d2) = support::sqlite().await;
     sqlx::query("CREATE TABLE sent (message_id TEXT NOT NULL, provider_ref TEXT NOT NULL)")
@@ -151,6 +163,11 @@ async fn run_mailer_on<J: EffectsDb>(
     source.close();
     let handler = Mailer {
         journal: journal.clone(),
+        checked: checked.then(|| HttpResolver {
+            client: reqwest::Client::new(),
+            base: provider.url(),
+            rejected: HashSet::new(),
+        }),
         client: reqwest::Client::new(),
         base: provider.url(),
     };
@@ -281,6 +298,7 @@ async fn crash_at_every_step_effect_once_per_key_postgres_journal() {
         store.tables().clone(),
         &ALL_STEPS,
         provider,
+        false,
     )
     .await;
     assert_once_per_key(&c);
@@ -298,10 +316,28 @@ async fn crash_at_every_step_effect_once_per_key_mariadb_journal() {
         store.tables().clone(),
         &ALL_STEPS,
         provider,
+        false,
     )
     .await;
     assert_once_per_key(&c);
     support::drop_mysql(&store).await;
+}
+
+/// A provider that ignores the key is still called once per key when the journal asks it
+/// before calling again (`perform_checked`), with crashes after the call and lost answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_before_recall_protects_a_provider_without_dedup() {
+    let (journal_db, _dir) = support::sqlite().await;
+    let provider = FakeProvider::without_dedup().await.unwrap();
+    let c = run_mailer_on(
+        journal_db.pool().clone(),
+        Tables::default(),
+        &ALL_STEPS,
+        provider,
+        true,
+    )
+    .await;
+    assert_once_per_key(&c);
 }
 
 /// The count can fail: a provider that ignores the key performs twice after a crash after the call.
