@@ -55,10 +55,55 @@ impl Dialect {
     }
 }
 
+/// Transaction isolation for the store's transactions.
+///
+/// - PostgreSQL: the default is the server's (normally `READ COMMITTED`). Under
+///   `REPEATABLE READ` / `SERIALIZABLE` a claim that waited for a concurrent transaction which
+///   then committed the same id fails with SQLSTATE 40001; oncely classifies it as transient, so
+///   the runtime retries and the retry sees `Duplicate`.
+/// - MySQL / MariaDB: the default is the server's (normally `REPEATABLE READ`). The claim's
+///   hash lookup is a locking read, so it sees the committed row under every level.
+/// - SQLite: transactions are always serializable (`BEGIN IMMEDIATE`); the setting is ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Isolation {
+    /// `READ COMMITTED`.
+    ReadCommitted,
+    /// `REPEATABLE READ`.
+    RepeatableRead,
+    /// `SERIALIZABLE`.
+    Serializable,
+}
+
+impl Isolation {
+    /// The statement that begins a transaction at this level, or `None` for the default `BEGIN`.
+    pub(crate) fn begin_sql(level: Option<Self>, d: Dialect) -> Option<&'static str> {
+        use Isolation::*;
+        match (d, level) {
+            (Dialect::Sqlite, _) => Some("BEGIN IMMEDIATE"),
+            (_, None) => None,
+            (Dialect::Postgres, Some(ReadCommitted)) => Some("BEGIN ISOLATION LEVEL READ COMMITTED"),
+            (Dialect::Postgres, Some(RepeatableRead)) => {
+                Some("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            }
+            (Dialect::Postgres, Some(Serializable)) => Some("BEGIN ISOLATION LEVEL SERIALIZABLE"),
+            (Dialect::MySql, Some(ReadCommitted)) => {
+                Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+            }
+            (Dialect::MySql, Some(RepeatableRead)) => {
+                Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION")
+            }
+            (Dialect::MySql, Some(Serializable)) => {
+                Some("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; START TRANSACTION")
+            }
+        }
+    }
+}
+
 /// Statements a store runs, rendered once for its dialect and tables.
 #[derive(Debug, Clone)]
 pub(crate) struct Queries {
     pub claim: String,
+    pub claim_hash: String,
     pub stored_hash: String,
     pub insert_dead_letter: String,
     pub dead_letters: String,
@@ -81,13 +126,21 @@ impl Queries {
             ),
         };
         let select = format!("SELECT id, {DEAD_LETTER_COLUMNS} FROM {dl}");
+        let stored_hash = format!(
+            "SELECT payload_hash FROM {inbox} WHERE consumer = {} AND message_id = {}",
+            d.param(1),
+            d.param(2)
+        );
+        // InnoDB: a plain SELECT reads the transaction's snapshot, which may predate the
+        // commit the INSERT IGNORE just waited for; a locking read sees the latest row.
+        let claim_hash = match d {
+            Dialect::MySql => format!("{stored_hash} LOCK IN SHARE MODE"),
+            _ => stored_hash.clone(),
+        };
         Self {
             claim,
-            stored_hash: format!(
-                "SELECT payload_hash FROM {inbox} WHERE consumer = {} AND message_id = {}",
-                d.param(1),
-                d.param(2)
-            ),
+            claim_hash,
+            stored_hash,
             insert_dead_letter: format!(
                 "INSERT INTO {dl} ({DEAD_LETTER_COLUMNS}) VALUES ({})",
                 d.params(1, 14)

@@ -2,12 +2,31 @@
 
 use oncely_core::{Error, ErrorKind};
 
-/// SQLSTATEs and vendor codes that mean "try again": serialization failure, deadlock,
-/// lock timeout, server shutting down, connection failures, SQLite busy/locked.
+/// SQLSTATEs (and SQLite result codes) that mean "try again": serialization failure, deadlock,
+/// lock timeout, server shutting down, too many connections, connection failures, SQLite
+/// busy/locked.
 const TRANSIENT_CODES: &[&str] = &[
     "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "08000", "08003", "08006",
-    "1213", "1205", "2006", "2013", "5", "6", "261", "262", "517", "773",
+    "5", "6", "261", "262", "517", "773",
 ];
+
+/// MySQL / MariaDB error numbers that mean "try again". Their SQLSTATE is often the generic
+/// `HY000` (1205 lock wait timeout), so the number decides: 1213 deadlock, 1205 lock wait
+/// timeout, 1040 too many connections, 1053 server shutdown, 1927 connection killed,
+/// 2006 server gone away, 2013 connection lost during query.
+const TRANSIENT_MYSQL_NUMBERS: &[u16] = &[1213, 1205, 1040, 1053, 1927, 2006, 2013];
+
+/// The kind of a database error from its SQLSTATE and, for MySQL/MariaDB, its error number.
+pub(crate) fn kind_of(code: &str, mysql_number: Option<u16>) -> ErrorKind {
+    let transient = TRANSIENT_CODES.contains(&code)
+        || code.starts_with("08")
+        || mysql_number.is_some_and(|n| TRANSIENT_MYSQL_NUMBERS.contains(&n));
+    if transient {
+        ErrorKind::Transient
+    } else {
+        ErrorKind::Permanent
+    }
+}
 
 /// Wraps a sqlx error with what oncely was doing.
 pub(crate) fn db(doing: &str, e: sqlx::Error) -> Error {
@@ -19,12 +38,10 @@ pub(crate) fn db(doing: &str, e: sqlx::Error) -> Error {
         | sqlx::Error::Protocol(_) => ErrorKind::Transient,
         sqlx::Error::Database(db) => {
             let code = db.code();
-            let code = code.as_deref().unwrap_or("");
-            if TRANSIENT_CODES.contains(&code) || code.starts_with("08") {
-                ErrorKind::Transient
-            } else {
-                ErrorKind::Permanent
-            }
+            let number = db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .map(|m| m.number());
+            kind_of(code.as_deref().unwrap_or(""), number)
         }
         sqlx::Error::Configuration(_) => ErrorKind::Config,
         _ => ErrorKind::Permanent,
@@ -56,5 +73,31 @@ pub fn redact_url(url: &str) -> String {
             format!("{scheme}://{masked}@{host}{tail}")
         }
         None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_codes_are_transient() {
+        for code in ["40001", "40P01", "55P03", "57P01", "08006", "08P01", "5", "517"] {
+            assert_eq!(kind_of(code, None), ErrorKind::Transient, "{code}");
+        }
+        for number in [1213, 1205, 2006, 2013] {
+            assert_eq!(kind_of("HY000", Some(number)), ErrorKind::Transient, "{number}");
+        }
+    }
+
+    #[test]
+    fn other_codes_are_permanent() {
+        for code in ["23505", "42P01", "22001", "HY000", ""] {
+            assert_eq!(kind_of(code, None), ErrorKind::Permanent, "{code}");
+        }
+        // 1062 duplicate key, 1146 no such table: retrying cannot help.
+        for number in [1062, 1146] {
+            assert_eq!(kind_of("23000", Some(number)), ErrorKind::Permanent, "{number}");
+        }
     }
 }

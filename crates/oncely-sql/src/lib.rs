@@ -22,7 +22,7 @@ mod store;
 mod tables;
 
 pub use connect::{ConnectOptions, Durability};
-pub use dialect::Dialect;
+pub use dialect::{Dialect, Isolation};
 pub use error::redact_url;
 pub use migrate::{Migration, migrations, print_migrations};
 pub use sqlx;

@@ -1,6 +1,6 @@
 //! [`SqlStore`]: the inbox and dead-letter tables in SQLite, PostgreSQL or MySQL/MariaDB.
 
-use crate::dialect::{Dialect, Queries};
+use crate::dialect::{Dialect, Isolation, Queries};
 use crate::error::db;
 use crate::tables::Tables;
 use oncely_core::{
@@ -19,6 +19,7 @@ pub struct SqlStore<DB: Database> {
     pool: Pool<DB>,
     tables: Tables,
     queries: Arc<Statements>,
+    isolation: Option<Isolation>,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -27,6 +28,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
             pool: self.pool.clone(),
             tables: self.tables.clone(),
             queries: self.queries.clone(),
+            isolation: self.isolation,
         }
     }
 }
@@ -40,6 +42,7 @@ pub type MySqlStore = SqlStore<MySql>;
 
 pub(crate) struct Statements {
     claim: SqlStr,
+    claim_hash: SqlStr,
     stored_hash: SqlStr,
     insert_dead_letter: SqlStr,
     dead_letters: SqlStr,
@@ -52,6 +55,7 @@ impl Statements {
         let s = |text: String| AssertSqlSafe(text).into_sql_str();
         Self {
             claim: s(q.claim),
+            claim_hash: s(q.claim_hash),
             stored_hash: s(q.stored_hash),
             insert_dead_letter: s(q.insert_dead_letter),
             dead_letters: s(q.dead_letters),
@@ -108,7 +112,20 @@ impl<DB: SqlDatabase> SqlStore<DB> {
             pool,
             tables,
             queries,
+            isolation: None,
         }
+    }
+
+    /// Runs the store's transactions at `level` instead of the server's default
+    /// (see [`Isolation`] for what each level means for claims).
+    pub fn with_isolation(mut self, level: Isolation) -> Self {
+        self.isolation = Some(level);
+        self
+    }
+
+    /// The isolation level set with [`SqlStore::with_isolation`], if any.
+    pub fn isolation(&self) -> Option<Isolation> {
+        self.isolation
     }
 
     /// The pool (for the application's own queries).
@@ -133,13 +150,16 @@ fn letter_row(letter: &DeadLetter) -> (String, Option<String>, String) {
 }
 
 macro_rules! sql_store {
-    ($db:ty, |$pool:ident| $begin:expr) => {
+    ($db:ty) => {
         impl Store for SqlStore<$db> {
             type Tx = sqlx::Transaction<'static, $db>;
 
             async fn begin(&self) -> Result<Self::Tx> {
-                let $pool = &self.pool;
-                $begin.await.map_err(|e| db("begin", e))
+                match Isolation::begin_sql(self.isolation, <$db as SqlDatabase>::DIALECT) {
+                    Some(sql) => self.pool.begin_with(sql).await,
+                    None => self.pool.begin().await,
+                }
+                .map_err(|e| db("begin", e))
             }
 
             async fn claim(
@@ -161,7 +181,7 @@ macro_rules! sql_store {
                 if inserted == 1 {
                     return Ok(Claim::Fresh);
                 }
-                let stored: String = sqlx::query_scalar(self.queries.stored_hash.clone())
+                let stored: String = sqlx::query_scalar(self.queries.claim_hash.clone())
                     .bind(consumer.as_str())
                     .bind(id.as_str())
                     .fetch_one(&mut **tx)
@@ -274,6 +294,6 @@ macro_rules! sql_store {
     };
 }
 
-sql_store!(Sqlite, |pool| pool.begin_with("BEGIN IMMEDIATE"));
-sql_store!(Postgres, |pool| pool.begin());
-sql_store!(MySql, |pool| pool.begin());
+sql_store!(Sqlite);
+sql_store!(Postgres);
+sql_store!(MySql);

@@ -1,0 +1,306 @@
+//! Shared fixtures for the server tests: one schema (PostgreSQL) or database (MariaDB) per
+//! test, a ledger table the tests count effects in, and a handler that writes to it.
+#![allow(dead_code)]
+
+pub mod ledger;
+pub mod suite;
+
+pub use ledger::{Gate, Ledger};
+use oncely_core::Result;
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables};
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// PostgreSQL URL for tests (trust auth on loopback).
+pub fn pg_url() -> String {
+    std::env::var("ONCELY_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// MariaDB / MySQL URL for tests.
+pub fn mysql_url() -> String {
+    std::env::var("ONCELY_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// True when a missing server must fail the test instead of skipping it.
+pub fn services_required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
+}
+
+/// Fails (CI) or prints a loud SKIPPED line.
+pub fn missing(server: &str, test: &str, error: &oncely_core::Error) {
+    if services_required() {
+        panic!("{server} is required (CI / ONCELY_REQUIRE_SERVICES set) but unavailable: {error}");
+    }
+    eprintln!(
+        "\n*** SKIPPED {test}: {server} unavailable ({error}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
+    );
+}
+
+/// A fresh identifier `t_<test>_<pid>_<n>` (lower case, ≤ 48 bytes).
+pub fn unique(test: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let short: String = test.chars().take(20).collect();
+    format!("t_{short}_{}_{n}_{:x}", std::process::id(), nanos % 0x10000).to_lowercase()
+}
+
+/// What the generic tests need from each store type.
+pub trait TestStore: oncely_core::Inspect + oncely_core::Store + Clone + Sized {
+    /// Server name for messages.
+    const SERVER: &'static str;
+    /// Opens a store on `url` with `tables`.
+    fn open(url: &str, tables: Tables) -> impl Future<Output = Result<Self>> + Send;
+    /// Applies migrations.
+    fn migrate_now(&self) -> impl Future<Output = Result<usize>> + Send;
+    /// Runs a statement outside any transaction.
+    fn exec(&self, sql: String) -> impl Future<Output = Result<()>> + Send;
+    /// Fetches `(message_id, payload, instance)` rows.
+    fn rows(&self, sql: String) -> impl Future<Output = Result<Vec<(String, String, String)>>> + Send;
+    /// Sessions waiting for a row lock on a statement mentioning `name`; `None` if the
+    /// server can't tell (SQLite).
+    fn lock_waiters(&self, name: String) -> impl Future<Output = Option<i64>> + Send;
+    /// Placeholder style: `$1` (PostgreSQL) or `?`.
+    const DOLLAR: bool;
+}
+
+fn opts(tables: Tables) -> ConnectOptions {
+    ConnectOptions {
+        tables,
+        max_connections: 4,
+        ..ConnectOptions::default()
+    }
+}
+
+fn err(doing: &str, e: sqlx::Error) -> oncely_core::Error {
+    oncely_core::Error::permanent(format!("{doing}: {e}"))
+}
+
+impl TestStore for PgStore {
+    const SERVER: &'static str = "PostgreSQL";
+    const DOLLAR: bool = true;
+    async fn open(url: &str, tables: Tables) -> Result<Self> {
+        PgStore::connect_with(url, &opts(tables)).await
+    }
+    async fn migrate_now(&self) -> Result<usize> {
+        self.migrate().await
+    }
+    async fn exec(&self, sql: String) -> Result<()> {
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(self.pool())
+            .await
+            .map(|_| ())
+            .map_err(|e| err("exec", e))
+    }
+    async fn rows(&self, sql: String) -> Result<Vec<(String, String, String)>> {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| err("rows", e))
+    }
+    async fn lock_waiters(&self, name: String) -> Option<i64> {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0",
+        )
+        .bind(name)
+        .fetch_one(self.pool())
+        .await
+        .ok()
+    }
+}
+
+impl TestStore for MySqlStore {
+    const SERVER: &'static str = "MariaDB";
+    const DOLLAR: bool = false;
+    async fn open(url: &str, tables: Tables) -> Result<Self> {
+        MySqlStore::connect_with(url, &opts(tables)).await
+    }
+    async fn migrate_now(&self) -> Result<usize> {
+        self.migrate().await
+    }
+    async fn exec(&self, sql: String) -> Result<()> {
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(self.pool())
+            .await
+            .map(|_| ())
+            .map_err(|e| err("exec", e))
+    }
+    async fn rows(&self, sql: String) -> Result<Vec<(String, String, String)>> {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| err("rows", e))
+    }
+    async fn lock_waiters(&self, name: String) -> Option<i64> {
+        sqlx::query_scalar(
+            // INNODB_TRX lags behind on MariaDB; the process list shows the claim statement
+            // executing (it cannot finish while the other transaction holds the row).
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND IN ('Query', 'Execute') AND INFO LIKE 'INSERT IGNORE%' AND INSTR(INFO, ?) > 0",
+        )
+        .bind(name)
+        .fetch_one(self.pool())
+        .await
+        .ok()
+    }
+}
+
+impl TestStore for SqliteStore {
+    const SERVER: &'static str = "SQLite";
+    const DOLLAR: bool = false;
+    async fn open(url: &str, tables: Tables) -> Result<Self> {
+        SqliteStore::connect_with(url, &opts(tables)).await
+    }
+    async fn migrate_now(&self) -> Result<usize> {
+        self.migrate().await
+    }
+    async fn exec(&self, sql: String) -> Result<()> {
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(self.pool())
+            .await
+            .map(|_| ())
+            .map_err(|e| err("exec", e))
+    }
+    async fn rows(&self, sql: String) -> Result<Vec<(String, String, String)>> {
+        sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| err("rows", e))
+    }
+    async fn lock_waiters(&self, _name: String) -> Option<i64> {
+        None
+    }
+}
+
+/// One test's database objects: two stores with separate pools on the same tables
+/// (two live "consumer processes"), and a ledger table counting effects independently.
+pub struct Fx<S> {
+    /// The first store (consumer 1).
+    pub store: S,
+    /// A second store with its own pool (consumer 2).
+    pub other: S,
+    /// Schema (PostgreSQL), database (MariaDB) or file stem (SQLite).
+    pub name: String,
+    /// Qualified ledger table.
+    pub ledger_table: String,
+    url: String,
+    tables: Tables,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Sets up PostgreSQL for `test`, or `None` after a SKIPPED line.
+pub async fn pg(test: &str) -> Option<Fx<PgStore>> {
+    server_fx(test, &pg_url(), true).await
+}
+
+/// Sets up MariaDB for `test`, or `None` after a SKIPPED line.
+pub async fn mysql(test: &str) -> Option<Fx<MySqlStore>> {
+    server_fx(test, &mysql_url(), true).await
+}
+
+/// Sets up a SQLite file for `test`.
+pub async fn sqlite(test: &str) -> Option<Fx<SqliteStore>> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite:{}", dir.path().join("oncely.db").display());
+    let mut fx: Fx<SqliteStore> = build(test, &url, Tables::default(), unique(test)).await.ok()?;
+    fx._dir = Some(dir);
+    Some(fx)
+}
+
+async fn server_fx<S: TestStore>(test: &str, url: &str, schema: bool) -> Option<Fx<S>> {
+    let name = unique(test);
+    let tables = if schema {
+        Tables::default().with_schema(&name).expect("valid schema")
+    } else {
+        Tables::default()
+    };
+    match build(test, url, tables, name).await {
+        Ok(fx) => Some(fx),
+        Err(e) => {
+            missing(S::SERVER, test, &e);
+            None
+        }
+    }
+}
+
+async fn build<S: TestStore>(test: &str, url: &str, tables: Tables, name: String) -> Result<Fx<S>> {
+    let _ = test;
+    let store = S::open(url, tables.clone()).await?;
+    store.migrate_now().await?;
+    let other = S::open(url, tables.clone()).await?;
+    let ledger_table = tables.table("ledger");
+    store
+        .exec(format!(
+            "CREATE TABLE {ledger_table} (message_id VARCHAR(255) NOT NULL, payload VARCHAR(255) NOT NULL, instance VARCHAR(32) NOT NULL)"
+        ))
+        .await?;
+    Ok(Fx {
+        store,
+        other,
+        name,
+        ledger_table,
+        url: url.to_owned(),
+        tables,
+        _dir: None,
+    })
+}
+
+impl<S: TestStore> Fx<S> {
+    /// A ledger handler writing as `instance`.
+    pub fn ledger(&self, instance: &'static str) -> Ledger {
+        Ledger::new(&self.ledger_table, S::DOLLAR, instance)
+    }
+
+    /// All ledger rows `(message_id, payload, instance)`, ordered by id.
+    pub async fn effects(&self) -> Vec<(String, String, String)> {
+        self.store
+            .rows(format!(
+                "SELECT message_id, payload, instance FROM {} ORDER BY message_id, instance",
+                self.ledger_table
+            ))
+            .await
+            .expect("read ledger")
+    }
+
+    /// Another store on the same tables with its own pool.
+    pub async fn open_another(&self) -> S {
+        S::open(&self.url, self.tables.clone()).await.expect("open")
+    }
+
+    /// The server URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Waits until some session is blocked on a lock in a statement naming this test's
+    /// tables. Returns false if the server can't tell (SQLite), after a short pause.
+    pub async fn until_lock_wait(&self) -> bool {
+        for _ in 0..12_000 {
+            match self.store.lock_waiters(self.name.clone()).await {
+                None => {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    return false;
+                }
+                Some(n) if n > 0 => return true,
+                Some(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        panic!("no session waited for a lock within 120 s");
+    }
+
+    /// Drops the schema / database (PostgreSQL, MariaDB).
+    pub async fn cleanup(self) {
+        let sql = match S::SERVER {
+            "PostgreSQL" => format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name),
+            "MariaDB" => format!("DROP DATABASE IF EXISTS {}", self.name),
+            _ => return,
+        };
+        let _ = self.store.exec(sql).await;
+    }
+}
