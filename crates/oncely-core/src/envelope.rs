@@ -171,12 +171,14 @@ impl RawEnvelope {
         }
     }
 
-    /// Validates the id, or gives back the message with the reason it can't be used.
-    pub fn validate(self) -> Result<Envelope, (IdError, RawEnvelope)> {
-        match MessageId::parse_optional(self.id.as_deref()) {
-            Ok(id) => Ok(Envelope::from_parts(id, self.payload, self.meta)),
-            Err(e) => Err((e, self)),
-        }
+    /// Validates the id into an [`Envelope`]; the raw message stays usable for dead-lettering.
+    pub fn to_envelope(&self) -> Result<Envelope, IdError> {
+        let id = MessageId::parse_optional(self.id.as_deref())?;
+        Ok(Envelope::from_parts(
+            id,
+            self.payload.clone(),
+            self.meta.clone(),
+        ))
     }
 
     /// The id shown for humans: lossy UTF-8, control characters escaped, cut to 255 bytes.
