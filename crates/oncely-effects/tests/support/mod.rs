@@ -129,3 +129,33 @@ pub async fn drop_mysql(store: &MySqlStore) {
             .await;
     }
 }
+
+/// Published (id, entity key, outbox row id), in publish order.
+pub type Log = std::sync::Arc<std::sync::Mutex<Vec<(String, String, i64)>>>;
+
+/// Enqueues `n` outbox rows (one per incoming id `in-{i}`) over `entities` entity keys, each in
+/// its own committed transaction; returns their ids.
+pub async fn enqueue_rows<DB: oncely_effects::EffectsDb>(
+    pool: &sqlx::Pool<DB>,
+    tables: &Tables,
+    n: usize,
+    entities: usize,
+) -> std::collections::HashSet<String> {
+    let outbox = oncely_effects::Outbox::new("test", tables.clone());
+    let mut ids = std::collections::HashSet::new();
+    for i in 0..n {
+        let mut tx = pool.begin_with(DB::BEGIN).await.unwrap();
+        let incoming = oncely_core::MessageId::new(format!("in-{i}")).unwrap();
+        let msg =
+            oncely_effects::Outgoing::new("topic", format!("e{}", i % entities), format!("p{i}"));
+        ids.insert(
+            outbox
+                .enqueue(&mut tx, &incoming, 0, &msg)
+                .await
+                .unwrap()
+                .to_string(),
+        );
+        tx.commit().await.unwrap();
+    }
+    ids
+}
