@@ -45,7 +45,7 @@ impl Publisher for Tagged {
 }
 
 async fn two_relays<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
-    let ids = support::enqueue_rows(&pool, &tables, 60, 6).await;
+    let ids = support::enqueue_rows(&pool, &tables, 60, 2).await;
     let shared = Arc::new(Exclusive::default());
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
