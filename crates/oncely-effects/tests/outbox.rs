@@ -176,7 +176,9 @@ async fn kill_relays_then_check<DB: EffectsDb>(
             .batch(4)
             .poll_interval(Duration::from_millis(5));
         let task = tokio::spawn(async move { relay.run(CancellationToken::new()).await });
-        killed.notified().await;
+        tokio::time::timeout(Duration::from_secs(120), killed.notified())
+            .await
+            .expect("the relay reached its kill point (hang guard)");
         task.abort(); // the process dies: its transaction is dropped, nothing is marked
         assert!(task.await.unwrap_err().is_cancelled());
         kills += 1;
