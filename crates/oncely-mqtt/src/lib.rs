@@ -1,0 +1,34 @@
+//! # oncely-mqtt
+//!
+//! MQTT for oncely, on [rumqttc](https://docs.rs/rumqttc) (MQTT 5 client):
+//!
+//! - [`MqttSource`]: QoS 1 subscription in a persistent session with manual acks; the
+//!   PUBACK is sent only after the store's commit. Unacked messages come back when the
+//!   client reconnects, so the source reconnects (with backoff) after a lost connection
+//!   and after a nack.
+//! - [`MqttProducer`] / [`publish`]: QoS 1, the id in the MQTT 5 user property
+//!   `message-id`; `oncely-version`, `oncely-entity`, `oncely-source-time` user properties.
+//!
+//! Producers speaking MQTT 3.1.1 (no properties) put the id in the JSON payload's
+//! `message_id` field instead. A publish with neither becomes a delivery whose id is `None`;
+//! the runtime dead-letters it with reason `bad_id`.
+//!
+//! ```no_run
+//! # async fn f() -> oncely_core::Result<()> {
+//! let url = "mqtt://127.0.0.1:1883?topic=credits";
+//! let source = oncely_mqtt::connect_source(url, "billing").await?; // subscribe first
+//! oncely_mqtt::publish(url, &[oncely_core::RawEnvelope::new("m-1", r#"{"account":"acct-17","amount":5}"#)]).await?;
+//! # let _ = source; Ok(()) }
+//! ```
+
+mod mapping;
+mod producer;
+mod source;
+mod url;
+
+pub use mapping::{
+    ENTITY_PROPERTY, ID_JSON_FIELD, ID_PROPERTY, SOURCE_TIME_PROPERTY, VERSION_PROPERTY,
+    envelope_of, properties_of,
+};
+pub use producer::{MqttProducer, publish};
+pub use source::{DEFAULT_TOPIC, MqttOptions5, MqttSource, connect_source};

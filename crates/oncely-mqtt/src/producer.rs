@@ -1,0 +1,108 @@
+//! [`MqttProducer`]: publishes [`RawEnvelope`]s with QoS 1 and the id in the `message-id`
+//! user property.
+
+use crate::mapping::properties_of;
+use crate::source::MqttOptions5;
+use oncely_core::{Error, RawEnvelope, Result};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::Packet;
+use rumqttc::v5::{AsyncClient, Event};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Publishes to one topic with QoS 1 and waits for the broker's PUBACKs.
+pub struct MqttProducer {
+    client: AsyncClient,
+    topic: String,
+    acked: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    sent: u64,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl MqttProducer {
+    /// Connects with a fresh clean session.
+    pub async fn connect(options: &MqttOptions5) -> Result<Self> {
+        let id = format!("oncely-producer-{}", std::process::id());
+        let mut o = options.client_options(&id, false);
+        o.set_manual_acks(false);
+        let (client, mut eventloop) = AsyncClient::new(o, 1024);
+        let acked = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let (a, f) = (acked.clone(), failed.clone());
+        let driver = tokio::spawn(async move {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::PubAck(_))) => {
+                        a.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        f.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            client,
+            topic: options.topic.clone(),
+            acked,
+            failed,
+            sent: 0,
+            driver,
+        })
+    }
+
+    /// Publishes messages in order and waits until the broker acked all of them.
+    pub async fn send_all(&mut self, messages: &[RawEnvelope]) -> Result<()> {
+        for m in messages {
+            self.client
+                .publish_with_properties(
+                    self.topic.clone(),
+                    QoS::AtLeastOnce,
+                    false,
+                    m.payload.clone(),
+                    properties_of(m),
+                )
+                .await
+                .map_err(|e| Error::transient(format!("MQTT: publish: {e}")))?;
+            self.sent += 1;
+        }
+        for _ in 0..600 {
+            if self.acked.load(Ordering::Relaxed) >= self.sent {
+                return Ok(());
+            }
+            if self.failed.load(Ordering::Relaxed) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(Error::transient(format!(
+            "MQTT: {} of {} publishes acked",
+            self.acked.load(Ordering::Relaxed),
+            self.sent
+        )))
+    }
+}
+
+impl Drop for MqttProducer {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+/// Publishes `messages` to the topic the URL names (`?topic=`, default `oncely/messages`).
+///
+/// Mind the broker's per-client queue (Mosquitto: `max_queued_messages`, default 1000):
+/// messages beyond it for a slow or offline subscriber are dropped by the broker, so large
+/// volumes need pacing or a larger limit.
+pub async fn publish(url: &str, messages: &[RawEnvelope]) -> Result<()> {
+    let options = MqttOptions5::from_url(url, "producer")?;
+    let mut producer = MqttProducer::connect(&options).await?;
+    for chunk in messages.chunks(200) {
+        producer.send_all(chunk).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,274 @@
+//! [`MqttSource`]: an MQTT 5 subscription (QoS 1, persistent session, manual acks) as an
+//! oncely [`Source`].
+
+use crate::mapping::envelope_of;
+use crate::url::split_params;
+use futures::future::BoxFuture;
+use oncely_core::{Acker, Delivery, Error, Result, Source};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tracing::{info, warn};
+
+/// Default topic.
+pub const DEFAULT_TOPIC: &str = "oncely/messages";
+pub(crate) const PARAMS: &[&str] = &["topic", "client_id", "inflight", "session_expiry"];
+
+/// Settings of an [`MqttSource`].
+#[derive(Debug, Clone)]
+pub struct MqttOptions5 {
+    /// Host name or address.
+    pub host: String,
+    /// Port (default 1883).
+    pub port: u16,
+    /// Topic filter subscribed with QoS 1.
+    pub topic: String,
+    /// Client id: the broker keeps the session (subscription and unacked messages) under it.
+    pub client_id: String,
+    /// Unacked messages the broker may send at once (MQTT 5 receive maximum, default 20).
+    pub inflight: u16,
+    /// How long the broker keeps the session while disconnected (default 1 day).
+    pub session_expiry: Duration,
+}
+
+impl MqttOptions5 {
+    /// Options from `mqtt://host:port?topic=…&client_id=…&inflight=…&session_expiry=SECS`;
+    /// the client id defaults to `oncely-{consumer}`.
+    pub fn from_url(url: &str, consumer: &str) -> Result<Self> {
+        let (rest, p) = split_params(url, PARAMS);
+        let hostport = rest
+            .strip_prefix("mqtt://")
+            .or_else(|| rest.strip_prefix("tcp://"))
+            .ok_or_else(|| Error::config(format!("not an mqtt:// URL: {url}")))?
+            .trim_end_matches('/');
+        let (host, port) = match hostport.rsplit_once(':') {
+            Some((h, port)) => (
+                h.to_owned(),
+                port.parse()
+                    .map_err(|_| Error::config(format!("bad port in {url}")))?,
+            ),
+            None => (hostport.to_owned(), 1883),
+        };
+        let num = |k: &str| -> Result<Option<u64>> {
+            p.get(k)
+                .map(|v| {
+                    v.parse()
+                        .map_err(|_| Error::config(format!("{k}={v:?} is not a number")))
+                })
+                .transpose()
+        };
+        Ok(Self {
+            host,
+            port,
+            topic: p
+                .get("topic")
+                .cloned()
+                .unwrap_or_else(|| DEFAULT_TOPIC.to_owned()),
+            client_id: p
+                .get("client_id")
+                .cloned()
+                .unwrap_or_else(|| format!("oncely-{consumer}")),
+            inflight: num("inflight")?.map_or(20, |n| n.clamp(1, 65_535) as u16),
+            session_expiry: Duration::from_secs(num("session_expiry")?.unwrap_or(86_400)),
+        })
+    }
+
+    pub(crate) fn client_options(&self, client_id: &str, persistent: bool) -> MqttOptions {
+        let mut o = MqttOptions::new(client_id, &self.host, self.port);
+        o.set_keep_alive(Duration::from_secs(10));
+        o.set_manual_acks(true);
+        o.set_clean_start(!persistent);
+        if persistent {
+            o.set_session_expiry_interval(Some(self.session_expiry.as_secs() as u32));
+        }
+        o.set_receive_maximum(Some(self.inflight));
+        o
+    }
+}
+
+struct Item {
+    publish: Publish,
+    client: AsyncClient,
+}
+
+/// MQTT 5, QoS 1, persistent session (`clean_start = false`, session expiry), manual acks:
+/// the PUBACK is sent only after the commit. MQTT brokers redeliver unacked messages only
+/// when the client reconnects, so a nack or a delivery dropped unsettled makes this source
+/// reconnect (debounced); a lost connection is re-established with backoff. Each connection
+/// gets its own client handle, so a stale ack can never reach a later connection (where the
+/// packet id may name another message): such deliveries are redelivered and end as
+/// `Duplicate`. `attempt` is 1, or 2 for a `DUP` redelivery, raised by a local count of
+/// deliveries of the same id seen by this source.
+pub struct MqttSource {
+    rx: mpsc::Receiver<Item>,
+    reconnect: Arc<Notify>,
+    seen: Arc<Mutex<HashMap<Vec<u8>, u32>>>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl MqttSource {
+    /// Connects and subscribes; returns once the broker confirmed the subscription (so
+    /// messages published afterwards are kept for this session).
+    pub async fn connect(options: MqttOptions5) -> Result<Self> {
+        let (tx, rx) = mpsc::channel(usize::from(options.inflight).max(1) * 2);
+        let reconnect = Arc::new(Notify::new());
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let driver = tokio::spawn(drive(options, tx, reconnect.clone(), ready_tx));
+        match tokio::time::timeout(Duration::from_secs(15), ready_rx).await {
+            Ok(Ok(())) => Ok(Self {
+                rx,
+                reconnect,
+                seen: Arc::default(),
+                driver,
+            }),
+            _ => {
+                driver.abort();
+                Err(Error::transient(
+                    "MQTT: could not connect and subscribe within 15 s",
+                ))
+            }
+        }
+    }
+
+    /// Drops the connection now (without DISCONNECT, as a crash would) and reconnects; the
+    /// broker then redelivers everything unacked.
+    pub fn reconnect_now(&self) {
+        self.reconnect.notify_one();
+    }
+}
+
+impl Drop for MqttSource {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+async fn drive(
+    options: MqttOptions5,
+    tx: mpsc::Sender<Item>,
+    reconnect: Arc<Notify>,
+    ready: oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let (client, mut eventloop) =
+            AsyncClient::new(options.client_options(&options.client_id, true), 256);
+        loop {
+            let event = tokio::select! {
+                e = eventloop.poll() => e,
+                _ = reconnect.notified() => {
+                    // Let other abandoned deliveries of this batch ask too, then reconnect once.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    info!("MQTT: reconnecting so the broker redelivers unacked messages");
+                    break;
+                }
+            };
+            match event {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    delay = Duration::from_millis(100);
+                    if let Err(e) = client
+                        .subscribe(options.topic.clone(), QoS::AtLeastOnce)
+                        .await
+                    {
+                        warn!(error = %e, "MQTT: subscribe request failed");
+                    }
+                }
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    if let Some(r) = ready.take() {
+                        let _ = r.send(());
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(publish))) => {
+                    let item = Item {
+                        publish,
+                        client: client.clone(),
+                    };
+                    if tx.send(item).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(error = %e, ?delay, "MQTT: connection lost; reconnecting");
+                    break;
+                }
+            }
+        }
+        drop(eventloop);
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+impl Source for MqttSource {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        let Some(Item { publish, client }) = self.rx.recv().await else {
+            return Err(Error::transient("MQTT: connection task ended"));
+        };
+        let raw = envelope_of(publish.properties.as_ref(), &publish.payload);
+        let key = raw.id.clone().unwrap_or_else(|| raw.payload.clone());
+        let local = {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            let n = seen.entry(key.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let attempt = local.max(if publish.dup { 2 } else { 1 });
+        let acker = MqttAcker {
+            inner: Some((client, publish)),
+            reconnect: self.reconnect.clone(),
+            seen: self.seen.clone(),
+            key,
+        };
+        Ok(Some(Delivery::new(raw, attempt, Box::new(acker))))
+    }
+}
+
+struct MqttAcker {
+    inner: Option<(AsyncClient, Publish)>,
+    reconnect: Arc<Notify>,
+    seen: Arc<Mutex<HashMap<Vec<u8>, u32>>>,
+    key: Vec<u8>,
+}
+
+impl Acker for MqttAcker {
+    fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        let (client, publish) = self.inner.take().expect("settled once");
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+        Box::pin(async move {
+            client
+                .ack(&publish)
+                .await
+                .map_err(|e| Error::transient(format!("MQTT: PUBACK not sent: {e}")))
+        })
+    }
+
+    fn nack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        self.inner = None;
+        self.reconnect.notify_one();
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl Drop for MqttAcker {
+    fn drop(&mut self) {
+        if self.inner.take().is_some() {
+            self.reconnect.notify_one();
+        }
+    }
+}
+
+/// Connects a source for consumer `consumer` from a URL such as
+/// `mqtt://127.0.0.1:1883?topic=credits&client_id=billing-1` (client id default
+/// `oncely-{consumer}`; its persistent session holds the subscription).
+pub async fn connect_source(url: &str, consumer: &str) -> Result<MqttSource> {
+    MqttSource::connect(MqttOptions5::from_url(url, consumer)?).await
+}

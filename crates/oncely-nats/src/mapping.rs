@@ -1,0 +1,90 @@
+//! The wire mapping: [`RawEnvelope`] ↔ NATS headers.
+
+use async_nats::HeaderMap;
+use oncely_core::{Meta, RawEnvelope};
+use std::time::{Duration, UNIX_EPOCH};
+
+/// Header carrying the producer-set id; JetStream also dedups on it within the stream's
+/// duplicate window.
+pub const ID_HEADER: &str = "Nats-Msg-Id";
+/// Header carrying the entity version.
+pub const VERSION_HEADER: &str = "oncely-version";
+/// Header carrying the entity key.
+pub const ENTITY_HEADER: &str = "oncely-entity";
+/// Header carrying the source time in Unix milliseconds.
+pub const SOURCE_TIME_HEADER: &str = "oncely-source-time";
+
+/// The headers a producer sets.
+pub fn headers_of(message: &RawEnvelope) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    if let Some(id) = &message.id {
+        h.insert(ID_HEADER, String::from_utf8_lossy(id).as_ref());
+    }
+    let meta = &message.meta;
+    if let Some(v) = meta.version {
+        h.insert(VERSION_HEADER, v.to_string().as_str());
+    }
+    if let Some(e) = &meta.entity_key {
+        h.insert(ENTITY_HEADER, e.as_str());
+    }
+    if let Some(t) = meta.source_time {
+        let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+        h.insert(SOURCE_TIME_HEADER, ms.to_string().as_str());
+    }
+    for (k, v) in &meta.headers {
+        h.insert(k.as_str(), v.as_str());
+    }
+    h
+}
+
+/// Reads a message back into a [`RawEnvelope`]. Without `Nats-Msg-Id` the id is `None`,
+/// which the runtime dead-letters with reason `bad_id`.
+pub fn envelope_of(headers: Option<&HeaderMap>, payload: &[u8]) -> RawEnvelope {
+    let mut raw = RawEnvelope {
+        id: None,
+        payload: payload.to_vec(),
+        meta: Meta::default(),
+    };
+    let Some(headers) = headers else {
+        return raw;
+    };
+    for (name, values) in headers.iter() {
+        let Some(value) = values.first() else {
+            continue;
+        };
+        let text: &str = value.as_ref();
+        match name.as_ref() {
+            ID_HEADER => raw.id = Some(text.as_bytes().to_vec()),
+            VERSION_HEADER => raw.meta.version = text.trim().parse().ok(),
+            ENTITY_HEADER => raw.meta.entity_key = Some(text.to_owned()),
+            SOURCE_TIME_HEADER => {
+                raw.meta.source_time = text
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
+            }
+            other => {
+                raw.meta.headers.insert(other.to_owned(), text.to_owned());
+            }
+        }
+    }
+    raw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let mut raw = RawEnvelope::new("m-1", br#"{"account":"acct-17","amount":5}"#.to_vec());
+        raw.meta.version = Some(3);
+        raw.meta.entity_key = Some("acct-17".into());
+        raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
+        raw.meta.headers.insert("trace".into(), "t".into());
+        let h = headers_of(&raw);
+        assert_eq!(envelope_of(Some(&h), &raw.payload), raw);
+        assert_eq!(envelope_of(None, b"x").id, None);
+    }
+}

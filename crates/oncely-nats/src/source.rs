@@ -1,0 +1,274 @@
+//! [`NatsSource`]: a durable JetStream pull consumer as an oncely [`Source`].
+
+use crate::mapping::envelope_of;
+use crate::url::split_params;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_nats::jetstream::message::{AckKind, Acker as JsAcker};
+use async_nats::jetstream::{self, Context, stream};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use oncely_core::{Acker, Delivery, Error, Result, Source};
+use std::time::Duration;
+use tracing::warn;
+
+/// Default stream name.
+pub const DEFAULT_STREAM: &str = "ONCELY";
+/// Default subject.
+pub const DEFAULT_SUBJECT: &str = "oncely.messages";
+pub(crate) const PARAMS: &[&str] = &[
+    "stream",
+    "subject",
+    "durable",
+    "ack_wait_ms",
+    "batch",
+    "dup_window_ms",
+];
+
+/// Settings of a [`NatsSource`] (and of the stream a producer creates).
+#[derive(Debug, Clone)]
+pub struct NatsOptions {
+    /// Stream name (created if missing, capturing [`NatsOptions::subject`]).
+    pub stream: String,
+    /// Subject the stream captures and producers publish to.
+    pub subject: String,
+    /// Durable consumer name (shared by all processes of one logical consumer).
+    pub durable: String,
+    /// Redelivery after this long without an ack (default 30 s).
+    pub ack_wait: Duration,
+    /// Messages per pull request (default 64).
+    pub batch: usize,
+    /// The stream's `Nats-Msg-Id` dedup window, used when creating it (default 2 min).
+    pub duplicate_window: Duration,
+}
+
+impl NatsOptions {
+    /// Defaults for consumer `consumer`: stream `ONCELY`, subject `oncely.messages`,
+    /// durable name = consumer name with characters NATS forbids replaced by `_`.
+    pub fn new(consumer: &str) -> Self {
+        let durable = consumer
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Self {
+            stream: DEFAULT_STREAM.to_owned(),
+            subject: DEFAULT_SUBJECT.to_owned(),
+            durable,
+            ack_wait: Duration::from_secs(30),
+            batch: 64,
+            duplicate_window: Duration::from_secs(120),
+        }
+    }
+
+    /// Options from a URL's `?stream=`, `?subject=`, `?durable=`, `?ack_wait_ms=`,
+    /// `?batch=`, `?dup_window_ms=`; returns the URL without them.
+    pub fn from_url(url: &str, consumer: &str) -> Result<(String, Self)> {
+        let (rest, p) = split_params(url, PARAMS);
+        let mut o = Self::new(consumer);
+        let num = |k: &str| -> Result<Option<u64>> {
+            p.get(k)
+                .map(|v| {
+                    v.parse()
+                        .map_err(|_| Error::config(format!("{k}={v:?} is not a number")))
+                })
+                .transpose()
+        };
+        if let Some(s) = p.get("stream") {
+            o.stream = s.clone();
+        }
+        if let Some(s) = p.get("subject") {
+            o.subject = s.clone();
+        }
+        if let Some(s) = p.get("durable") {
+            o.durable = s.clone();
+        }
+        if let Some(ms) = num("ack_wait_ms")? {
+            o.ack_wait = Duration::from_millis(ms);
+        }
+        if let Some(b) = num("batch")? {
+            o.batch = b.max(1) as usize;
+        }
+        if let Some(ms) = num("dup_window_ms")? {
+            o.duplicate_window = Duration::from_millis(ms);
+        }
+        Ok((rest, o))
+    }
+}
+
+pub(crate) fn nats_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::transient(format!("NATS: {what}: {e}"))
+}
+
+pub(crate) async fn connect_client(url: &str, name: &str) -> Result<async_nats::Client> {
+    async_nats::ConnectOptions::new()
+        .name(name)
+        .connect(url)
+        .await
+        .map_err(|e| nats_err("connect", e))
+}
+
+/// Creates the stream if missing (an existing stream is used as it is).
+pub(crate) async fn ensure_stream(js: &Context, o: &NatsOptions) -> Result<stream::Stream> {
+    js.get_or_create_stream(stream::Config {
+        name: o.stream.clone(),
+        subjects: vec![o.subject.clone()],
+        duplicate_window: o.duplicate_window,
+        ..stream::Config::default()
+    })
+    .await
+    .map_err(|e| nats_err("creating the stream", e))
+}
+
+/// A durable JetStream pull consumer. Acks are confirmed (`double_ack`) and sent only after
+/// the commit; a nack (or a delivery dropped unsettled) sends `-NAK` for a prompt
+/// redelivery; an ack that never arrives leads to a redelivery after `ack_wait`.
+/// `attempt` is JetStream's delivery count. The client reconnects by itself; the pull
+/// stream is re-opened when it ends.
+pub struct NatsSource {
+    client: async_nats::Client,
+    consumer: PullConsumer,
+    options: NatsOptions,
+    messages: Option<pull::Stream>,
+}
+
+impl NatsSource {
+    /// Connects, creates the stream and the durable consumer if missing.
+    pub async fn connect(url: &str, options: NatsOptions) -> Result<Self> {
+        let client = connect_client(url, &format!("oncely:{}", options.durable)).await?;
+        let js = jetstream::new(client.clone());
+        let stream = ensure_stream(&js, &options).await?;
+        let consumer: PullConsumer = stream
+            .get_or_create_consumer(
+                &options.durable,
+                pull::Config {
+                    durable_name: Some(options.durable.clone()),
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: options.ack_wait,
+                    deliver_policy: DeliverPolicy::All,
+                    filter_subject: options.subject.clone(),
+                    ..pull::Config::default()
+                },
+            )
+            .await
+            .map_err(|e| nats_err("creating the durable consumer", e))?;
+        Ok(Self {
+            client,
+            consumer,
+            options,
+            messages: None,
+        })
+    }
+
+    /// The client (e.g. to force a reconnect in a test).
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &NatsOptions {
+        &self.options
+    }
+
+    async fn open(&self) -> Result<pull::Stream> {
+        self.consumer
+            .stream()
+            .max_messages_per_batch(self.options.batch)
+            .heartbeat(Duration::from_secs(5))
+            .expires(Duration::from_secs(30))
+            .messages()
+            .await
+            .map_err(|e| nats_err("pull", e))
+    }
+}
+
+impl Source for NatsSource {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let messages = match self.messages.as_mut() {
+                Some(m) => m,
+                None => match self.open().await {
+                    Ok(m) => self.messages.insert(m),
+                    Err(e) => {
+                        warn!(error = %e, ?delay, "NATS: opening the pull stream failed; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                },
+            };
+            match messages.next().await {
+                Some(Ok(msg)) => {
+                    let attempt = msg
+                        .info()
+                        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
+                        .unwrap_or(0);
+                    let (msg, acker) = msg.split();
+                    let raw = envelope_of(msg.headers.as_ref(), &msg.payload);
+                    let acker = NatsAcker { inner: Some(acker) };
+                    return Ok(Some(Delivery::new(raw, attempt, Box::new(acker))));
+                }
+                Some(Err(e)) => {
+                    warn!(error = %e, "NATS: pull stream error; continuing");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                None => {
+                    warn!("NATS: pull stream ended; re-opening");
+                    self.messages = None;
+                }
+            }
+        }
+    }
+}
+
+struct NatsAcker {
+    inner: Option<JsAcker>,
+}
+
+impl Acker for NatsAcker {
+    fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        let acker = self.inner.take().expect("settled once");
+        Box::pin(async move {
+            acker
+                .double_ack()
+                .await
+                .map_err(|e| nats_err("confirmed ack", e))
+        })
+    }
+
+    fn nack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        let acker = self.inner.take().expect("settled once");
+        Box::pin(async move {
+            acker
+                .ack_with(AckKind::Nak(None))
+                .await
+                .map_err(|e| nats_err("nak", e))
+        })
+    }
+}
+
+impl Drop for NatsAcker {
+    /// A delivery dropped unsettled is nak'ed for a prompt redelivery (else `ack_wait`).
+    fn drop(&mut self) {
+        if let Some(acker) = self.inner.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = acker.ack_with(AckKind::Nak(None)).await;
+            });
+        }
+    }
+}
+
+/// Connects a source for consumer `consumer` from a URL such as
+/// `nats://127.0.0.1:4222?stream=CREDITS&subject=credits&ack_wait_ms=30000`
+/// (durable consumer name = consumer name).
+pub async fn connect_source(url: &str, consumer: &str) -> Result<NatsSource> {
+    let (url, options) = NatsOptions::from_url(url, consumer)?;
+    NatsSource::connect(&url, options).await
+}
