@@ -13,6 +13,7 @@
 //! - [`Consumer`]: the runtime (concurrency, retries with backoff, dead-lettering, shutdown).
 //! - [`MemorySource`] and [`CrashPlan`]: an in-process broker and deterministic fault injection.
 
+mod batch;
 mod chaos;
 mod consumer;
 mod envelope;
@@ -27,6 +28,7 @@ mod source;
 mod stats;
 mod store;
 
+pub use batch::{BatchConsumer, BatchStats};
 pub use chaos::{Chaos, CrashPlan};
 pub use consumer::{Consumer, LatePolicy};
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
@@ -36,6 +38,6 @@ pub use id::{ConsumerName, IdError, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTE
 pub use memory::{MemorySource, MemoryStats, SourceFaults};
 pub use outcome::{DeadLetterReason, Handled, Outcome, Step};
 pub use retry::RetryPolicy;
-pub use source::{Acker, Delivery, Source};
+pub use source::{Acker, Delivery, Source, StopWhenIdle};
 pub use stats::{Stats, StatsSnapshot};
 pub use store::{Claim, Committed, DeadLetter, Inspect, Store, StoredDeadLetter};

@@ -103,6 +103,27 @@ pub trait Store: Send + Sync + 'static {
         hash: PayloadHash,
     ) -> impl Future<Output = Result<Claim>> + Send;
 
+    /// Claims several messages in `tx` at once, one [`Claim`] per item, in order.
+    ///
+    /// The same id may appear more than once: its first copy is claimed, a later copy is
+    /// [`Claim::Duplicate`] when its hash equals the one the inbox will hold (the first copy's
+    /// if that one was fresh) and [`Claim::Conflict`] otherwise. The default claims the items
+    /// one by one; SQL stores override it with one statement per batch.
+    fn claim_batch(
+        &self,
+        tx: &mut Self::Tx,
+        consumer: &ConsumerName,
+        items: &[(crate::MessageId, PayloadHash)],
+    ) -> impl Future<Output = Result<Vec<Claim>>> + Send {
+        async move {
+            let mut claims = Vec::with_capacity(items.len());
+            for (id, hash) in items {
+                claims.push(self.claim(tx, consumer, id, *hash).await?);
+            }
+            Ok(claims)
+        }
+    }
+
     /// Commits durably and returns the proof an ack needs.
     fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<Committed>> + Send;
 

@@ -81,7 +81,9 @@ impl Isolation {
         match (d, level) {
             (Dialect::Sqlite, _) => Some("BEGIN IMMEDIATE"),
             (_, None) => None,
-            (Dialect::Postgres, Some(ReadCommitted)) => Some("BEGIN ISOLATION LEVEL READ COMMITTED"),
+            (Dialect::Postgres, Some(ReadCommitted)) => {
+                Some("BEGIN ISOLATION LEVEL READ COMMITTED")
+            }
             (Dialect::Postgres, Some(RepeatableRead)) => {
                 Some("BEGIN ISOLATION LEVEL REPEATABLE READ")
             }

@@ -6,8 +6,8 @@ use oncely_core::{Error, ErrorKind};
 /// lock timeout, server shutting down, too many connections, connection failures, SQLite
 /// busy/locked.
 const TRANSIENT_CODES: &[&str] = &[
-    "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "08000", "08003", "08006",
-    "5", "6", "261", "262", "517", "773",
+    "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "08000", "08003", "08006", "5",
+    "6", "261", "262", "517", "773",
 ];
 
 /// MySQL / MariaDB error numbers that mean "try again". Their SQLSTATE is often the generic
@@ -82,11 +82,17 @@ mod tests {
 
     #[test]
     fn retryable_codes_are_transient() {
-        for code in ["40001", "40P01", "55P03", "57P01", "08006", "08P01", "5", "517"] {
+        for code in [
+            "40001", "40P01", "55P03", "57P01", "08006", "08P01", "5", "517",
+        ] {
             assert_eq!(kind_of(code, None), ErrorKind::Transient, "{code}");
         }
         for number in [1213, 1205, 2006, 2013] {
-            assert_eq!(kind_of("HY000", Some(number)), ErrorKind::Transient, "{number}");
+            assert_eq!(
+                kind_of("HY000", Some(number)),
+                ErrorKind::Transient,
+                "{number}"
+            );
         }
     }
 
@@ -97,7 +103,11 @@ mod tests {
         }
         // 1062 duplicate key, 1146 no such table: retrying cannot help.
         for number in [1062, 1146] {
-            assert_eq!(kind_of("23000", Some(number)), ErrorKind::Permanent, "{number}");
+            assert_eq!(
+                kind_of("23000", Some(number)),
+                ErrorKind::Permanent,
+                "{number}"
+            );
         }
     }
 }

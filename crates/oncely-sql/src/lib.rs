@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+mod batch;
 mod connect;
 mod dialect;
 mod error;

@@ -195,6 +195,20 @@ macro_rules! sql_store {
                 })
             }
 
+            async fn claim_batch(
+                &self,
+                tx: &mut Self::Tx,
+                consumer: &ConsumerName,
+                items: &[(MessageId, PayloadHash)],
+            ) -> Result<Vec<Claim>> {
+                let unique = crate::batch::unique_sorted(items);
+                let mut found = crate::batch::Found::default();
+                for chunk in unique.chunks(crate::batch::CHUNK) {
+                    self.claim_chunk(tx, consumer, chunk, &mut found).await?;
+                }
+                crate::batch::resolve(items, &found)
+            }
+
             async fn commit(&self, tx: Self::Tx) -> Result<Committed> {
                 tx.commit().await.map_err(|e| db("commit", e))?;
                 Ok(Committed::after_durable_commit())

@@ -9,19 +9,25 @@ use oncely_sql::sqlx::{self, AssertSqlSafe};
 
 #[tokio::test]
 async fn mysql_claims_fresh_duplicate_conflict() {
-    let Some(fx) = mysql("my_claims").await else { return };
+    let Some(fx) = mysql("my_claims").await else {
+        return;
+    };
     suite::claims(fx).await;
 }
 
 #[tokio::test]
 async fn mysql_migrate_twice_is_noop() {
-    let Some(fx) = mysql("my_migrate_twice").await else { return };
+    let Some(fx) = mysql("my_migrate_twice").await else {
+        return;
+    };
     suite::migrate_twice(fx).await;
 }
 
 #[tokio::test]
 async fn mysql_concurrent_migrators() {
-    let Some(fx) = mysql("my_conc_migrate").await else { return };
+    let Some(fx) = mysql("my_conc_migrate").await else {
+        return;
+    };
     let db = unique("my_mig2");
     suite::concurrent_migrators::<MySqlStore>(&mysql_url(), &db).await;
     let _ = fx.store.exec(format!("DROP DATABASE IF EXISTS {db}")).await;
@@ -30,7 +36,9 @@ async fn mysql_concurrent_migrators() {
 
 #[tokio::test]
 async fn mysql_custom_schema_and_prefix() {
-    let Some(fx) = mysql("my_prefix").await else { return };
+    let Some(fx) = mysql("my_prefix").await else {
+        return;
+    };
     let db = unique("my_prefix2");
     suite::custom_prefix::<MySqlStore>(
         &mysql_url(),
@@ -44,7 +52,9 @@ async fn mysql_custom_schema_and_prefix() {
 
 #[tokio::test]
 async fn mysql_credentials_not_in_errors() {
-    let Some(fx) = mysql("my_creds").await else { return };
+    let Some(fx) = mysql("my_creds").await else {
+        return;
+    };
     let secret = "hunter2-S3cret";
     for url in [
         format!("mysql://root:{secret}@127.0.0.1:3306/test"),
@@ -62,7 +72,10 @@ async fn mysql_credentials_not_in_errors() {
         }
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
-            assert!(!format!("{s} {s:?}").contains(secret), "password leaked: {s:?}");
+            assert!(
+                !format!("{s} {s:?}").contains(secret),
+                "password leaked: {s:?}"
+            );
             source = s.source();
         }
     }
@@ -71,13 +84,17 @@ async fn mysql_credentials_not_in_errors() {
 
 #[tokio::test]
 async fn mysql_concurrent_duplicate_waits_then_duplicate() {
-    let Some(fx) = mysql("my_conc_dup").await else { return };
+    let Some(fx) = mysql("my_conc_dup").await else {
+        return;
+    };
     suite::concurrent_duplicate(fx, false).await;
 }
 
 #[tokio::test]
 async fn mysql_concurrent_duplicate_after_rollback_applies() {
-    let Some(fx) = mysql("my_conc_rb").await else { return };
+    let Some(fx) = mysql("my_conc_rb").await else {
+        return;
+    };
     suite::concurrent_duplicate(fx, true).await;
 }
 
@@ -85,7 +102,9 @@ async fn mysql_concurrent_duplicate_after_rollback_applies() {
 /// oncely classifies as transient (the runtime retries it).
 #[tokio::test]
 async fn mysql_deadlock_is_transient() {
-    let Some(fx) = mysql("my_deadlock").await else { return };
+    let Some(fx) = mysql("my_deadlock").await else {
+        return;
+    };
     let c = ConsumerName::new("c").unwrap();
     let (a, b) = (MessageId::new("A").unwrap(), MessageId::new("B").unwrap());
     let h = PayloadHash::of(b"p");
@@ -114,31 +133,47 @@ async fn mysql_deadlock_is_transient() {
             r
         }
     );
-    let failed: Vec<_> = [&r1, &r2].into_iter().filter_map(|r| r.as_ref().err()).collect();
+    let failed: Vec<_> = [&r1, &r2]
+        .into_iter()
+        .filter_map(|r| r.as_ref().err())
+        .collect();
     assert_eq!(failed.len(), 1, "exactly one victim: {r1:?} {r2:?}");
     let e = failed[0];
     assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
-    assert!(format!("{e}").contains("1213") || format!("{e}").to_lowercase().contains("deadlock"), "{e}");
+    assert!(
+        format!("{e}").contains("1213") || format!("{e}").to_lowercase().contains("deadlock"),
+        "{e}"
+    );
     fx.cleanup().await;
 }
 
 /// A claim that waits longer than `innodb_lock_wait_timeout` fails with error 1205: transient.
 #[tokio::test]
 async fn mysql_lock_wait_timeout_is_transient() {
-    let Some(fx) = mysql("my_lockwait").await else { return };
+    let Some(fx) = mysql("my_lockwait").await else {
+        return;
+    };
     let c = ConsumerName::new("c").unwrap();
     let x = MessageId::new("X").unwrap();
     let h = PayloadHash::of(b"p");
     let mut t1 = fx.store.begin().await.unwrap();
-    assert_eq!(fx.store.claim(&mut t1, &c, &x, h).await.unwrap(), Claim::Fresh);
+    assert_eq!(
+        fx.store.claim(&mut t1, &c, &x, h).await.unwrap(),
+        Claim::Fresh
+    );
     let mut t2 = fx.other.begin().await.unwrap();
-    sqlx::query(AssertSqlSafe("SET SESSION innodb_lock_wait_timeout = 1".to_owned()))
-        .execute(&mut *t2)
-        .await
-        .unwrap();
+    sqlx::query(AssertSqlSafe(
+        "SET SESSION innodb_lock_wait_timeout = 1".to_owned(),
+    ))
+    .execute(&mut *t2)
+    .await
+    .unwrap();
     let e = fx.other.claim(&mut t2, &c, &x, h).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
-    assert!(format!("{e}").contains("1205") || format!("{e}").contains("Lock wait timeout"), "{e}");
+    assert!(
+        format!("{e}").contains("1205") || format!("{e}").contains("Lock wait timeout"),
+        "{e}"
+    );
     drop(t2);
     let _ = fx.store.commit(t1).await.unwrap();
     fx.cleanup().await;
@@ -150,7 +185,9 @@ async fn mysql_lock_wait_timeout_is_transient() {
 async fn mysql_isolation_levels_all_see_duplicates() {
     use oncely_sql::Isolation::*;
     for level in [ReadCommitted, RepeatableRead, Serializable] {
-        let Some(mut fx) = mysql("my_iso").await else { return };
+        let Some(mut fx) = mysql("my_iso").await else {
+            return;
+        };
         fx.store = fx.store.clone().with_isolation(level);
         fx.other = fx.other.clone().with_isolation(level);
         suite::concurrent_duplicate(fx, false).await;
@@ -162,7 +199,9 @@ async fn mysql_isolation_levels_all_see_duplicates() {
 #[tokio::test]
 async fn mysql_isolation_level_applies() {
     use oncely_sql::Isolation::*;
-    let Some(fx) = mysql("my_iso_applies").await else { return };
+    let Some(fx) = mysql("my_iso_applies").await else {
+        return;
+    };
     let count = format!("SELECT COUNT(*) FROM {}", fx.ledger_table);
     let insert = format!(
         "INSERT INTO {} (message_id, payload, instance) VALUES ('r', 'p', 'x')",
@@ -184,6 +223,10 @@ async fn mysql_isolation_level_applies() {
         seen.push(after - before);
         store.rollback(tx).await.unwrap();
     }
-    assert_eq!(seen, vec![1, 0], "READ COMMITTED sees the new row, REPEATABLE READ does not");
+    assert_eq!(
+        seen,
+        vec![1, 0],
+        "READ COMMITTED sees the new row, REPEATABLE READ does not"
+    );
     fx.cleanup().await;
 }

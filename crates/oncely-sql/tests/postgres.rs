@@ -9,19 +9,25 @@ use oncely_sql::{Isolation, PgStore};
 
 #[tokio::test]
 async fn pg_claims_fresh_duplicate_conflict() {
-    let Some(fx) = pg("pg_claims").await else { return };
+    let Some(fx) = pg("pg_claims").await else {
+        return;
+    };
     suite::claims(fx).await;
 }
 
 #[tokio::test]
 async fn pg_migrate_twice_is_noop() {
-    let Some(fx) = pg("pg_migrate_twice").await else { return };
+    let Some(fx) = pg("pg_migrate_twice").await else {
+        return;
+    };
     suite::migrate_twice(fx).await;
 }
 
 #[tokio::test]
 async fn pg_concurrent_migrators() {
-    let Some(fx) = pg("pg_conc_migrate").await else { return };
+    let Some(fx) = pg("pg_conc_migrate").await else {
+        return;
+    };
     let schema = unique("pg_mig2");
     suite::concurrent_migrators::<PgStore>(&pg_url(), &schema).await;
     fx.store.exec_drop_schema(&schema).await;
@@ -30,7 +36,9 @@ async fn pg_concurrent_migrators() {
 
 #[tokio::test]
 async fn pg_custom_schema_and_prefix() {
-    let Some(fx) = pg("pg_prefix").await else { return };
+    let Some(fx) = pg("pg_prefix").await else {
+        return;
+    };
     let schema = unique("pg_prefix2");
     suite::custom_prefix::<PgStore>(
         &pg_url(),
@@ -49,7 +57,9 @@ fn configuration_injection_rejected() {
 
 #[tokio::test]
 async fn pg_credentials_not_in_errors() {
-    let Some(fx) = pg("pg_creds").await else { return };
+    let Some(fx) = pg("pg_creds").await else {
+        return;
+    };
     let secret = "hunter2-S3cret";
     for url in [
         format!("postgres://no_such_role:{secret}@127.0.0.1:5432/test"),
@@ -66,8 +76,14 @@ async fn pg_credentials_not_in_errors() {
         }
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
-            assert!(!s.to_string().contains(secret), "password leaked in source: {s}");
-            assert!(!format!("{s:?}").contains(secret), "password leaked in source: {s:?}");
+            assert!(
+                !s.to_string().contains(secret),
+                "password leaked in source: {s}"
+            );
+            assert!(
+                !format!("{s:?}").contains(secret),
+                "password leaked in source: {s:?}"
+            );
             source = s.source();
         }
     }
@@ -76,24 +92,39 @@ async fn pg_credentials_not_in_errors() {
 
 #[tokio::test]
 async fn pg_concurrent_duplicate_waits_then_duplicate() {
-    let Some(fx) = pg("pg_conc_dup").await else { return };
+    let Some(fx) = pg("pg_conc_dup").await else {
+        return;
+    };
     suite::concurrent_duplicate(fx, false).await;
 }
 
 #[tokio::test]
 async fn pg_concurrent_duplicate_after_rollback_applies() {
-    let Some(fx) = pg("pg_conc_rb").await else { return };
+    let Some(fx) = pg("pg_conc_rb").await else {
+        return;
+    };
     suite::concurrent_duplicate(fx, true).await;
 }
 
 #[tokio::test]
 async fn pg_default_isolation_is_read_committed() {
-    let Some(fx) = pg("pg_iso_default").await else { return };
+    let Some(fx) = pg("pg_iso_default").await else {
+        return;
+    };
     for (store, expected) in [
         (fx.store.clone(), "read committed"),
-        (fx.store.clone().with_isolation(Isolation::RepeatableRead), "repeatable read"),
-        (fx.store.clone().with_isolation(Isolation::Serializable), "serializable"),
-        (fx.store.clone().with_isolation(Isolation::ReadCommitted), "read committed"),
+        (
+            fx.store.clone().with_isolation(Isolation::RepeatableRead),
+            "repeatable read",
+        ),
+        (
+            fx.store.clone().with_isolation(Isolation::Serializable),
+            "serializable",
+        ),
+        (
+            fx.store.clone().with_isolation(Isolation::ReadCommitted),
+            "read committed",
+        ),
     ] {
         let mut tx = store.begin().await.unwrap();
         let level: String = sqlx::query_scalar("SHOW transaction_isolation")
@@ -111,11 +142,16 @@ async fn pg_default_isolation_is_read_committed() {
 #[tokio::test]
 async fn pg_serializable_concurrent_duplicate_retries_then_duplicate() {
     for level in [Isolation::Serializable, Isolation::RepeatableRead] {
-        let Some(mut fx) = pg("pg_serializable").await else { return };
+        let Some(mut fx) = pg("pg_serializable").await else {
+            return;
+        };
         fx.store = fx.store.clone().with_isolation(level);
         fx.other = fx.other.clone().with_isolation(level);
         let stats = suite::concurrent_duplicate(fx, false).await;
-        assert!(stats.retries >= 1, "{level:?}: the 40001 was retried: {stats:?}");
+        assert!(
+            stats.retries >= 1,
+            "{level:?}: the 40001 was retried: {stats:?}"
+        );
         assert_eq!(stats.duplicates, 1, "{level:?}: {stats:?}");
     }
 }
@@ -123,7 +159,9 @@ async fn pg_serializable_concurrent_duplicate_retries_then_duplicate() {
 /// The raw claim under SERIALIZABLE: the error is transient and names the serialization failure.
 #[tokio::test]
 async fn pg_serialization_failure_is_transient() {
-    let Some(fx) = pg("pg_40001").await else { return };
+    let Some(fx) = pg("pg_40001").await else {
+        return;
+    };
     let (s1, s2) = (
         fx.store.clone().with_isolation(Isolation::Serializable),
         fx.other.clone().with_isolation(Isolation::Serializable),
@@ -141,14 +179,19 @@ async fn pg_serialization_failure_is_transient() {
     let _ = s1.commit(t1).await.unwrap();
     let e = waiter.await.unwrap().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
-    assert!(e.to_string().contains("40001") || e.to_string().contains("serialize"), "{e}");
+    assert!(
+        e.to_string().contains("40001") || e.to_string().contains("serialize"),
+        "{e}"
+    );
     fx.cleanup().await;
 }
 
 /// Two claims in opposite orders: PostgreSQL aborts one with 40P01, classified transient.
 #[tokio::test]
 async fn pg_deadlock_is_transient() {
-    let Some(fx) = pg("pg_deadlock").await else { return };
+    let Some(fx) = pg("pg_deadlock").await else {
+        return;
+    };
     let c = ConsumerName::new("c").unwrap();
     let (a, b) = (MessageId::new("A").unwrap(), MessageId::new("B").unwrap());
     let h = PayloadHash::of(b"p");
@@ -169,7 +212,10 @@ async fn pg_deadlock_is_transient() {
             r
         }
     );
-    let failed: Vec<_> = [&r1, &r2].into_iter().filter_map(|r| r.as_ref().err()).collect();
+    let failed: Vec<_> = [&r1, &r2]
+        .into_iter()
+        .filter_map(|r| r.as_ref().err())
+        .collect();
     assert_eq!(failed.len(), 1, "exactly one victim: {r1:?} {r2:?}");
     assert_eq!(failed[0].kind(), ErrorKind::Transient, "{}", failed[0]);
     assert!(failed[0].to_string().contains("deadlock"), "{}", failed[0]);
@@ -182,6 +228,8 @@ trait DropSchema {
 impl DropSchema for PgStore {
     async fn exec_drop_schema(&self, schema: &str) {
         use common::TestStore;
-        let _ = self.exec(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+        let _ = self
+            .exec(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await;
     }
 }

@@ -51,7 +51,9 @@ impl Ledger {
     pub fn new(table: &str, dollar: bool, instance: &'static str) -> Self {
         let params = if dollar { "$1, $2, $3" } else { "?, ?, ?" };
         Self {
-            insert: format!("INSERT INTO {table} (message_id, payload, instance) VALUES ({params})"),
+            insert: format!(
+                "INSERT INTO {table} (message_id, payload, instance) VALUES ({params})"
+            ),
             instance,
             gate: None,
             gate_fails: false,

@@ -2,6 +2,7 @@
 //! test, a ledger table the tests count effects in, and a handler that writes to it.
 #![allow(dead_code)]
 
+pub mod batch_suite;
 pub mod ledger;
 pub mod suite;
 
@@ -63,7 +64,10 @@ pub trait TestStore: oncely_core::Inspect + oncely_core::Store + Clone + Sized {
     /// Runs a statement outside any transaction.
     fn exec(&self, sql: String) -> impl Future<Output = Result<()>> + Send;
     /// Fetches `(message_id, payload, instance)` rows.
-    fn rows(&self, sql: String) -> impl Future<Output = Result<Vec<(String, String, String)>>> + Send;
+    fn rows(
+        &self,
+        sql: String,
+    ) -> impl Future<Output = Result<Vec<(String, String, String)>>> + Send;
     /// Sessions waiting for a row lock on a statement mentioning `name`; `None` if the
     /// server can't tell (SQLite).
     fn lock_waiters(&self, name: String) -> impl Future<Output = Option<i64>> + Send;
@@ -208,7 +212,9 @@ pub async fn mysql(test: &str) -> Option<Fx<MySqlStore>> {
 pub async fn sqlite(test: &str) -> Option<Fx<SqliteStore>> {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite:{}", dir.path().join("oncely.db").display());
-    let mut fx: Fx<SqliteStore> = build(test, &url, Tables::default(), unique(test)).await.ok()?;
+    let mut fx: Fx<SqliteStore> = build(test, &url, Tables::default(), unique(test))
+        .await
+        .ok()?;
     fx._dir = Some(dir);
     Some(fx)
 }

@@ -21,26 +21,46 @@ pub async fn claims<S: TestStore>(fx: Fx<S>) {
     let (a, b) = (PayloadHash::of(b"a"), PayloadHash::of(b"b"));
     let c1 = consumer("c1");
     let mut tx = s.begin().await.unwrap();
-    assert_eq!(s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(), Claim::Fresh);
+    assert_eq!(
+        s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(),
+        Claim::Fresh
+    );
     // The same id again in the same transaction sees its own claim.
-    assert_eq!(s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(), Claim::Duplicate);
+    assert_eq!(
+        s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(),
+        Claim::Duplicate
+    );
     let _ = s.commit(tx).await.unwrap();
 
     let mut tx = s.begin().await.unwrap();
-    assert_eq!(s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(), Claim::Duplicate);
+    assert_eq!(
+        s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(),
+        Claim::Duplicate
+    );
     assert_eq!(
         s.claim(&mut tx, &c1, &id("m-1"), b).await.unwrap(),
         Claim::Conflict { stored: a }
     );
-    assert_eq!(s.claim(&mut tx, &consumer("c2"), &id("m-1"), b).await.unwrap(), Claim::Fresh);
+    assert_eq!(
+        s.claim(&mut tx, &consumer("c2"), &id("m-1"), b)
+            .await
+            .unwrap(),
+        Claim::Fresh
+    );
     s.rollback(tx).await.unwrap();
     assert_eq!(s.claimed_hash(&consumer("c2"), "m-1").await.unwrap(), None);
 
     let mut tx = s.begin().await.unwrap();
-    assert_eq!(s.claim(&mut tx, &c1, &id("m-2"), b).await.unwrap(), Claim::Fresh);
+    assert_eq!(
+        s.claim(&mut tx, &c1, &id("m-2"), b).await.unwrap(),
+        Claim::Fresh
+    );
     drop(tx); // dropping rolls back
     let mut tx = s.begin().await.unwrap();
-    assert_eq!(s.claim(&mut tx, &c1, &id("m-2"), b).await.unwrap(), Claim::Fresh);
+    assert_eq!(
+        s.claim(&mut tx, &c1, &id("m-2"), b).await.unwrap(),
+        Claim::Fresh
+    );
     let _ = s.commit(tx).await.unwrap();
 
     assert_eq!(s.claimed_hash(&c1, "m-1").await.unwrap(), Some(a));
@@ -66,10 +86,16 @@ pub async fn concurrent_migrators<S: TestStore>(url: &str, schema: &str) {
     let b = S::open(url, tables.clone()).await.unwrap();
     let (ra, rb) = tokio::join!(a.migrate_now(), b.migrate_now());
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
-    assert_eq!(ra + rb, 1, "each migration applied exactly once ({ra} + {rb})");
+    assert_eq!(
+        ra + rb,
+        1,
+        "each migration applied exactly once ({ra} + {rb})"
+    );
     assert_eq!(a.migrate_now().await.unwrap(), 0);
     let mut tx = a.begin().await.unwrap();
-    let claim = a.claim(&mut tx, &consumer("c"), &id("x"), PayloadHash::of(b"x")).await;
+    let claim = a
+        .claim(&mut tx, &consumer("c"), &id("x"), PayloadHash::of(b"x"))
+        .await;
     assert_eq!(claim.unwrap(), Claim::Fresh);
     let _ = a.commit(tx).await.unwrap();
 }
@@ -86,7 +112,9 @@ where
 {
     let gate = Gate::new();
     let name = consumer("billing");
-    let retry = RetryPolicy::default().max_attempts(5).base_delay(Duration::from_millis(20));
+    let retry = RetryPolicy::default()
+        .max_attempts(5)
+        .base_delay(Duration::from_millis(20));
     let c1 = Consumer::new(
         name.clone(),
         fx.store.clone(),
@@ -125,7 +153,11 @@ where
         assert_eq!(effects, vec![("X".into(), "credit 5".into(), "one".into())]);
         assert!(fx.store.dead_letters(Some(&name)).await.unwrap().is_empty());
     }
-    assert_eq!(src1.stats().acked + src2.stats().acked, 2, "both deliveries acked");
+    assert_eq!(
+        src1.stats().acked + src2.stats().acked,
+        2,
+        "both deliveries acked"
+    );
     assert_eq!(
         fx.store.claimed_hash(&name, "X").await.unwrap(),
         Some(PayloadHash::of(b"credit 5"))
@@ -176,7 +208,9 @@ pub async fn custom_prefix<S: TestStore>(url: &str, schema: Option<&str>, count_
     let store = S::open(url, tables.clone()).await.unwrap();
     assert_eq!(store.migrate_now().await.unwrap(), 1);
     let mut tx = store.begin().await.unwrap();
-    let claim = store.claim(&mut tx, &consumer("c"), &id("p-1"), PayloadHash::of(b"p")).await;
+    let claim = store
+        .claim(&mut tx, &consumer("c"), &id("p-1"), PayloadHash::of(b"p"))
+        .await;
     assert_eq!(claim.unwrap(), Claim::Fresh);
     let _ = store.commit(tx).await.unwrap();
     let rows = store

@@ -1,0 +1,291 @@
+//! Batch claims: many ids with one statement per chunk, per dialect.
+//!
+//! - The batch is deduplicated first (the first copy of an id is the one claimed), so an id
+//!   never appears twice in one statement (PostgreSQL would raise SQLSTATE 21000 for an
+//!   `ON CONFLICT` statement touching a row twice). The later copies are resolved here:
+//!   `Duplicate` if their hash equals what the inbox will hold, `Conflict` otherwise.
+//! - Ids are claimed in sorted order, so two overlapping batches take their row locks in the
+//!   same order and don't deadlock each other.
+//! - PostgreSQL: `INSERT … SELECT … FROM unnest($2::text[], $3::text[]) ON CONFLICT DO NOTHING
+//!   RETURNING message_id`; the ids not returned are read back with `= ANY($2)`.
+//! - SQLite: a multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING message_id`.
+//! - MySQL / MariaDB: a plain read finds the ids already claimed, then one multi-row
+//!   `INSERT IGNORE` claims the rest inside a savepoint. If it inserted all of them, they are
+//!   fresh; if not (a concurrent consumer claimed one meanwhile), the savepoint is rolled back
+//!   and those ids are claimed one at a time, which tells exactly which ones are fresh.
+
+use crate::error::db;
+use crate::store::{SqlStore, now_ms};
+use oncely_core::{Claim, ConsumerName, Error, MessageId, PayloadHash, Result, Store};
+use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
+use std::collections::{HashMap, HashSet};
+
+/// Ids per statement (keeps every dialect far below its bind-parameter limit).
+pub(crate) const CHUNK: usize = 500;
+
+/// What the statements found: ids this transaction inserted, and the hash of the others.
+#[derive(Default)]
+pub(crate) struct Found {
+    pub fresh: HashSet<String>,
+    pub stored: HashMap<String, PayloadHash>,
+}
+
+impl Found {
+    pub fn store_hash(&mut self, id: String, hash: &str) -> Result<()> {
+        let parsed = PayloadHash::from_hex(hash).ok_or_else(|| {
+            Error::permanent(format!("inbox holds a malformed payload hash {hash:?}"))
+        })?;
+        self.stored.insert(id, parsed);
+        Ok(())
+    }
+}
+
+/// The first copy of each id, sorted by id.
+pub(crate) fn unique_sorted(items: &[(MessageId, PayloadHash)]) -> Vec<(&str, PayloadHash)> {
+    let mut seen = HashSet::new();
+    let mut unique: Vec<(&str, PayloadHash)> = items
+        .iter()
+        .filter(|(id, _)| seen.insert(id.as_str()))
+        .map(|(id, hash)| (id.as_str(), *hash))
+        .collect();
+    unique.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    unique
+}
+
+/// One claim per item, in order, from what the statements found.
+pub(crate) fn resolve(items: &[(MessageId, PayloadHash)], found: &Found) -> Result<Vec<Claim>> {
+    let mut holds: HashMap<&str, PayloadHash> = HashMap::new();
+    items
+        .iter()
+        .map(|(id, hash)| {
+            let id = id.as_str();
+            let claim = if let Some(held) = holds.get(id) {
+                compare(*held, *hash)
+            } else if found.fresh.contains(id) {
+                holds.insert(id, *hash);
+                Claim::Fresh
+            } else if let Some(stored) = found.stored.get(id) {
+                holds.insert(id, *stored);
+                compare(*stored, *hash)
+            } else {
+                return Err(Error::transient(format!(
+                    "batch claim of {id:?}: neither inserted nor found; retrying"
+                )));
+            };
+            Ok(claim)
+        })
+        .collect()
+}
+
+fn compare(stored: PayloadHash, hash: PayloadHash) -> Claim {
+    if stored == hash {
+        Claim::Duplicate
+    } else {
+        Claim::Conflict { stored }
+    }
+}
+
+fn list(from: usize, count: usize, dollar: bool) -> String {
+    (from..from + count)
+        .map(|n| {
+            if dollar {
+                format!("${n}")
+            } else {
+                "?".to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl SqlStore<Postgres> {
+    pub(crate) async fn claim_chunk(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        consumer: &ConsumerName,
+        chunk: &[(&str, PayloadHash)],
+        found: &mut Found,
+    ) -> Result<()> {
+        let inbox = self.tables().table("inbox");
+        let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
+        let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
+        let inserted: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) \
+             SELECT $1, m.id, m.hash, $4 FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) \
+             ORDER BY m.n ON CONFLICT DO NOTHING RETURNING message_id"
+        )))
+        .bind(consumer.as_str())
+        .bind(&ids)
+        .bind(&hashes)
+        .bind(now_ms())
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(|e| db("batch claim", e))?;
+        found.fresh.extend(inserted);
+        let rest: Vec<String> = ids
+            .into_iter()
+            .filter(|id| !found.fresh.contains(id))
+            .collect();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = $1 AND message_id = ANY($2)"
+        )))
+        .bind(consumer.as_str())
+        .bind(&rest)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(|e| db("reading claimed payload hashes", e))?;
+        for (id, hash) in rows {
+            found.store_hash(id, &hash)?;
+        }
+        Ok(())
+    }
+}
+
+impl SqlStore<Sqlite> {
+    pub(crate) async fn claim_chunk(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        consumer: &ConsumerName,
+        chunk: &[(&str, PayloadHash)],
+        found: &mut Found,
+    ) -> Result<()> {
+        let inbox = self.tables().table("inbox");
+        let rows: Vec<String> = (0..chunk.len())
+            .map(|i| format!("(?1, ?{}, ?{}, ?2)", 3 + 2 * i, 4 + 2 * i))
+            .collect();
+        let mut insert = sqlx::query_scalar(AssertSqlSafe(format!(
+            "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {} \
+             ON CONFLICT DO NOTHING RETURNING message_id",
+            rows.join(", ")
+        )))
+        .bind(consumer.as_str())
+        .bind(now_ms());
+        for (id, hash) in chunk {
+            insert = insert.bind(*id).bind(hash.to_hex());
+        }
+        let inserted: Vec<String> = insert
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|e| db("batch claim", e))?;
+        found.fresh.extend(inserted);
+        let rest: Vec<&str> = chunk
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !found.fresh.contains(*id))
+            .collect();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        let mut select = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ?1 AND message_id IN ({})",
+            (0..rest.len())
+                .map(|i| format!("?{}", i + 2))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
+        .bind(consumer.as_str());
+        for id in &rest {
+            select = select.bind(*id);
+        }
+        let rows: Vec<(String, String)> = select
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|e| db("reading claimed payload hashes", e))?;
+        for (id, hash) in rows {
+            found.store_hash(id, &hash)?;
+        }
+        Ok(())
+    }
+}
+
+impl SqlStore<MySql> {
+    pub(crate) async fn claim_chunk(
+        &self,
+        tx: &mut Transaction<'static, MySql>,
+        consumer: &ConsumerName,
+        chunk: &[(&str, PayloadHash)],
+        found: &mut Found,
+    ) -> Result<()> {
+        let inbox = self.tables().table("inbox");
+        // 1. Ids already claimed (a plain read: no gap locks).
+        let mut select = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ? AND message_id IN ({})",
+            list(1, chunk.len(), false)
+        )))
+        .bind(consumer.as_str());
+        for (id, _) in chunk {
+            select = select.bind(id.as_bytes());
+        }
+        let rows: Vec<(Vec<u8>, String)> = select
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|e| db("reading claimed payload hashes", e))?;
+        for (id, hash) in rows {
+            found.store_hash(String::from_utf8_lossy(&id).into_owned(), &hash)?;
+        }
+        let rest: Vec<(&str, PayloadHash)> = chunk
+            .iter()
+            .filter(|(id, _)| !found.stored.contains_key(*id))
+            .copied()
+            .collect();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        // 2. Claim the rest with one statement; all inserted means all fresh.
+        let run = |sql: &'static str| sqlx::raw_sql(sql);
+        run("SAVEPOINT oncely_batch")
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db("batch savepoint", e))?;
+        let mut insert = sqlx::query(AssertSqlSafe(format!(
+            "INSERT IGNORE INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}",
+            vec!["(?, ?, ?, ?)"; rest.len()].join(", ")
+        )));
+        let now = now_ms();
+        for (id, hash) in &rest {
+            insert = insert
+                .bind(consumer.as_str())
+                .bind(*id)
+                .bind(hash.to_hex())
+                .bind(now);
+        }
+        let inserted = insert
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db("batch claim", e))?
+            .rows_affected();
+        if inserted == rest.len() as u64 {
+            run("RELEASE SAVEPOINT oncely_batch")
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| db("batch savepoint", e))?;
+            found
+                .fresh
+                .extend(rest.iter().map(|(id, _)| (*id).to_owned()));
+            return Ok(());
+        }
+        // 3. Someone claimed one of them meanwhile: undo and claim one at a time.
+        run("ROLLBACK TO SAVEPOINT oncely_batch")
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db("batch savepoint", e))?;
+        for (id, hash) in rest {
+            let message = MessageId::new(id).map_err(|e| Error::permanent(e.to_string()))?;
+            match self.claim(tx, consumer, &message, hash).await? {
+                Claim::Fresh => {
+                    found.fresh.insert(id.to_owned());
+                }
+                Claim::Duplicate => {
+                    found.stored.insert(id.to_owned(), hash);
+                }
+                Claim::Conflict { stored } => {
+                    found.stored.insert(id.to_owned(), stored);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,40 @@
+//! Batch mode on SQLite, PostgreSQL and MariaDB (the servers' tests skip loudly when the
+//! server is missing, and fail under CI / ONCELY_REQUIRE_SERVICES).
+
+mod common;
+
+use common::{batch_suite, mysql, pg, sqlite};
+
+macro_rules! batch_tests {
+    ($($setup:ident => $claim:ident, $isolate:ident, $once:ident, $two:ident;)*) => {$(
+        #[tokio::test]
+        async fn $claim() {
+            let Some(fx) = $setup(stringify!($claim)).await else { return };
+            batch_suite::claim_batch(fx).await;
+        }
+
+        #[tokio::test]
+        async fn $isolate() {
+            let Some(fx) = $setup(stringify!($isolate)).await else { return };
+            batch_suite::batch_isolates_failure(fx).await;
+        }
+
+        #[tokio::test]
+        async fn $once() {
+            let Some(fx) = $setup(stringify!($once)).await else { return };
+            batch_suite::batch_commits_once(fx).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $two() {
+            let Some(fx) = $setup(stringify!($two)).await else { return };
+            batch_suite::two_batch_consumers(fx).await;
+        }
+    )*};
+}
+
+batch_tests! {
+    sqlite => sqlite_claim_batch, sqlite_batch_isolates_failure, sqlite_batch_commits_once, sqlite_two_batch_consumers;
+    pg => pg_claim_batch, pg_batch_isolates_failure, pg_batch_commits_once, pg_two_batch_consumers;
+    mysql => mysql_claim_batch, mysql_batch_isolates_failure, mysql_batch_commits_once, mysql_two_batch_consumers;
+}

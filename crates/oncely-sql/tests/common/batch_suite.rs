@@ -1,0 +1,277 @@
+//! Batch mode on every store: one-statement claims with intra-batch duplicates, and the
+//! `BatchConsumer` isolating a failing message while the others apply once.
+
+use super::{Fx, Ledger, TestStore};
+use oncely_core::{
+    BatchConsumer, Claim, ConsumerName, Handler, MemorySource, MessageId, Outcome, PayloadHash,
+    RawEnvelope, RetryPolicy, Source, SourceFaults,
+};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+fn item(id: &str, payload: &str) -> (MessageId, PayloadHash) {
+    (
+        MessageId::new(id).unwrap(),
+        PayloadHash::of(payload.as_bytes()),
+    )
+}
+
+/// `claim_batch` with ids already claimed, repeated ids and conflicting copies, in one call;
+/// then a batch larger than one statement's chunk.
+pub async fn claim_batch<S: TestStore>(fx: Fx<S>) {
+    let s = &fx.store;
+    let c = ConsumerName::new("batcher").unwrap();
+    let (h1, h2) = (PayloadHash::of(b"one"), PayloadHash::of(b"two"));
+    let mut tx = s.begin().await.unwrap();
+    let pre = [item("d", "one"), item("e", "two")];
+    assert_eq!(
+        s.claim_batch(&mut tx, &c, &pre).await.unwrap(),
+        vec![Claim::Fresh; 2]
+    );
+    let _ = s.commit(tx).await.unwrap();
+
+    let batch = [
+        item("a", "one"),
+        item("b", "one"),
+        item("a", "one"), // same id, same payload, same batch
+        item("c", "two"),
+        item("a", "two"), // same id, other payload, same batch
+        item("d", "one"), // claimed before
+        item("e", "one"), // claimed before with another payload
+        item("c", "two"),
+    ];
+    let mut tx = s.begin().await.unwrap();
+    let claims = s.claim_batch(&mut tx, &c, &batch).await.unwrap();
+    assert_eq!(
+        claims,
+        vec![
+            Claim::Fresh,
+            Claim::Fresh,
+            Claim::Duplicate,
+            Claim::Fresh,
+            Claim::Conflict { stored: h1 },
+            Claim::Duplicate,
+            Claim::Conflict { stored: h2 },
+            Claim::Duplicate,
+        ]
+    );
+    let _ = s.commit(tx).await.unwrap();
+    for (id, hash) in [("a", h1), ("b", h1), ("c", h2), ("d", h1), ("e", h2)] {
+        assert_eq!(s.claimed_hash(&c, id).await.unwrap(), Some(hash), "{id}");
+    }
+
+    // More ids than one statement takes, half of them claimed already, in reverse order.
+    let big: Vec<_> = (0..1200)
+        .rev()
+        .map(|i| item(&format!("big-{i:05}"), "x"))
+        .collect();
+    let mut tx = s.begin().await.unwrap();
+    let first = s.claim_batch(&mut tx, &c, &big[600..]).await.unwrap();
+    assert!(first.iter().all(|c| *c == Claim::Fresh));
+    let _ = s.commit(tx).await.unwrap();
+    let mut tx = s.begin().await.unwrap();
+    let all = s.claim_batch(&mut tx, &c, &big).await.unwrap();
+    let fresh = all.iter().filter(|c| **c == Claim::Fresh).count();
+    assert_eq!(fresh, 600);
+    assert!(all[..600].iter().all(|c| *c == Claim::Fresh));
+    assert!(all[600..].iter().all(|c| *c == Claim::Duplicate));
+    s.rollback(tx).await.unwrap();
+    fx.cleanup().await;
+}
+
+/// Expected ledger for the published messages: the first copy of each id applies, except
+/// ids whose handler fails permanently. Computed from what was published, not from outcomes.
+fn expected(published: &[(String, String)]) -> BTreeMap<String, String> {
+    let mut first = BTreeMap::new();
+    for (id, payload) in published {
+        first.entry(id.clone()).or_insert_with(|| payload.clone());
+    }
+    first.retain(|_, p| !p.starts_with("fail:permanent"));
+    first
+}
+
+/// One batch holding duplicates, a conflicting copy, a permanently failing message and a
+/// flaky one: the batch rolls back, the messages are isolated one at a time, the failing one
+/// is dead-lettered, every other id applies exactly once, and everything is acked.
+pub async fn batch_isolates_failure<S: TestStore>(fx: Fx<S>)
+where
+    Ledger: Handler<S::Tx>,
+{
+    let mut published = vec![];
+    for i in 0..20 {
+        let payload = match i {
+            10 => "fail:permanent".to_owned(),
+            12 => "flaky credit".to_owned(),
+            _ => format!("credit {i}"),
+        };
+        published.push((format!("m{i:02}"), payload));
+        if i == 3 || i == 5 {
+            published.push((format!("m{i:02}"), format!("credit {i}")));
+        }
+        if i == 7 {
+            published.push(("m07".to_owned(), "credit 700".to_owned()));
+        }
+    }
+    let (outcomes, batches) = run_batches(&fx, &published, 64).await;
+    assert_eq!(
+        batches.fallbacks, 1,
+        "the failing message rolled the batch back"
+    );
+    let effects = fx.effects().await;
+    let mut counted: BTreeMap<String, String> = BTreeMap::new();
+    for (id, payload, _) in &effects {
+        assert!(
+            counted.insert(id.clone(), payload.clone()).is_none(),
+            "double effect for {id}"
+        );
+    }
+    assert_eq!(counted, expected(&published), "0 double effects, 0 lost");
+    assert_eq!(effects.len(), 19);
+    let name = ConsumerName::new("batcher").unwrap();
+    let letters = fx.store.dead_letters(Some(&name)).await.unwrap();
+    let mut reasons: Vec<_> = letters
+        .iter()
+        .map(|l| (l.message_id.clone().unwrap_or_default(), l.reason.clone()))
+        .collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        vec![
+            ("m07".into(), "conflict".into()),
+            ("m10".into(), "permanent".into())
+        ]
+    );
+    let dups = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Duplicate))
+        .count();
+    assert_eq!(dups, 2, "{outcomes:?}");
+    fx.cleanup().await;
+}
+
+/// A batch without failures commits in one transaction: same per-message outcomes, and
+/// intra-batch duplicates don't trip the statement (no SQLSTATE 21000).
+pub async fn batch_commits_once<S: TestStore>(fx: Fx<S>)
+where
+    Ledger: Handler<S::Tx>,
+{
+    let published: Vec<(String, String)> = [
+        ("a", "credit 1"),
+        ("b", "credit 2"),
+        ("a", "credit 1"),
+        ("c", "credit 3"),
+        ("b", "credit 99"),
+        ("a", "credit 1"),
+    ]
+    .iter()
+    .map(|(i, p)| ((*i).to_owned(), (*p).to_owned()))
+    .collect();
+    let (outcomes, batches) = run_batches(&fx, &published, 64).await;
+    assert_eq!(
+        (batches.committed, batches.fallbacks),
+        (1, 0),
+        "one transaction"
+    );
+    let names: Vec<_> = outcomes.iter().map(Outcome::name).collect();
+    assert_eq!(
+        names,
+        [
+            "applied",
+            "applied",
+            "duplicate",
+            "applied",
+            "conflict",
+            "duplicate"
+        ]
+    );
+    let effects: Vec<_> = fx
+        .effects()
+        .await
+        .into_iter()
+        .map(|(i, p, _)| (i, p))
+        .collect();
+    let want: Vec<_> = expected(&published).into_iter().collect();
+    assert_eq!(effects, want);
+    fx.cleanup().await;
+}
+
+/// Two batch consumers on separate pools draining one source full of duplicates.
+pub async fn two_batch_consumers<S: TestStore>(fx: Fx<S>)
+where
+    Ledger: Handler<S::Tx>,
+{
+    let source = MemorySource::with_faults(SourceFaults {
+        seed: 7,
+        duplicate_rate: 0.3,
+        reorder_window: 8,
+        lost_ack_rate: 0.05,
+    });
+    let mut published = vec![];
+    for i in 0..300 {
+        let (id, payload) = (format!("n{i:04}"), format!("credit {i}"));
+        source.publish(RawEnvelope::new(id.clone(), payload.clone()));
+        published.push((id, payload));
+    }
+    source.close();
+    let name = ConsumerName::new("batcher").unwrap();
+    let retry = RetryPolicy::default()
+        .max_attempts(20)
+        .base_delay(Duration::from_millis(5));
+    let make = |store: S, instance| {
+        BatchConsumer::new(name.clone(), store, fx.ledger(instance))
+            .max_batch(25)
+            .linger(Duration::from_millis(5))
+            .retry(retry.clone())
+    };
+    let (one, two) = (make(fx.store.clone(), "one"), make(fx.other.clone(), "two"));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (a, b) = tokio::join!(
+        one.run(source.clone(), stop.clone()),
+        two.run(source.clone(), stop)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let effects = fx.effects().await;
+    let mut counted = BTreeMap::new();
+    for (id, payload, _) in &effects {
+        assert!(
+            counted.insert(id.clone(), payload.clone()).is_none(),
+            "double effect for {id}"
+        );
+    }
+    assert_eq!(counted, expected(&published), "0 double effects, 0 lost");
+    assert_eq!(a.applied + b.applied, 300, "{a:?} {b:?}");
+    assert_eq!(source.unacked(), 0);
+    assert!(fx.store.dead_letters(None).await.unwrap().is_empty());
+    let (one, two) = (one.batch_stats(), two.batch_stats());
+    assert!(one.committed + two.committed > 0, "{one:?} {two:?}");
+    eprintln!("two batch consumers: {one:?} {two:?}; {a:?} {b:?}");
+    fx.cleanup().await;
+}
+
+/// Publishes `published` and runs a batch consumer over it until the source is drained.
+/// Returns the outcomes (one batch) and how the batch went.
+async fn run_batches<S: TestStore>(
+    fx: &Fx<S>,
+    published: &[(String, String)],
+    max_batch: usize,
+) -> (Vec<Outcome>, oncely_core::BatchStats)
+where
+    Ledger: Handler<S::Tx>,
+{
+    let mut source = MemorySource::new();
+    for (id, payload) in published {
+        source.publish(RawEnvelope::new(id.clone(), payload.clone()));
+    }
+    source.close();
+    let name = ConsumerName::new("batcher").unwrap();
+    let consumer = BatchConsumer::new(name, fx.store.clone(), fx.ledger("one"))
+        .max_batch(max_batch)
+        .retry(RetryPolicy::default().base_delay(Duration::from_millis(5)));
+    let mut batch = vec![];
+    while batch.len() < published.len() {
+        batch.push(source.next().await.unwrap().unwrap());
+    }
+    let outcomes = consumer.process_batch(batch).await;
+    assert_eq!(source.unacked(), 0, "every delivery settled: {outcomes:?}");
+    (outcomes, consumer.batch_stats())
+}
