@@ -1,0 +1,155 @@
+//! Where one message id is: claimed by which consumers and when, dead letters, and — when
+//! oncely-effects' tables exist — effect-journal and outbox rows.
+
+use crate::db::{Ops, db, is_missing_table, with_pool};
+use crate::dlq::{DeadLetterSummary, summaries_where};
+use oncely_core::Result;
+use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
+use sha2::{Digest, Sha256};
+
+/// One inbox row.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Claimed {
+    /// Consumer that processed the id.
+    pub consumer: String,
+    /// SHA-256 of the payload it applied.
+    pub payload_hash: String,
+    /// When (unix ms).
+    pub received_at: i64,
+}
+
+/// One effect-journal row (oncely-effects).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JournalRow {
+    /// The effect key (`msg-{id}:{effect}`).
+    pub effect_key: String,
+    /// Effect kind.
+    pub kind: String,
+    /// `pending`, `done` or `failed`.
+    pub state: String,
+    /// Last update (unix ms).
+    pub updated_at: i64,
+}
+
+/// One outbox row (oncely-effects) whose outgoing id is the inspected id.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OutboxRow {
+    /// Row id.
+    pub id: i64,
+    /// Destination.
+    pub destination: String,
+    /// When it was written (unix ms).
+    pub created_at: i64,
+    /// When it was dispatched, if it was.
+    pub dispatched_at: Option<i64>,
+}
+
+/// Everything known about one message id.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Inspection {
+    /// The id.
+    pub message_id: String,
+    /// Inbox rows (one per consumer that processed it).
+    pub claimed: Vec<Claimed>,
+    /// Dead letters with this id.
+    pub dead_letters: Vec<DeadLetterSummary>,
+    /// Effect-journal rows; `None` when the journal table does not exist.
+    pub effect_journal: Option<Vec<JournalRow>>,
+    /// Outbox rows with this outgoing id; `None` when the outbox table does not exist.
+    pub outbox: Option<Vec<OutboxRow>>,
+}
+
+/// Looks up `message_id` everywhere.
+pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
+    let inbox_sql = format!(
+        "SELECT {} AS consumer, payload_hash, received_at FROM {} WHERE message_id = {} ORDER BY received_at",
+        ops.text("consumer"),
+        ops.table("inbox"),
+        ops.p(1)
+    );
+    let claimed = with_pool!(ops, p => sqlx::query(AssertSqlSafe(inbox_sql))
+        .bind(message_id)
+        .fetch_all(p)
+        .await
+        .map_err(|e| db("reading the inbox", e))?
+        .iter()
+        .map(|r| Ok(Claimed {
+            consumer: r.try_get("consumer")?,
+            payload_hash: r.try_get("payload_hash")?,
+            received_at: r.try_get("received_at")?,
+        }))
+        .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
+        .map_err(|e| db("decoding inbox rows", e))?);
+    let dead_letters =
+        summaries_where(ops, &format!("message_id = {}", ops.p(1)), Some(message_id), None).await?;
+    Ok(Inspection {
+        message_id: message_id.to_owned(),
+        claimed,
+        dead_letters,
+        effect_journal: journal(ops, message_id).await?,
+        outbox: outbox(ops, message_id).await?,
+    })
+}
+
+/// The key prefixes oncely-effects' `effect_key` gives this id (plain and hashed forms).
+fn key_prefixes(id: &str) -> [String; 2] {
+    let mut hashed = hex::encode(Sha256::digest(id.as_bytes()));
+    hashed.truncate(32);
+    [format!("msg-{id}:"), format!("msgh-{hashed}:")]
+}
+
+async fn journal(ops: &Ops, id: &str) -> Result<Option<Vec<JournalRow>>> {
+    // A range instead of LIKE: no escaping of % and _ in ids; ';' sorts right after ':'.
+    let sql = format!(
+        "SELECT {ek} AS effect_key, {kind} AS kind, {state} AS state, updated_at FROM {} WHERE (effect_key >= {p1} AND effect_key < {p2}) OR (effect_key >= {p3} AND effect_key < {p4}) ORDER BY effect_key",
+        ops.table("effect_journal"),
+        ek = ops.text("effect_key"),
+        kind = ops.text("kind"),
+        state = ops.text("state"),
+        p1 = ops.p(1),
+        p2 = ops.p(2),
+        p3 = ops.p(3),
+        p4 = ops.p(4)
+    );
+    let [plain, hashed] = key_prefixes(id);
+    let end = |p: &str| format!("{};", &p[..p.len() - 1]);
+    let rows = with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql))
+        .bind(&plain).bind(end(&plain)).bind(&hashed).bind(end(&hashed))
+        .fetch_all(p)
+        .await
+        .map(|rows| rows.iter().map(|r| Ok(JournalRow {
+            effect_key: r.try_get("effect_key")?,
+            kind: r.try_get("kind")?,
+            state: r.try_get("state")?,
+            updated_at: r.try_get("updated_at")?,
+        })).collect::<std::result::Result<Vec<_>, sqlx::Error>>()));
+    match rows {
+        Ok(decoded) => decoded.map(Some).map_err(|e| db("decoding journal rows", e)),
+        Err(e) if is_missing_table(&e) => Ok(None),
+        Err(e) => Err(db("reading the effect journal", e)),
+    }
+}
+
+async fn outbox(ops: &Ops, id: &str) -> Result<Option<Vec<OutboxRow>>> {
+    let sql = format!(
+        "SELECT id, {} AS destination, created_at, dispatched_at FROM {} WHERE message_id = {} ORDER BY id",
+        ops.text("destination"),
+        ops.table("outbox"),
+        ops.p(1)
+    );
+    let rows = with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_all(p)
+        .await
+        .map(|rows| rows.iter().map(|r| Ok(OutboxRow {
+            id: r.try_get("id")?,
+            destination: r.try_get("destination")?,
+            created_at: r.try_get("created_at")?,
+            dispatched_at: r.try_get("dispatched_at")?,
+        })).collect::<std::result::Result<Vec<_>, sqlx::Error>>()));
+    match rows {
+        Ok(decoded) => decoded.map(Some).map_err(|e| db("decoding outbox rows", e)),
+        Err(e) if is_missing_table(&e) => Ok(None),
+        Err(e) => Err(db("reading the outbox", e)),
+    }
+}

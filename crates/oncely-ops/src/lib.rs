@@ -1,0 +1,37 @@
+//! # oncely-ops
+//!
+//! Operating an oncely inbox: what the `oncely` admin commands run, as a library.
+//!
+//! - [`prune`]: retention. Deletes ids older than a window in bounded batches with a pause
+//!   between them (never one long transaction), or — on PostgreSQL with the
+//!   [`partition`]ed inbox — drops whole daily partitions. Only one pruner runs at a time per
+//!   inbox across all instances ([`lock`]).
+//! - [`stats`], [`inspect`]: per-consumer numbers and where one message id is.
+//! - [`dlq`]: list, show, replay (through a [`oncely_core::Consumer`], still deduplicated) and
+//!   purge dead letters.
+//! - [`retention`]: the retention window and the late-message policy, as configuration.
+//!
+//! Everything works on SQLite, PostgreSQL and MySQL/MariaDB through [`Ops`], built from an
+//! `oncely-sql` store's pool and [`oncely_sql::Tables`].
+//!
+//! ```no_run
+//! # async fn f() -> oncely_core::Result<()> {
+//! use oncely_ops::{Ops, prune::{PruneOptions, prune}};
+//! let store = oncely_sql::SqliteStore::connect("sqlite:oncely.db").await?;
+//! let ops = Ops::from(&store);
+//! let report = prune(&ops, &PruneOptions::default(), &mut |_| {}).await?;
+//! println!("deleted {} ids", report.deleted);
+//! # Ok(()) }
+//! ```
+
+mod db;
+pub mod dlq;
+pub mod inspect;
+pub mod lock;
+pub mod metrics;
+pub mod partition;
+pub mod prune;
+pub mod retention;
+pub mod stats;
+
+pub use db::{Ops, OpsPool, now_ms};

@@ -1,0 +1,204 @@
+//! Retention: removes inbox ids older than the window without long transactions.
+//!
+//! Generic path (every dialect, and the PostgreSQL default partition): repeated small
+//! `DELETE`s, each its own short transaction, with a pause between them:
+//!
+//! - PostgreSQL: `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … WHERE received_at < $1 LIMIT n))`
+//! - MySQL / MariaDB: `DELETE … WHERE received_at < ? ORDER BY received_at LIMIT n`
+//! - SQLite (the inbox is `WITHOUT ROWID`): `DELETE … WHERE (consumer, message_id) IN
+//!   (SELECT consumer, message_id … LIMIT n)`
+//!
+//! Partitioned path (PostgreSQL, see [`crate::partition`]): drops every daily partition older
+//! than the window and creates the partitions for the coming days.
+//!
+//! Either way only one pruner runs at a time per inbox ([`crate::lock::OpsLock`]).
+
+use crate::db::{Ops, db, now_ms, with_pool};
+use crate::lock::OpsLock;
+use crate::partition;
+use oncely_core::Result;
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::Dialect;
+use std::time::{Duration, Instant};
+use tracing::info;
+
+/// Settings of one prune run.
+#[derive(Debug, Clone)]
+pub struct PruneOptions {
+    /// Ids received longer ago than this are removed (default 7 days).
+    pub window: Duration,
+    /// Rows per `DELETE` (default 5,000).
+    pub batch_size: u32,
+    /// Pause between batches, so that consumers and replication keep up (default 50 ms).
+    pub pause: Duration,
+    /// Wait for another pruner to finish instead of returning at once (default false).
+    pub wait_for_lock: bool,
+    /// Partitioned inbox only: partitions to keep created ahead of today (default 3).
+    pub days_ahead: u32,
+    /// Stop after this many batches (default: none); the next run continues.
+    pub max_batches: Option<u64>,
+}
+
+impl Default for PruneOptions {
+    fn default() -> Self {
+        Self {
+            window: crate::retention::DEFAULT_WINDOW,
+            batch_size: 5_000,
+            pause: Duration::from_millis(50),
+            wait_for_lock: false,
+            days_ahead: 3,
+            max_batches: None,
+        }
+    }
+}
+
+/// Progress of a run, reported after every batch (for progress bars).
+#[derive(Debug, Clone, Copy)]
+pub struct PruneProgress {
+    /// Expired rows found when the run started.
+    pub expired_at_start: u64,
+    /// Rows deleted so far.
+    pub deleted: u64,
+    /// Batches run so far.
+    pub batches: u64,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PruneReport {
+    /// False when another pruner held the lock (nothing was done).
+    pub ran: bool,
+    /// `batched` or `partitions`.
+    pub mode: &'static str,
+    /// Rows with `received_at` below this (unix ms) were expired.
+    pub cutoff_ms: i64,
+    /// Expired rows found at the start (partitioned: in the default partition only).
+    pub expired_at_start: u64,
+    /// Rows deleted by batches.
+    pub deleted: u64,
+    /// Batches run.
+    pub batches: u64,
+    /// Partitions dropped (partitioned layout).
+    pub partitions_dropped: Vec<String>,
+    /// Partitions created ahead (partitioned layout).
+    pub partitions_created: Vec<String>,
+    /// Seconds the run took.
+    pub elapsed_secs: f64,
+    /// Seconds the oldest remaining row is past the window (0 when fully pruned).
+    pub lag_secs: f64,
+}
+
+/// Prunes the inbox of `ops`, calling `progress` after every batch.
+pub async fn prune(
+    ops: &Ops,
+    options: &PruneOptions,
+    progress: &mut (dyn FnMut(PruneProgress) + Send),
+) -> Result<PruneReport> {
+    let started = Instant::now();
+    let cutoff_ms = now_ms() - options.window.as_millis() as i64;
+    let mut report = PruneReport {
+        mode: "batched",
+        cutoff_ms,
+        ..PruneReport::default()
+    };
+    let Some(mut lock) = OpsLock::acquire(ops, "prune", options.wait_for_lock).await? else {
+        info!(inbox = %ops.table("inbox"), "another pruner holds the lock; skipping this run");
+        return Ok(report);
+    };
+    report.ran = true;
+    let result = run(ops, options, &mut lock, &mut report, progress).await;
+    let released = lock.release().await;
+    result?;
+    released?;
+    report.elapsed_secs = started.elapsed().as_secs_f64();
+    let oldest = oldest_received(ops).await?;
+    report.lag_secs = oldest
+        .map(|o| ((cutoff_ms - o).max(0)) as f64 / 1000.0)
+        .unwrap_or(0.0);
+    crate::metrics::pruned(ops, &report);
+    if let Ok(rows) = crate::stats::inbox_rows_estimate(ops).await {
+        crate::metrics::inbox_rows(ops, rows);
+    }
+    info!(inbox = %ops.table("inbox"), deleted = report.deleted, dropped = report.partitions_dropped.len(), "prune done");
+    Ok(report)
+}
+
+async fn run(
+    ops: &Ops,
+    options: &PruneOptions,
+    lock: &mut OpsLock,
+    report: &mut PruneReport,
+    progress: &mut (dyn FnMut(PruneProgress) + Send),
+) -> Result<()> {
+    let mut table = ops.table("inbox");
+    if partition::is_partitioned(ops).await? {
+        report.mode = "partitions";
+        report.partitions_dropped = partition::drop_expired(ops, report.cutoff_ms).await?;
+        report.partitions_created = partition::ensure(ops, now_ms(), options.days_ahead).await?;
+        table = ops.table("inbox_default");
+    }
+    report.expired_at_start = count_expired(ops, &table, report.cutoff_ms).await?;
+    let sql = batch_sql(ops, &table, options.batch_size.max(1));
+    loop {
+        if options.max_batches.is_some_and(|m| report.batches >= m) {
+            break;
+        }
+        let deleted = with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql.clone()))
+            .bind(report.cutoff_ms)
+            .execute(p)
+            .await
+            .map_err(|e| db("deleting a batch of expired ids", e))?
+            .rows_affected());
+        report.batches += 1;
+        report.deleted += deleted;
+        progress(PruneProgress {
+            expired_at_start: report.expired_at_start,
+            deleted: report.deleted,
+            batches: report.batches,
+        });
+        if deleted < u64::from(options.batch_size.max(1)) {
+            break;
+        }
+        lock.renew().await?;
+        tokio::time::sleep(options.pause).await;
+    }
+    Ok(())
+}
+
+/// The statement deleting one batch of rows of `table` older than `$1`.
+pub fn batch_sql(ops: &Ops, table: &str, batch: u32) -> String {
+    match ops.dialect() {
+        Dialect::Postgres => format!(
+            "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE received_at < $1 LIMIT {batch}))"
+        ),
+        Dialect::MySql => format!(
+            "DELETE FROM {table} WHERE received_at < ? ORDER BY received_at LIMIT {batch}"
+        ),
+        Dialect::Sqlite => format!(
+            "DELETE FROM {table} WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM {table} WHERE received_at < ?1 LIMIT {batch})"
+        ),
+    }
+}
+
+async fn count_expired(ops: &Ops, table: &str, cutoff_ms: i64) -> Result<u64> {
+    let sql = format!(
+        "SELECT COUNT(*) FROM {table} WHERE received_at < {}",
+        ops.p(1)
+    );
+    let n: i64 = with_pool!(ops, p => sqlx::query_scalar(AssertSqlSafe(sql))
+        .bind(cutoff_ms)
+        .fetch_one(p)
+        .await
+        .map_err(|e| db("counting expired ids", e))?);
+    Ok(n.max(0) as u64)
+}
+
+/// `received_at` of the oldest id in the inbox (unix ms), if any.
+pub async fn oldest_received(ops: &Ops) -> Result<Option<i64>> {
+    let sql = format!("SELECT MIN(received_at) FROM {}", ops.table("inbox"));
+    let oldest: Option<i64> = with_pool!(ops, p => sqlx::query_scalar(AssertSqlSafe(sql))
+        .fetch_one(p)
+        .await
+        .map_err(|e| db("reading the oldest id", e))?);
+    Ok(oldest)
+}

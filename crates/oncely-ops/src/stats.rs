@@ -1,0 +1,177 @@
+//! Per-consumer numbers read from the inbox and dead-letter tables.
+
+use crate::db::{Ops, OpsPool, db, with_pool};
+use oncely_core::Result;
+use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
+use std::collections::BTreeMap;
+
+/// One consumer's numbers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConsumerStats {
+    /// Consumer name.
+    pub consumer: String,
+    /// Ids held in the inbox.
+    pub ids_held: u64,
+    /// `received_at` of the oldest id (unix ms).
+    pub oldest_ms: Option<i64>,
+    /// `received_at` of the newest id (unix ms).
+    pub newest_ms: Option<i64>,
+    /// Dead-letter rows of this consumer.
+    pub dead_letters: u64,
+    /// Of those, conflicts (same id, other payload).
+    pub conflicts: u64,
+    /// Of those, late messages quarantined.
+    pub late: u64,
+    /// Dead-letter rows by reason code.
+    pub dead_letters_by_reason: BTreeMap<String, u64>,
+}
+
+/// The whole installation.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct InboxStats {
+    /// The inbox table.
+    pub inbox: String,
+    /// Per consumer, by name.
+    pub consumers: Vec<ConsumerStats>,
+    /// Ids held, all consumers.
+    pub ids_held: u64,
+    /// Dead-letter rows, all consumers.
+    pub dead_letters: u64,
+    /// Inbox size on disk with indexes (bytes), where the database reports it.
+    pub inbox_bytes: Option<i64>,
+    /// Dead-letter table size on disk with indexes (bytes), where the database reports it.
+    pub dead_letter_bytes: Option<i64>,
+    /// True for the PostgreSQL partitioned layout.
+    pub partitioned: bool,
+    /// Daily partitions (partitioned layout).
+    pub partitions: usize,
+}
+
+/// Reads the numbers. Counting is exact (an index scan per table).
+pub async fn stats(ops: &Ops) -> Result<InboxStats> {
+    let inbox = ops.table("inbox");
+    let dl = ops.table("dead_letters");
+    let consumer = ops.text("consumer");
+    let inbox_sql = format!(
+        "SELECT {consumer} AS consumer, COUNT(*) AS n, MIN(received_at) AS oldest, MAX(received_at) AS newest FROM {inbox} GROUP BY consumer"
+    );
+    let dl_sql =
+        format!("SELECT consumer, reason, COUNT(*) AS n FROM {dl} GROUP BY consumer, reason");
+    let mut by_name: BTreeMap<String, ConsumerStats> = BTreeMap::new();
+    let (held, letters) = with_pool!(ops, p => {
+        let held = sqlx::query(AssertSqlSafe(inbox_sql)).fetch_all(p).await
+            .map_err(|e| db("reading the inbox", e))?
+            .iter()
+            .map(|r| Ok((r.try_get::<String, _>("consumer")?, r.try_get::<i64, _>("n")?,
+                r.try_get::<Option<i64>, _>("oldest")?, r.try_get::<Option<i64>, _>("newest")?)))
+            .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
+            .map_err(|e| db("decoding inbox stats", e))?;
+        let letters = sqlx::query(AssertSqlSafe(dl_sql)).fetch_all(p).await
+            .map_err(|e| db("reading dead letters", e))?
+            .iter()
+            .map(|r| Ok((r.try_get::<String, _>("consumer")?, r.try_get::<String, _>("reason")?,
+                r.try_get::<i64, _>("n")?)))
+            .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
+            .map_err(|e| db("decoding dead-letter stats", e))?;
+        (held, letters)
+    });
+    for (name, n, oldest, newest) in held {
+        let s = by_name.entry(name.clone()).or_default();
+        s.consumer = name;
+        s.ids_held = n.max(0) as u64;
+        s.oldest_ms = oldest;
+        s.newest_ms = newest;
+    }
+    for (name, reason, n) in letters {
+        let s = by_name.entry(name.clone()).or_default();
+        s.consumer = name;
+        let n = n.max(0) as u64;
+        s.dead_letters += n;
+        match reason.as_str() {
+            "conflict" => s.conflicts += n,
+            "late" => s.late += n,
+            _ => {}
+        }
+        *s.dead_letters_by_reason.entry(reason).or_default() += n;
+    }
+    let consumers: Vec<ConsumerStats> = by_name.into_values().collect();
+    let partitioned = crate::partition::is_partitioned(ops).await?;
+    let partitions = if partitioned {
+        crate::partition::list(ops).await?.len()
+    } else {
+        0
+    };
+    Ok(InboxStats {
+        ids_held: consumers.iter().map(|c| c.ids_held).sum(),
+        dead_letters: consumers.iter().map(|c| c.dead_letters).sum(),
+        inbox_bytes: table_bytes(ops, "inbox").await,
+        dead_letter_bytes: table_bytes(ops, "dead_letters").await,
+        inbox,
+        consumers,
+        partitioned,
+        partitions,
+    })
+}
+
+/// Size on disk of an oncely table with its indexes (and partitions), if the database says.
+pub async fn table_bytes(ops: &Ops, name: &str) -> Option<i64> {
+    let table = ops.table(name);
+    let bare = format!("{}{name}", ops.tables().prefix());
+    match ops.pool() {
+        OpsPool::Postgres(p) => sqlx::query_scalar(
+            "SELECT (pg_total_relation_size(to_regclass($1)) + COALESCE((SELECT SUM(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = to_regclass($1)), 0))::bigint",
+        )
+        .bind(&table)
+        .fetch_one(p)
+        .await
+        .ok(),
+        OpsPool::MySql(p) => sqlx::query_scalar(
+            "SELECT CAST(DATA_LENGTH + INDEX_LENGTH AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+        )
+        .bind(ops.tables().schema())
+        .bind(&bare)
+        .fetch_optional(p)
+        .await
+        .ok()
+        .flatten(),
+        OpsPool::Sqlite(p) => sqlx::query_scalar::<_, Option<i64>>(
+            "SELECT SUM(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = ?1)",
+        )
+        .bind(&bare)
+        .fetch_one(p)
+        .await
+        .ok()
+        .flatten(),
+    }
+}
+
+/// Ids held in the inbox: exact below a million rows, the planner's estimate above.
+pub async fn inbox_rows_estimate(ops: &Ops) -> Result<u64> {
+    let inbox = ops.table("inbox");
+    let estimate: Option<i64> = match ops.pool() {
+        OpsPool::Postgres(p) => sqlx::query_scalar(
+            "SELECT COALESCE(SUM(GREATEST(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1) OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1))",
+        )
+        .bind(&inbox)
+        .fetch_one(p)
+        .await
+        .ok(),
+        OpsPool::MySql(p) => sqlx::query_scalar(
+            "SELECT CAST(TABLE_ROWS AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+        )
+        .bind(ops.tables().schema())
+        .bind(format!("{}inbox", ops.tables().prefix()))
+        .fetch_optional(p)
+        .await
+        .ok()
+        .flatten(),
+        OpsPool::Sqlite(_) => None,
+    };
+    if let Some(n) = estimate.filter(|n| *n >= 1_000_000) {
+        return Ok(n as u64);
+    }
+    let sql = format!("SELECT COUNT(*) FROM {inbox}");
+    let n: i64 = with_pool!(ops, p => sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(p).await
+        .map_err(|e| db("counting the inbox", e))?);
+    Ok(n.max(0) as u64)
+}
