@@ -6,12 +6,21 @@ use oncely_core::{Delivery, Error, RawEnvelope, Result, Source};
 pub enum AnySource {
     /// RabbitMQ.
     Amqp(oncely_amqp::AmqpSource),
+    /// NATS JetStream.
+    Nats(oncely_nats::NatsSource),
+    /// Redis Streams.
+    Redis(oncely_redis::RedisSource),
+    /// MQTT.
+    Mqtt(oncely_mqtt::MqttSource),
 }
 
 impl Source for AnySource {
     async fn next(&mut self) -> Result<Option<Delivery>> {
         match self {
             Self::Amqp(s) => s.next().await,
+            Self::Nats(s) => s.next().await,
+            Self::Redis(s) => s.next().await,
+            Self::Mqtt(s) => s.next().await,
         }
     }
 }
@@ -22,20 +31,26 @@ fn scheme(url: &str) -> &str {
 
 /// Connects the source a URL names, for consumer `consumer`.
 pub async fn connect_source(url: &str, consumer: &str) -> Result<AnySource> {
-    match scheme(url) {
-        "amqp" | "amqps" => Ok(AnySource::Amqp(
-            oncely_amqp::connect_source(url, consumer).await?,
-        )),
-        other => Err(Error::config(format!(
-            "unknown source scheme {other:?} in {url}"
-        ))),
-    }
+    Ok(match scheme(url) {
+        "amqp" | "amqps" => AnySource::Amqp(oncely_amqp::connect_source(url, consumer).await?),
+        "nats" => AnySource::Nats(oncely_nats::connect_source(url, consumer).await?),
+        "redis" | "rediss" => AnySource::Redis(oncely_redis::connect_source(url, consumer).await?),
+        "mqtt" | "tcp" => AnySource::Mqtt(oncely_mqtt::connect_source(url, consumer).await?),
+        other => {
+            return Err(Error::config(format!(
+                "unknown source scheme {other:?} in {url}"
+            )));
+        }
+    })
 }
 
 /// Publishes `messages` to the broker a URL names.
 pub async fn publish(url: &str, messages: &[RawEnvelope]) -> Result<()> {
     match scheme(url) {
         "amqp" | "amqps" => oncely_amqp::publish(url, messages).await,
+        "nats" => oncely_nats::publish(url, messages).await.map(|_| ()),
+        "redis" | "rediss" => oncely_redis::publish(url, messages).await,
+        "mqtt" | "tcp" => oncely_mqtt::publish(url, messages).await,
         other => Err(Error::config(format!(
             "unknown source scheme {other:?} in {url}"
         ))),

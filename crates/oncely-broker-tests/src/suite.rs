@@ -23,14 +23,21 @@ pub async fn sqlite_db() -> (Db, tempfile::TempDir) {
 /// the commit, and checks: every id applied exactly once (ledger rows == unique ids),
 /// none lost, the bad ids dead-lettered as `bad_id`, redeliveries reported by the broker
 /// (attempt ≥ 2) and the deliveries abandoned after the commit skipped as `Duplicate`.
-pub async fn conformance<Src, P, PF>(label: &str, source: Src, publish: P, idle: Duration)
-where
+/// `bad` messages without a usable id are published (1: missing id; 2: also one with a
+/// control character in the id, for brokers that can carry it).
+pub async fn conformance<Src, P, PF>(
+    label: &str,
+    source: Src,
+    publish: P,
+    bad: usize,
+    idle: Duration,
+) where
     Src: Source,
     P: FnOnce(Vec<oncely_core::RawEnvelope>) -> PF,
     PF: Future<Output = oncely_core::Result<()>>,
 {
     let (db, _dir) = sqlite_db().await;
-    let workload = Workload::new(label, 300, 0.2, 2, 7);
+    let workload = Workload::new(label, 300, 0.2, bad, 7);
     publish(workload.messages.clone()).await.expect("publish");
     let mut options = RunOptions::new("conformance");
     options.idle_exit = idle;

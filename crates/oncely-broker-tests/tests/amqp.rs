@@ -32,6 +32,7 @@ async fn amqp_conformance() {
         "amqp",
         source,
         |m| async move { oncely_amqp::publish(&publish_url, &m).await },
+        2,
         Duration::from_secs(2),
     )
     .await;

@@ -1,7 +1,7 @@
 //! The wire mapping: [`RawEnvelope`] ↔ NATS headers.
 
-use async_nats::HeaderMap;
-use oncely_core::{Meta, RawEnvelope};
+use async_nats::{HeaderMap, HeaderName, HeaderValue};
+use oncely_core::{Error, Meta, RawEnvelope, Result};
 use std::time::{Duration, UNIX_EPOCH};
 
 /// Header carrying the producer-set id; JetStream also dedups on it within the stream's
@@ -14,27 +14,38 @@ pub const ENTITY_HEADER: &str = "oncely-entity";
 /// Header carrying the source time in Unix milliseconds.
 pub const SOURCE_TIME_HEADER: &str = "oncely-source-time";
 
-/// The headers a producer sets.
-pub fn headers_of(message: &RawEnvelope) -> HeaderMap {
+/// The headers a producer sets. Fails for values NATS headers cannot carry (CR or LF,
+/// e.g. an id with a line break) instead of sending the message without its id.
+pub fn headers_of(message: &RawEnvelope) -> Result<HeaderMap> {
     let mut h = HeaderMap::new();
+    let mut put = |k: &str, v: &str| -> Result<()> {
+        let name: HeaderName = k
+            .parse()
+            .map_err(|e| Error::permanent(format!("NATS header name {k:?}: {e}")))?;
+        let value: HeaderValue = v
+            .parse()
+            .map_err(|e| Error::permanent(format!("NATS header {k} = {v:?}: {e}")))?;
+        h.insert(name, value);
+        Ok(())
+    };
     if let Some(id) = &message.id {
-        h.insert(ID_HEADER, String::from_utf8_lossy(id).as_ref());
+        put(ID_HEADER, &String::from_utf8_lossy(id))?;
     }
     let meta = &message.meta;
     if let Some(v) = meta.version {
-        h.insert(VERSION_HEADER, v.to_string().as_str());
+        put(VERSION_HEADER, &v.to_string())?;
     }
     if let Some(e) = &meta.entity_key {
-        h.insert(ENTITY_HEADER, e.as_str());
+        put(ENTITY_HEADER, e)?;
     }
     if let Some(t) = meta.source_time {
         let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        h.insert(SOURCE_TIME_HEADER, ms.to_string().as_str());
+        put(SOURCE_TIME_HEADER, &ms.to_string())?;
     }
     for (k, v) in &meta.headers {
-        h.insert(k.as_str(), v.as_str());
+        put(k, v)?;
     }
-    h
+    Ok(h)
 }
 
 /// Reads a message back into a [`RawEnvelope`]. Without `Nats-Msg-Id` the id is `None`,
@@ -83,8 +94,9 @@ mod tests {
         raw.meta.entity_key = Some("acct-17".into());
         raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
         raw.meta.headers.insert("trace".into(), "t".into());
-        let h = headers_of(&raw);
+        let h = headers_of(&raw).unwrap();
         assert_eq!(envelope_of(Some(&h), &raw.payload), raw);
+        assert!(headers_of(&RawEnvelope::new("a\nb", "x")).is_err());
         assert_eq!(envelope_of(None, b"x").id, None);
     }
 }

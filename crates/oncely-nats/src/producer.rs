@@ -26,17 +26,18 @@ impl NatsProducer {
         })
     }
 
-    /// Publishes messages in order, then waits for all publish acks.
+    /// Publishes messages in order, then waits for all publish acks. Fails (before sending
+    /// anything) if a message's id or headers cannot be carried in NATS headers.
     pub async fn send_all(&mut self, messages: &[RawEnvelope]) -> Result<()> {
+        let headers = messages
+            .iter()
+            .map(headers_of)
+            .collect::<Result<Vec<_>>>()?;
         let mut acks = Vec::with_capacity(messages.len());
-        for m in messages {
+        for (m, headers) in messages.iter().zip(headers) {
             let ack = self
                 .js
-                .publish_with_headers(
-                    self.subject.clone(),
-                    headers_of(m),
-                    m.payload.clone().into(),
-                )
+                .publish_with_headers(self.subject.clone(), headers, m.payload.clone().into())
                 .await
                 .map_err(|e| nats_err("publish", e))?;
             acks.push(ack);

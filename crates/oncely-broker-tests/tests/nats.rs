@@ -1,0 +1,108 @@
+//! NATS JetStream: conformance, connection loss, SIGKILL crash test — against the real server.
+
+use oncely_broker_tests::faults::crash_loop;
+use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::services::{NATS_URL, available, unique};
+use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
+use oncely_broker_tests::workload::Workload;
+use std::time::Duration;
+
+fn up(test: &str) -> bool {
+    available(test, "NATS", "127.0.0.1:4222")
+}
+
+/// A per-test stream; a small dedup window (100 ms, the server minimum) so that the workload's duplicates reach the
+/// consumer (with the default 2 min window JetStream itself would drop them).
+fn url(name: &str) -> String {
+    let stream = name.to_uppercase();
+    format!("{NATS_URL}?stream={stream}&subject={name}&ack_wait_ms=3000&dup_window_ms=100")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_conformance() {
+    if !up("nats_conformance") {
+        return;
+    }
+    let name = unique("conf");
+    let url = url(&name);
+    let source = oncely_nats::connect_source(&url, "conformance")
+        .await
+        .expect("connect");
+    let publish_url = url.clone();
+    conformance(
+        "nats",
+        source,
+        |m| async move { oncely_nats::publish(&publish_url, &m).await.map(|_| ()) },
+        1,
+        Duration::from_secs(4),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_client_connection_dropped_mid_stream() {
+    if !up("nats_client_connection_dropped_mid_stream") {
+        return;
+    }
+    let name = unique("connloss");
+    let url = url(&name);
+    let workload = Workload::new(&name, 3000, 0.2, 1, 3);
+    let source = oncely_nats::connect_source(&url, "connloss")
+        .await
+        .expect("connect");
+    oncely_nats::publish(&url, &workload.messages)
+        .await
+        .expect("publish");
+    let client = source.client().clone();
+    let (db, _dir) = sqlite_db().await;
+    connection_loss(
+        "nats connection loss",
+        &db,
+        &workload,
+        source,
+        || {
+            let client = client.clone();
+            async move { usize::from(client.force_reconnect().await.is_ok()) }
+        },
+        Duration::from_secs(5),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_sigkill_crash_10k() {
+    if !up("nats_sigkill_crash_10k") {
+        return;
+    }
+    let name = unique("crash");
+    let url = url(&name);
+    let workload = Workload::new(&name, 10_000, 0.2, 1, 42);
+    oncely_nats::publish(&url, &workload.messages)
+        .await
+        .expect("publish");
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = format!("sqlite:{}", dir.path().join("crash.db").display());
+    let db = Db::open(&store, None).await.expect("db");
+    let args: Vec<String> = [
+        "--source",
+        &url,
+        "--consumer",
+        "crash",
+        "--store",
+        &store,
+        "--idle-exit",
+        "5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (report, _) = crash_loop(
+        env!("CARGO_BIN_EXE_oncely-broker-consumer"),
+        &args,
+        &db,
+        &workload,
+        6,
+    )
+    .await;
+    report.assert_exact("nats SIGKILL crash test");
+}

@@ -1,0 +1,104 @@
+//! Redis Streams: conformance, connection loss, SIGKILL crash test — against the real server.
+
+use oncely_broker_tests::faults::{crash_loop, redis_kill_clients};
+use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::services::{REDIS_URL, available, unique};
+use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
+use oncely_broker_tests::workload::Workload;
+use oncely_redis::{RedisOptions, RedisSource};
+use std::time::Duration;
+
+fn up(test: &str) -> bool {
+    available(test, "Redis", "127.0.0.1:6379")
+}
+
+fn url(stream: &str) -> String {
+    format!("{REDIS_URL}/?stream={stream}&reclaim_ms=1000")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_conformance() {
+    if !up("redis_conformance") {
+        return;
+    }
+    let stream = unique("conf");
+    let url = url(&stream);
+    let source = oncely_redis::connect_source(&url, "conformance")
+        .await
+        .expect("connect");
+    let publish_url = url.clone();
+    conformance(
+        "redis",
+        source,
+        |m| async move { oncely_redis::publish(&publish_url, &m).await },
+        2,
+        Duration::from_secs(4),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_connection_killed_by_server_mid_stream() {
+    if !up("redis_connection_killed_by_server_mid_stream") {
+        return;
+    }
+    let stream = unique("connloss");
+    let url = url(&stream);
+    let workload = Workload::new(&stream, 3000, 0.2, 2, 3);
+    oncely_redis::publish(&url, &workload.messages)
+        .await
+        .expect("publish");
+    let (base, mut options) = RedisOptions::from_url(&url, "connloss").expect("options");
+    options.client_name = unique("oncely_cut");
+    let name = options.client_name.clone();
+    let source = RedisSource::connect(&base, options).await.expect("connect");
+    let (db, _dir) = sqlite_db().await;
+    connection_loss(
+        "redis connection loss",
+        &db,
+        &workload,
+        source,
+        || redis_kill_clients(&name),
+        Duration::from_secs(4),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sigkill_crash_10k() {
+    if !up("redis_sigkill_crash_10k") {
+        return;
+    }
+    let stream = unique("crash");
+    // A killed member's pending entries are taken over after 2 s idle.
+    let url = format!("{REDIS_URL}/?stream={stream}&reclaim_ms=2000");
+    let workload = Workload::new(&stream, 10_000, 0.2, 5, 42);
+    oncely_redis::publish(&url, &workload.messages)
+        .await
+        .expect("publish");
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = format!("sqlite:{}", dir.path().join("crash.db").display());
+    let db = Db::open(&store, None).await.expect("db");
+    let args: Vec<String> = [
+        "--source",
+        &url,
+        "--consumer",
+        "crash",
+        "--store",
+        &store,
+        "--idle-exit",
+        "5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (report, _) = crash_loop(
+        env!("CARGO_BIN_EXE_oncely-broker-consumer"),
+        &args,
+        &db,
+        &workload,
+        6,
+    )
+    .await;
+    report.assert_exact("redis SIGKILL crash test");
+}
