@@ -1,0 +1,125 @@
+//! The store conformance suite on the real MariaDB / MySQL server (a database per case).
+
+mod common;
+
+use common::{missing, mysql_url, unique};
+use oncely_core::{Error, Result};
+use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Transaction};
+use oncely_sql::{ConnectOptions, MySqlStore};
+use oncely_testkit::{ExerciseOptions, StoreHarness};
+use std::sync::Mutex;
+
+struct MySqlHarness {
+    databases: Mutex<Vec<String>>,
+}
+
+fn db(e: sqlx::Error) -> Error {
+    Error::transient("ledger query failed").with_source(e)
+}
+
+/// `mysql://user@host:port/db` with another database.
+fn url_with_db(url: &str, db: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{db}", &base[..path]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+impl StoreHarness for MySqlHarness {
+    type Store = MySqlStore;
+
+    async fn fresh(&self) -> Result<MySqlStore> {
+        let name = unique("conf_my");
+        let admin = MySqlStore::connect(&mysql_url()).await?;
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(admin.pool())
+            .await
+            .map_err(db)?;
+        admin.pool().close().await;
+        self.databases.lock().unwrap().push(name.clone());
+        // The case's database is the connection's default one: the inbox (unqualified) and
+        // the test ledger live there.
+        let options = ConnectOptions {
+            max_connections: 8,
+            ..ConnectOptions::default()
+        };
+        let store = MySqlStore::connect_with(&url_with_db(&mysql_url(), &name), &options).await?;
+        store.migrate().await?;
+        sqlx::raw_sql(
+            "CREATE TABLE ledger (seq BIGINT AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(255) NOT NULL, amount BIGINT NOT NULL) ENGINE=InnoDB",
+        )
+        .execute(store.pool())
+        .await
+        .map_err(db)?;
+        Ok(store)
+    }
+
+    async fn add_effect(
+        tx: &mut Transaction<'static, MySql>,
+        message_id: &str,
+        amount: i64,
+    ) -> Result<()> {
+        sqlx::query("INSERT INTO ledger (message_id, amount) VALUES (?, ?)")
+            .bind(message_id)
+            .bind(amount)
+            .execute(&mut **tx)
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    async fn effects(store: &MySqlStore) -> Result<Vec<(String, i64)>> {
+        sqlx::query_as("SELECT message_id, amount FROM ledger ORDER BY seq")
+            .fetch_all(store.pool())
+            .await
+            .map_err(db)
+    }
+}
+
+#[test]
+fn url_with_db_replaces_the_database() {
+    assert_eq!(
+        url_with_db("mysql://root@127.0.0.1:3306/test", "x"),
+        "mysql://root@127.0.0.1:3306/x"
+    );
+    assert_eq!(url_with_db("mysql://root@h", "x"), "mysql://root@h/x");
+    assert_eq!(
+        url_with_db("mysql://u:p@h/t?ssl-mode=disabled", "x"),
+        "mysql://u:p@h/x?ssl-mode=disabled"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_passes_the_conformance_suite() {
+    if let Err(e) = MySqlStore::connect(&mysql_url()).await {
+        missing("MariaDB", "mysql_passes_the_conformance_suite", &e);
+        return;
+    }
+    let harness = MySqlHarness {
+        databases: Mutex::new(vec![]),
+    };
+    oncely_testkit::exercise_with(
+        &harness,
+        ExerciseOptions {
+            crash_seeds: 8,
+            crash_messages: 100,
+        },
+    )
+    .await;
+    let cleanup = MySqlStore::connect(&mysql_url()).await.unwrap();
+    let created = harness.databases.lock().unwrap().clone();
+    for name in created {
+        let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE {name}")))
+            .execute(cleanup.pool())
+            .await;
+    }
+}

@@ -1,0 +1,95 @@
+//! The store conformance suite on the real PostgreSQL server (a schema per case).
+
+mod common;
+
+use common::{missing, pg_url, unique};
+use oncely_core::{Error, Result};
+use oncely_sql::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Transaction};
+use oncely_sql::{PgStore, Tables};
+use oncely_testkit::{ExerciseOptions, StoreHarness};
+use std::str::FromStr;
+use std::sync::Mutex;
+
+struct PgHarness {
+    schemas: Mutex<Vec<String>>,
+}
+
+fn db(e: sqlx::Error) -> Error {
+    Error::transient("ledger query failed").with_source(e)
+}
+
+impl StoreHarness for PgHarness {
+    type Store = PgStore;
+
+    async fn fresh(&self) -> Result<PgStore> {
+        let schema = unique("conf_pg");
+        // The tables are qualified with the schema; the test ledger is found through the
+        // connection's search_path (the handler only sees the transaction).
+        let connect = PgConnectOptions::from_str(&pg_url())
+            .map_err(db)?
+            .options([("search_path", schema.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(connect)
+            .await
+            .map_err(db)?;
+        let store = PgStore::with_tables(pool, Tables::default().with_schema(&schema)?);
+        store.migrate().await?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE TABLE {schema}.ledger (seq BIGSERIAL PRIMARY KEY, message_id TEXT NOT NULL, amount BIGINT NOT NULL)"
+        )))
+        .execute(store.pool())
+        .await
+        .map_err(db)?;
+        self.schemas.lock().unwrap().push(schema);
+        Ok(store)
+    }
+
+    async fn add_effect(
+        tx: &mut Transaction<'static, Postgres>,
+        message_id: &str,
+        amount: i64,
+    ) -> Result<()> {
+        sqlx::query("INSERT INTO ledger (message_id, amount) VALUES ($1, $2)")
+            .bind(message_id)
+            .bind(amount)
+            .execute(&mut **tx)
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    async fn effects(store: &PgStore) -> Result<Vec<(String, i64)>> {
+        sqlx::query_as("SELECT message_id, amount FROM ledger ORDER BY seq")
+            .fetch_all(store.pool())
+            .await
+            .map_err(db)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_passes_the_conformance_suite() {
+    if let Err(e) = PgStore::connect(&pg_url()).await {
+        missing("PostgreSQL", "postgres_passes_the_conformance_suite", &e);
+        return;
+    }
+    let harness = PgHarness {
+        schemas: Mutex::new(vec![]),
+    };
+    oncely_testkit::exercise_with(
+        &harness,
+        ExerciseOptions {
+            crash_seeds: 8,
+            crash_messages: 100,
+        },
+    )
+    .await;
+    let cleanup = PgStore::connect(&pg_url()).await.unwrap();
+    let created = harness.schemas.lock().unwrap().clone();
+    for schema in created {
+        let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+            .execute(cleanup.pool())
+            .await;
+    }
+}
