@@ -38,6 +38,6 @@ pub use id::{ConsumerName, IdError, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTE
 pub use memory::{MemorySource, MemoryStats, SourceFaults};
 pub use outcome::{DeadLetterReason, Handled, Outcome, Step};
 pub use retry::RetryPolicy;
-pub use source::{Acker, Delivery, Source};
+pub use source::{Acker, Delivery, Source, StopWhenIdle};
 pub use stats::{Stats, StatsSnapshot};
 pub use store::{Claim, Committed, DeadLetter, Inspect, Store, StoredDeadLetter};

@@ -68,3 +68,40 @@ pub trait Source: Send + 'static {
     /// Waits for the next delivery.
     fn next(&mut self) -> impl Future<Output = Result<Option<Delivery>>> + Send;
 }
+
+/// Ends a source after `idle` passes without a delivery: for batch jobs, demos and tests
+/// over brokers whose streams never end.
+///
+/// ```
+/// use oncely_core::{MemorySource, Source, StopWhenIdle};
+/// use std::time::Duration;
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let mut source = StopWhenIdle::new(MemorySource::new(), Duration::from_millis(10));
+/// assert!(source.next().await.unwrap().is_none());
+/// # });
+/// ```
+pub struct StopWhenIdle<S> {
+    inner: S,
+    idle: std::time::Duration,
+}
+
+impl<S: Source> StopWhenIdle<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, idle: std::time::Duration) -> Self {
+        Self { inner, idle }
+    }
+
+    /// The wrapped source.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Source> Source for StopWhenIdle<S> {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        match tokio::time::timeout(self.idle, self.inner.next()).await {
+            Ok(next) => next,
+            Err(_) => Ok(None),
+        }
+    }
+}
