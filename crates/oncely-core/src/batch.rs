@@ -7,7 +7,7 @@
 //! deliveries are processed one at a time by the per-message [`Consumer`], so the failing
 //! message is isolated (retried or dead-lettered per its error kind) and the others apply once.
 
-use crate::consumer::Consumer;
+use crate::consumer::{Consumer, LatePolicy};
 use crate::envelope::{Envelope, PayloadHash};
 use crate::error::{Error, Result};
 use crate::handler::Handler;
@@ -64,6 +64,7 @@ pub struct BatchConsumer<S: Store, H> {
     handler: Arc<H>,
     max_batch: usize,
     linger: Duration,
+    late_window: Option<Duration>,
     counts: Arc<BatchCounts>,
 }
 
@@ -92,6 +93,7 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
             handler,
             max_batch: 100,
             linger: Duration::from_millis(10),
+            late_window: None,
             counts: Arc::default(),
         }
     }
@@ -112,6 +114,24 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.single = self.single.retry(policy);
         self
+    }
+
+    /// Late duplicate risks, as [`Consumer::late_after`]: with [`LatePolicy::Quarantine`],
+    /// messages whose source time is older than `window` leave the batch and go through the
+    /// per-message path, which dead-letters them (reason `late`) if their id is not claimed.
+    pub fn late_after(mut self, window: Duration, policy: LatePolicy) -> Self {
+        self.single = self.single.late_after(window, policy);
+        self.late_window = (policy == LatePolicy::Quarantine).then_some(window);
+        self
+    }
+
+    fn is_late(&self, message: &Envelope) -> bool {
+        let (Some(window), Some(sent)) = (self.late_window, message.meta().source_time) else {
+            return false;
+        };
+        std::time::SystemTime::now()
+            .duration_since(sent)
+            .is_ok_and(|age| age > window)
     }
 
     /// The consumer's name.
@@ -194,17 +214,15 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
         for (at, delivery) in deliveries.into_iter().enumerate() {
             outcomes.push(None);
             let raw = delivery.message();
-            match MessageId::parse_optional(raw.id.as_deref()) {
-                Ok(id) => {
-                    valid.push(Envelope::from_parts(
-                        id,
-                        raw.payload.clone(),
-                        raw.meta.clone(),
-                    ));
+            let message = MessageId::parse_optional(raw.id.as_deref())
+                .map(|id| Envelope::from_parts(id, raw.payload.clone(), raw.meta.clone()));
+            match message {
+                Ok(message) if !self.is_late(&message) => {
+                    valid.push(message);
                     pending.push((at, delivery));
                 }
-                // The per-message path dead-letters it with the reason.
-                Err(_) => outcomes[at] = Some(self.single.process(delivery).await),
+                // Bad ids and late messages: the per-message path dead-letters them.
+                _ => outcomes[at] = Some(self.single.process(delivery).await),
             }
         }
         if !valid.is_empty() {

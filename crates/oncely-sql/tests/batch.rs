@@ -6,7 +6,13 @@ mod common;
 use common::{batch_suite, mysql, pg, sqlite};
 
 macro_rules! batch_tests {
-    ($($setup:ident => $claim:ident, $isolate:ident, $once:ident, $two:ident;)*) => {$(
+    ($($setup:ident => $claim:ident, $isolate:ident, $once:ident, $two:ident, $late:ident;)*) => {$(
+        #[tokio::test]
+        async fn $late() {
+            let Some(fx) = $setup(stringify!($late)).await else { return };
+            batch_suite::batch_quarantines_late(fx).await;
+        }
+
         #[tokio::test]
         async fn $claim() {
             let Some(fx) = $setup(stringify!($claim)).await else { return };
@@ -34,7 +40,7 @@ macro_rules! batch_tests {
 }
 
 batch_tests! {
-    sqlite => sqlite_claim_batch, sqlite_batch_isolates_failure, sqlite_batch_commits_once, sqlite_two_batch_consumers;
-    pg => pg_claim_batch, pg_batch_isolates_failure, pg_batch_commits_once, pg_two_batch_consumers;
-    mysql => mysql_claim_batch, mysql_batch_isolates_failure, mysql_batch_commits_once, mysql_two_batch_consumers;
+    sqlite => sqlite_claim_batch, sqlite_batch_isolates_failure, sqlite_batch_commits_once, sqlite_two_batch_consumers, sqlite_batch_quarantines_late;
+    pg => pg_claim_batch, pg_batch_isolates_failure, pg_batch_commits_once, pg_two_batch_consumers, pg_batch_quarantines_late;
+    mysql => mysql_claim_batch, mysql_batch_isolates_failure, mysql_batch_commits_once, mysql_two_batch_consumers, mysql_batch_quarantines_late;
 }

@@ -195,6 +195,50 @@ where
     fx.cleanup().await;
 }
 
+/// A late message (source time beyond the window) leaves the batch and is quarantined; the
+/// rest of the batch commits together.
+pub async fn batch_quarantines_late<S: TestStore>(fx: Fx<S>)
+where
+    Ledger: Handler<S::Tx>,
+{
+    use oncely_core::LatePolicy;
+    let mut source = MemorySource::new();
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let mut late = RawEnvelope::new("old", "credit 1");
+    late.meta.source_time = Some(old);
+    source.publish(RawEnvelope::new("a", "credit 2"));
+    source.publish(late);
+    source.publish(RawEnvelope::new("b", "credit 3"));
+    source.close();
+    let name = ConsumerName::new("batcher").unwrap();
+    let consumer = BatchConsumer::new(name.clone(), fx.store.clone(), fx.ledger("one"))
+        .late_after(Duration::from_secs(60), LatePolicy::Quarantine);
+    let mut batch = vec![];
+    for _ in 0..3 {
+        batch.push(source.next().await.unwrap().unwrap());
+    }
+    let names: Vec<_> = consumer
+        .process_batch(batch)
+        .await
+        .iter()
+        .map(Outcome::name)
+        .collect();
+    assert_eq!(names, ["applied", "dead_lettered", "applied"]);
+    assert_eq!(consumer.batch_stats().committed, 1);
+    let ids: Vec<_> = fx
+        .effects()
+        .await
+        .into_iter()
+        .map(|(id, _, _)| id)
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+    let letters = fx.store.dead_letters(Some(&name)).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].reason, "late");
+    assert_eq!(source.unacked(), 0);
+    fx.cleanup().await;
+}
+
 /// Two batch consumers on separate pools draining one source full of duplicates.
 pub async fn two_batch_consumers<S: TestStore>(fx: Fx<S>)
 where
