@@ -6,7 +6,19 @@ mod common;
 use common::{batch_suite, mysql, pg, sqlite};
 
 macro_rules! batch_tests {
-    ($($setup:ident => $claim:ident, $isolate:ident, $once:ident, $two:ident, $late:ident;)*) => {$(
+    ($($setup:ident => $claim:ident, $isolate:ident, $once:ident, $two:ident, $late:ident, $wait:ident, $wait_rb:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $wait() {
+            let Some(fx) = $setup(stringify!($wait)).await else { return };
+            batch_suite::batch_waits_for_concurrent_claim(fx, false).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $wait_rb() {
+            let Some(fx) = $setup(stringify!($wait_rb)).await else { return };
+            batch_suite::batch_waits_for_concurrent_claim(fx, true).await;
+        }
+
         #[tokio::test]
         async fn $late() {
             let Some(fx) = $setup(stringify!($late)).await else { return };
@@ -40,7 +52,7 @@ macro_rules! batch_tests {
 }
 
 batch_tests! {
-    sqlite => sqlite_claim_batch, sqlite_batch_isolates_failure, sqlite_batch_commits_once, sqlite_two_batch_consumers, sqlite_batch_quarantines_late;
-    pg => pg_claim_batch, pg_batch_isolates_failure, pg_batch_commits_once, pg_two_batch_consumers, pg_batch_quarantines_late;
-    mysql => mysql_claim_batch, mysql_batch_isolates_failure, mysql_batch_commits_once, mysql_two_batch_consumers, mysql_batch_quarantines_late;
+    sqlite => sqlite_claim_batch, sqlite_batch_isolates_failure, sqlite_batch_commits_once, sqlite_two_batch_consumers, sqlite_batch_quarantines_late, sqlite_batch_waits_for_concurrent_claim, sqlite_batch_after_concurrent_rollback;
+    pg => pg_claim_batch, pg_batch_isolates_failure, pg_batch_commits_once, pg_two_batch_consumers, pg_batch_quarantines_late, pg_batch_waits_for_concurrent_claim, pg_batch_after_concurrent_rollback;
+    mysql => mysql_claim_batch, mysql_batch_isolates_failure, mysql_batch_commits_once, mysql_two_batch_consumers, mysql_batch_quarantines_late, mysql_batch_waits_for_concurrent_claim, mysql_batch_after_concurrent_rollback;
 }
