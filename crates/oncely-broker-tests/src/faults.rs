@@ -67,6 +67,34 @@ pub async fn redis_kill_clients(name: &str) -> usize {
     killed
 }
 
+/// Publishes `messages` in chunks of `chunk`, each only once the consumer has caught up to
+/// within `backlog` unique ids (ledger rows + dead letters). For brokers that drop messages
+/// beyond a per-client queue limit (Mosquitto's `max_queued_messages`, default 1000).
+pub async fn paced_publish(
+    url: &str,
+    messages: &[oncely_core::RawEnvelope],
+    db: &Db,
+    chunk: usize,
+    backlog: i64,
+) -> oncely_core::Result<()> {
+    let mut ids = std::collections::HashSet::new();
+    for part in messages.chunks(chunk) {
+        let target = ids.len() as i64 - backlog;
+        for _ in 0..6000 {
+            let (rows, dead) = db.counts().await.unwrap_or_default();
+            if rows + dead >= target {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        crate::brokers::publish(url, part).await?;
+        for m in part {
+            ids.insert(m.id.clone().unwrap_or_else(|| m.payload.clone()));
+        }
+    }
+    Ok(())
+}
+
 /// Waits until the database holds at least `rows` ledger rows (or 120 s passed).
 pub async fn wait_for_rows(db: &Db, rows: i64) {
     for _ in 0..1200 {
@@ -111,7 +139,7 @@ pub async fn crash_loop(
         }
     }
     let mut report = Report::read(db, workload).await.expect("report");
-    for round in 0..6 {
+    for round in 0..20 {
         let out = Command::new(binary)
             .args(args)
             .stderr(Stdio::inherit())

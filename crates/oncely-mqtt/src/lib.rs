@@ -31,4 +31,4 @@ pub use mapping::{
     envelope_of, properties_of,
 };
 pub use producer::{MqttProducer, publish};
-pub use source::{DEFAULT_TOPIC, MqttOptions5, MqttSource, connect_source};
+pub use source::{DEFAULT_TOPIC, MqttOptions5, MqttSource, ReconnectHandle, connect_source};

@@ -1,7 +1,7 @@
 //! The wire mapping: [`RawEnvelope`] ↔ MQTT 5 user properties (or, for MQTT 3.1.1
 //! producers, a `message_id` field in the JSON payload).
 
-use oncely_core::{Meta, RawEnvelope};
+use oncely_core::{Error, Meta, RawEnvelope, Result};
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -16,8 +16,19 @@ pub const ENTITY_PROPERTY: &str = "oncely-entity";
 /// User property carrying the source time in Unix milliseconds.
 pub const SOURCE_TIME_PROPERTY: &str = "oncely-source-time";
 
-/// The MQTT 5 publish properties a producer sets.
-pub fn properties_of(message: &RawEnvelope) -> PublishProperties {
+fn checked(s: String) -> Result<String> {
+    if s.chars().any(char::is_control) {
+        return Err(Error::permanent(format!(
+            "MQTT strings cannot carry control characters (brokers drop the connection): {s:?}"
+        )));
+    }
+    Ok(s)
+}
+
+/// The MQTT 5 publish properties a producer sets. Fails for values an MQTT UTF-8 string
+/// cannot carry (control characters, e.g. an id with a line break): Mosquitto closes the
+/// connection on such a packet.
+pub fn properties_of(message: &RawEnvelope) -> Result<PublishProperties> {
     let mut user = Vec::new();
     if let Some(id) = &message.id {
         user.push((
@@ -39,10 +50,14 @@ pub fn properties_of(message: &RawEnvelope) -> PublishProperties {
     for (k, v) in &meta.headers {
         user.push((k.clone(), v.clone()));
     }
-    PublishProperties {
+    let user = user
+        .into_iter()
+        .map(|(k, v)| Ok((checked(k)?, checked(v)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(PublishProperties {
         user_properties: user,
         ..PublishProperties::default()
-    }
+    })
 }
 
 /// Reads a publish back into a [`RawEnvelope`]: the id from the `message-id` user property,
@@ -94,7 +109,11 @@ mod tests {
         raw.meta.entity_key = Some("acct-17".into());
         raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
         raw.meta.headers.insert("trace".into(), "t".into());
-        assert_eq!(envelope_of(Some(&properties_of(&raw)), &raw.payload), raw);
+        assert_eq!(
+            envelope_of(Some(&properties_of(&raw).unwrap()), &raw.payload),
+            raw
+        );
+        assert!(properties_of(&RawEnvelope::new("a\nb", "x")).is_err());
     }
 
     #[test]

@@ -24,9 +24,19 @@ pub struct MqttProducer {
 impl MqttProducer {
     /// Connects with a fresh clean session.
     pub async fn connect(options: &MqttOptions5) -> Result<Self> {
-        let id = format!("oncely-producer-{}", std::process::id());
+        static COUNT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let id = format!(
+            "oncely-producer-{}-{}-{nanos}",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::Relaxed)
+        );
         let mut o = options.client_options(&id, false);
         o.set_manual_acks(false);
+        o.set_outgoing_inflight_upper_limit(20);
         let (client, mut eventloop) = AsyncClient::new(o, 1024);
         let acked = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
@@ -55,16 +65,21 @@ impl MqttProducer {
         })
     }
 
-    /// Publishes messages in order and waits until the broker acked all of them.
+    /// Publishes messages in order and waits until the broker acked all of them. Fails
+    /// (before sending anything) if an id or property cannot be carried by MQTT.
     pub async fn send_all(&mut self, messages: &[RawEnvelope]) -> Result<()> {
-        for m in messages {
+        let props = messages
+            .iter()
+            .map(properties_of)
+            .collect::<Result<Vec<_>>>()?;
+        for (m, props) in messages.iter().zip(props) {
             self.client
                 .publish_with_properties(
                     self.topic.clone(),
                     QoS::AtLeastOnce,
                     false,
                     m.payload.clone(),
-                    properties_of(m),
+                    props,
                 )
                 .await
                 .map_err(|e| Error::transient(format!("MQTT: publish: {e}")))?;

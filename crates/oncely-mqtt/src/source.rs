@@ -104,7 +104,7 @@ struct Item {
 /// `Duplicate`. `attempt` is 1, or 2 for a `DUP` redelivery, raised by a local count of
 /// deliveries of the same id seen by this source.
 pub struct MqttSource {
-    rx: mpsc::Receiver<Item>,
+    rx: mpsc::UnboundedReceiver<Item>,
     reconnect: Arc<Notify>,
     seen: Arc<Mutex<HashMap<Vec<u8>, u32>>>,
     driver: tokio::task::JoinHandle<()>,
@@ -114,7 +114,9 @@ impl MqttSource {
     /// Connects and subscribes; returns once the broker confirmed the subscription (so
     /// messages published afterwards are kept for this session).
     pub async fn connect(options: MqttOptions5) -> Result<Self> {
-        let (tx, rx) = mpsc::channel(usize::from(options.inflight).max(1) * 2);
+        // Unbounded so that the event loop is never blocked (it must keep answering pings);
+        // the broker's receive maximum bounds what is in flight per connection.
+        let (tx, rx) = mpsc::unbounded_channel();
         let reconnect = Arc::new(Notify::new());
         let (ready_tx, ready_rx) = oneshot::channel();
         let driver = tokio::spawn(drive(options, tx, reconnect.clone(), ready_tx));
@@ -139,6 +141,22 @@ impl MqttSource {
     pub fn reconnect_now(&self) {
         self.reconnect.notify_one();
     }
+
+    /// A handle that can drop the connection from another task (see [`MqttSource::reconnect_now`]).
+    pub fn reconnect_handle(&self) -> ReconnectHandle {
+        ReconnectHandle(self.reconnect.clone())
+    }
+}
+
+/// Drops an [`MqttSource`]'s connection from elsewhere; the source reconnects.
+#[derive(Clone, Debug)]
+pub struct ReconnectHandle(Arc<Notify>);
+
+impl ReconnectHandle {
+    /// Drops the connection now; the source reconnects and the broker redelivers.
+    pub fn reconnect(&self) {
+        self.0.notify_one();
+    }
 }
 
 impl Drop for MqttSource {
@@ -149,7 +167,7 @@ impl Drop for MqttSource {
 
 async fn drive(
     options: MqttOptions5,
-    tx: mpsc::Sender<Item>,
+    tx: mpsc::UnboundedSender<Item>,
     reconnect: Arc<Notify>,
     ready: oneshot::Sender<()>,
 ) {
@@ -188,7 +206,7 @@ async fn drive(
                         publish,
                         client: client.clone(),
                     };
-                    if tx.send(item).await.is_err() {
+                    if tx.send(item).is_err() {
                         return;
                     }
                 }

@@ -1,0 +1,119 @@
+//! MQTT (Mosquitto): conformance, connection loss, SIGKILL crash test — against the real server.
+//!
+//! Mosquitto keeps at most `max_queued_messages` (default 1000) QoS 1 messages per client
+//! beyond those in flight and drops the rest, so the larger tests publish paced: a chunk
+//! only once the consumer has caught up (see `paced_publish`).
+
+use oncely_broker_tests::faults::{crash_loop, paced_publish};
+use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::services::{MQTT_URL, available, unique};
+use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
+use oncely_broker_tests::workload::Workload;
+use std::time::Duration;
+
+fn up(test: &str) -> bool {
+    available(test, "Mosquitto", "127.0.0.1:1883")
+}
+
+fn url(name: &str) -> String {
+    format!("{MQTT_URL}?topic=oncely-test/{name}&client_id={name}&session_expiry=600")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_conformance() {
+    if !up("mqtt_conformance") {
+        return;
+    }
+    let name = unique("conf");
+    let url = url(&name);
+    let source = oncely_mqtt::connect_source(&url, "conformance")
+        .await
+        .expect("connect");
+    let publish_url = url.clone();
+    conformance(
+        "mqtt",
+        source,
+        |m| async move { oncely_mqtt::publish(&publish_url, &m).await },
+        1,
+        Duration::from_secs(4),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_connection_dropped_mid_stream() {
+    if !up("mqtt_connection_dropped_mid_stream") {
+        return;
+    }
+    let name = unique("connloss");
+    let url = url(&name);
+    let workload = Workload::new(&name, 3000, 0.2, 1, 3);
+    let source = oncely_mqtt::connect_source(&url, "connloss")
+        .await
+        .expect("connect");
+    let handle = source.reconnect_handle();
+    let (db, _dir) = sqlite_db().await;
+    let publisher = {
+        let (url, db, messages) = (url.clone(), db.clone(), workload.messages.clone());
+        tokio::spawn(async move { paced_publish(&url, &messages, &db, 400, 300).await })
+    };
+    connection_loss(
+        "mqtt connection loss",
+        &db,
+        &workload,
+        source,
+        || {
+            handle.reconnect();
+            async { 1 }
+        },
+        Duration::from_secs(5),
+    )
+    .await;
+    publisher.await.expect("join").expect("publish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_sigkill_crash_10k() {
+    if !up("mqtt_sigkill_crash_10k") {
+        return;
+    }
+    let name = unique("crash");
+    let url = url(&name);
+    let workload = Workload::new(&name, 10_000, 0.2, 1, 42);
+    // Create the persistent session (and its subscription) before anything is published.
+    drop(
+        oncely_mqtt::connect_source(&url, "crash")
+            .await
+            .expect("session"),
+    );
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = format!("sqlite:{}", dir.path().join("crash.db").display());
+    let db = Db::open(&store, None).await.expect("db");
+    let publisher = {
+        let (url, db, messages) = (url.clone(), db.clone(), workload.messages.clone());
+        tokio::spawn(async move { paced_publish(&url, &messages, &db, 400, 300).await })
+    };
+    let args: Vec<String> = [
+        "--source",
+        &url,
+        "--consumer",
+        "crash",
+        "--store",
+        &store,
+        "--idle-exit",
+        "5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (report, _) = crash_loop(
+        env!("CARGO_BIN_EXE_oncely-broker-consumer"),
+        &args,
+        &db,
+        &workload,
+        6,
+    )
+    .await;
+    publisher.await.expect("join").expect("publish");
+    report.assert_exact("mqtt SIGKILL crash test");
+}
