@@ -42,10 +42,20 @@ async fn amqp_three_processes_one_postgres_schema_one_killed_twice() {
     let url = format!("{AMQP_URL}?queue={queue}&prefetch=16");
     let workload = Workload::new(&queue, 10_000, 0.2, 3, 9);
     let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
-    oncely_amqp::publish(&url, &workload.messages).await.expect("publish");
+    oncely_amqp::publish(&url, &workload.messages)
+        .await
+        .expect("publish");
     let args: Vec<String> = [
-        "--source", &url, "--consumer", "scale", "--store", PG_URL, "--schema", &schema,
-        "--idle-exit", "3",
+        "--source",
+        &url,
+        "--consumer",
+        "scale",
+        "--store",
+        PG_URL,
+        "--schema",
+        &schema,
+        "--idle-exit",
+        "3",
     ]
     .iter()
     .map(|s| s.to_string())
