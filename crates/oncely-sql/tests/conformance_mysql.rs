@@ -100,7 +100,7 @@ fn url_with_db_replaces_the_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_passes_the_conformance_suite() {
-    if let Err(e) = MySqlStore::connect(&mysql_url()).await {
+    if let Err(e) = common::probe(&mysql_url()).await {
         missing("MariaDB", "mysql_passes_the_conformance_suite", &e);
         return;
     }

@@ -70,7 +70,7 @@ impl StoreHarness for PgHarness {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_passes_the_conformance_suite() {
-    if let Err(e) = PgStore::connect(&pg_url()).await {
+    if let Err(e) = common::probe(&pg_url()).await {
         missing("PostgreSQL", "postgres_passes_the_conformance_suite", &e);
         return;
     }

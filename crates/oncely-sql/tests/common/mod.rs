@@ -31,14 +31,44 @@ pub fn services_required() -> bool {
     std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
 }
 
-/// Fails (CI) or prints a loud SKIPPED line.
+/// Fails (CI) or prints a loud SKIPPED line (written to stderr directly, so the test
+/// harness's output capture doesn't hide it).
 pub fn missing(server: &str, test: &str, error: &oncely_core::Error) {
+    use std::io::Write;
     if services_required() {
         panic!("{server} is required (CI / ONCELY_REQUIRE_SERVICES set) but unavailable: {error}");
     }
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "\n*** SKIPPED {test}: {server} unavailable ({error}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
     );
+}
+
+/// Checks within 3 s that something listens at the URL's host and port, so a missing server
+/// is reported at once instead of after the pool's 30 s acquire timeout.
+pub async fn probe(url: &str) -> Result<()> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let default = if url.starts_with("postgres") {
+        5432
+    } else {
+        3306
+    };
+    let addr = match host_port.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => format!("{host}:{port}"),
+        _ => format!("{host_port}:{default}"),
+    };
+    let connect = tokio::net::TcpStream::connect(addr.clone());
+    match tokio::time::timeout(Duration::from_secs(3), connect).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(oncely_core::Error::transient(format!(
+            "nothing listens at {addr}: {e}"
+        ))),
+        Err(_) => Err(oncely_core::Error::transient(format!(
+            "{addr} did not answer within 3 s"
+        ))),
+    }
 }
 
 /// A fresh identifier `t_<test>_<pid>_<n>` (lower case, ≤ 48 bytes).
@@ -226,6 +256,10 @@ async fn server_fx<S: TestStore>(test: &str, url: &str, schema: bool) -> Option<
     } else {
         Tables::default()
     };
+    if let Err(e) = probe(url).await {
+        missing(S::SERVER, test, &e);
+        return None;
+    }
     match build(test, url, tables, name).await {
         Ok(fx) => Some(fx),
         Err(e) => {
