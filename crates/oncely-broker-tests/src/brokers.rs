@@ -2,16 +2,16 @@
 
 use oncely_core::{Delivery, Error, RawEnvelope, Result, Source};
 
-/// Any of the broker sources, chosen by URL scheme.
+/// Any of the broker sources, chosen by URL scheme (boxed: they differ much in size).
 pub enum AnySource {
     /// RabbitMQ.
-    Amqp(oncely_amqp::AmqpSource),
+    Amqp(Box<oncely_amqp::AmqpSource>),
     /// NATS JetStream.
-    Nats(oncely_nats::NatsSource),
+    Nats(Box<oncely_nats::NatsSource>),
     /// Redis Streams.
-    Redis(oncely_redis::RedisSource),
+    Redis(Box<oncely_redis::RedisSource>),
     /// MQTT.
-    Mqtt(oncely_mqtt::MqttSource),
+    Mqtt(Box<oncely_mqtt::MqttSource>),
 }
 
 impl Source for AnySource {
@@ -32,10 +32,16 @@ fn scheme(url: &str) -> &str {
 /// Connects the source a URL names, for consumer `consumer`.
 pub async fn connect_source(url: &str, consumer: &str) -> Result<AnySource> {
     Ok(match scheme(url) {
-        "amqp" | "amqps" => AnySource::Amqp(oncely_amqp::connect_source(url, consumer).await?),
-        "nats" => AnySource::Nats(oncely_nats::connect_source(url, consumer).await?),
-        "redis" | "rediss" => AnySource::Redis(oncely_redis::connect_source(url, consumer).await?),
-        "mqtt" | "tcp" => AnySource::Mqtt(oncely_mqtt::connect_source(url, consumer).await?),
+        "amqp" | "amqps" => {
+            AnySource::Amqp(Box::new(oncely_amqp::connect_source(url, consumer).await?))
+        }
+        "nats" => AnySource::Nats(Box::new(oncely_nats::connect_source(url, consumer).await?)),
+        "redis" | "rediss" => {
+            AnySource::Redis(Box::new(oncely_redis::connect_source(url, consumer).await?))
+        }
+        "mqtt" | "tcp" => {
+            AnySource::Mqtt(Box::new(oncely_mqtt::connect_source(url, consumer).await?))
+        }
         other => {
             return Err(Error::config(format!(
                 "unknown source scheme {other:?} in {url}"
