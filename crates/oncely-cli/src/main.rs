@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Run the credits-ledger demo under duplicates, conflicts, reordering and crashes.
     Demo(demo::DemoArgs),
+    /// Benchmark oncely against a plain consumer and raw SQL (PostgreSQL, SQLite), with charts.
+    Bench(oncely_bench::BenchArgs),
     /// Apply (or print) the inbox and dead-letter migrations.
     Migrate {
         /// Database URL (sqlite:…, postgres://…, mysql://…).
@@ -58,6 +60,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args).await,
+        Command::Bench(args) => oncely_bench::run(args).await,
         Command::Migrate {
             database,
             print,

@@ -33,4 +33,29 @@ pub trait Handler<Tx>: Send + Sync + 'static {
         tx: &mut Tx,
         message: &Envelope,
     ) -> impl Future<Output = Result<Handled>> + Send;
+
+    /// Writes the effects of several fresh messages through `tx` at once, returning one
+    /// [`Handled`] per message, in order. Batch mode ([`crate::BatchConsumer`]) calls it with
+    /// the fresh messages of a batch, after their claims went into the same transaction.
+    ///
+    /// The default calls [`Handler::handle`] for each message in turn. Override it to write a
+    /// whole batch with multi-row statements (e.g. PostgreSQL `unnest`), which saves a round
+    /// trip per message. An error rolls the whole batch back; the runtime then processes its
+    /// messages one at a time through [`Handler::handle`].
+    fn handle_batch(
+        &self,
+        tx: &mut Tx,
+        messages: &[Envelope],
+    ) -> impl Future<Output = Result<Vec<Handled>>> + Send
+    where
+        Tx: Send,
+    {
+        async move {
+            let mut handled = Vec::with_capacity(messages.len());
+            for message in messages {
+                handled.push(self.handle(tx, message).await?);
+            }
+            Ok(handled)
+        }
+    }
 }

@@ -1,0 +1,434 @@
+//! The test bed: the effect every cell applies ("credit an account": one ledger row plus the
+//! account balance), the tables it writes, and the hand-written SQL that the plain consumer
+//! and the raw reference run. One [`Bed`] per database.
+
+use anyhow::{Context, Result};
+use oncely_core::{Envelope, Error, ErrorKind, Handled, Handler};
+use oncely_sql::sqlx::{
+    self, AssertSqlSafe, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite, Transaction,
+};
+use oncely_sql::{SqlStore, Tables};
+use serde::Deserialize;
+use std::future::Future;
+
+/// The payload every message carries: `{"account": "acct-17", "amount": 5}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Credit {
+    /// Account to credit.
+    pub account: String,
+    /// Amount added.
+    pub amount: i64,
+}
+
+impl Credit {
+    /// Decodes a payload (the same work for every consumer in the benchmark).
+    pub fn parse(payload: &[u8]) -> oncely_core::Result<Self> {
+        serde_json::from_slice(payload)
+            .map_err(|e| Error::permanent(format!("undecodable credit payload: {e}")))
+    }
+}
+
+/// One message as the raw reference sees it: id, payload hash (hex) and decoded credit.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Message id.
+    pub id: String,
+    /// SHA-256 of the payload, hex.
+    pub hash: String,
+    /// Decoded payload.
+    pub credit: Credit,
+}
+
+/// What the checker reads back from the database after a cell.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    /// Ledger rows (one per applied effect).
+    pub ledger_rows: u64,
+    /// Distinct message ids in the ledger.
+    pub ledger_ids: u64,
+    /// Sum of all balances.
+    pub balance_total: i64,
+    /// Inbox rows.
+    pub inbox_rows: u64,
+    /// Dead-letter rows.
+    pub dead_letters: u64,
+}
+
+/// Statements of the effect, rendered for one dialect and schema.
+#[derive(Clone)]
+pub struct Sql {
+    pub(crate) ledger: String,
+    pub(crate) accounts: String,
+    pub(crate) inbox: String,
+    dead_letters: String,
+    insert_ledger: SqlStr,
+    upsert_balance: SqlStr,
+    claim: SqlStr,
+}
+
+fn s(text: String) -> SqlStr {
+    AssertSqlSafe(text).into_sql_str()
+}
+
+impl Sql {
+    fn new(pg: bool, tables: &Tables) -> Self {
+        let p = |n: usize| if pg { format!("${n}") } else { format!("?{n}") };
+        let q = |t: &str| match tables.schema() {
+            Some(schema) => format!("{schema}.{t}"),
+            None => t.to_owned(),
+        };
+        let ledger = q("bench_ledger");
+        let accounts = q("bench_accounts");
+        let inbox = tables.table("inbox");
+        Self {
+            insert_ledger: s(format!(
+                "INSERT INTO {ledger} (message_id, account, amount) VALUES ({}, {}, {})",
+                p(1),
+                p(2),
+                p(3)
+            )),
+            upsert_balance: s(format!(
+                "INSERT INTO {accounts} (account, balance) VALUES ({}, {}) ON CONFLICT (account) DO UPDATE SET balance = {accounts}.balance + excluded.balance",
+                p(1),
+                p(2)
+            )),
+            claim: s(format!(
+                "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES ({}, {}, {}, {}) ON CONFLICT DO NOTHING",
+                p(1),
+                p(2),
+                p(3),
+                p(4)
+            )),
+            dead_letters: tables.table("dead_letters"),
+            ledger,
+            accounts,
+            inbox,
+        }
+    }
+
+    fn ddl(&self, pg: bool) -> [String; 2] {
+        let seq = if pg {
+            "BIGSERIAL PRIMARY KEY"
+        } else {
+            "INTEGER PRIMARY KEY AUTOINCREMENT"
+        };
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)",
+                self.accounts
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (seq {seq}, message_id TEXT NOT NULL, account TEXT NOT NULL, amount BIGINT NOT NULL)",
+                self.ledger
+            ),
+        ]
+    }
+}
+
+pub(crate) fn db_err(e: sqlx::Error) -> Error {
+    let transient = matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001" | "40P01" | "5" | "6" | "517")))
+        || matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut);
+    let kind = if transient {
+        ErrorKind::Transient
+    } else {
+        ErrorKind::Permanent
+    };
+    Error::new(kind, "credit write failed").with_source(e)
+}
+
+/// The oncely handler: the same two statements as the plain consumer, through the store's
+/// transaction.
+#[derive(Clone)]
+pub struct Credits {
+    sql: Sql,
+}
+
+/// The effect written through a transaction of one database.
+pub(crate) trait Effect {
+    /// Inserts the ledger row and credits the balance.
+    fn credit(
+        &mut self,
+        sql: &Sql,
+        id: &str,
+        credit: &Credit,
+    ) -> impl Future<Output = oncely_core::Result<()>> + Send;
+
+    /// Inserts the ledger rows and credits the balances of many messages with multi-row
+    /// statements.
+    fn credit_many(
+        &mut self,
+        sql: &Sql,
+        rows: &[(&str, &Credit)],
+    ) -> impl Future<Output = oncely_core::Result<()>> + Send;
+}
+
+macro_rules! credits_handler {
+    ($db:ty, $many:path) => {
+        impl Effect for Transaction<'static, $db> {
+            async fn credit(&mut self, sql: &Sql, id: &str, credit: &Credit) -> oncely_core::Result<()> {
+                sqlx::query(sql.insert_ledger.clone())
+                    .bind(id)
+                    .bind(credit.account.as_str())
+                    .bind(credit.amount)
+                    .execute(&mut **self)
+                    .await
+                    .map_err(db_err)?;
+                sqlx::query(sql.upsert_balance.clone())
+                    .bind(credit.account.as_str())
+                    .bind(credit.amount)
+                    .execute(&mut **self)
+                    .await
+                    .map_err(db_err)?;
+                Ok(())
+            }
+
+            async fn credit_many(&mut self, sql: &Sql, rows: &[(&str, &Credit)]) -> oncely_core::Result<()> {
+                $many(sql, self, rows).await
+            }
+        }
+
+        impl Handler<Transaction<'static, $db>> for Credits {
+            async fn handle(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                message: &Envelope,
+            ) -> oncely_core::Result<Handled> {
+                let credit = Credit::parse(message.payload())?;
+                tx.credit(&self.sql, message.id().as_str(), &credit).await?;
+                Ok(Handled::Applied)
+            }
+
+            /// Batch mode: every fresh message's ledger row and balance with multi-row
+            /// statements (the same ones the raw reference uses).
+            async fn handle_batch(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                messages: &[Envelope],
+            ) -> oncely_core::Result<Vec<Handled>> {
+                let credits = messages
+                    .iter()
+                    .map(|m| Credit::parse(m.payload()))
+                    .collect::<oncely_core::Result<Vec<_>>>()?;
+                let rows: Vec<(&str, &Credit)> = messages
+                    .iter()
+                    .zip(&credits)
+                    .map(|(m, c)| (m.id().as_str(), c))
+                    .collect();
+                <Transaction<'static, $db> as Effect>::credit_many(tx, &self.sql, &rows).await?;
+                Ok(vec![Handled::Applied; messages.len()])
+            }
+        }
+    };
+}
+
+credits_handler!(Postgres, crate::raw::pg_effects);
+credits_handler!(Sqlite, crate::raw::sqlite_effects);
+
+/// A database prepared for the benchmark: pool, oncely tables, effect tables.
+pub struct Bed<DB: sqlx::Database> {
+    pub(crate) pool: Pool<DB>,
+    pub(crate) tables: Tables,
+    pub(crate) sql: Sql,
+}
+
+impl<DB: sqlx::Database> Clone for Bed<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            tables: self.tables.clone(),
+            sql: self.sql.clone(),
+        }
+    }
+}
+
+/// What every cell needs from a database, implemented for PostgreSQL and SQLite.
+pub trait Ops: Clone + Send + Sync + 'static {
+    /// The sqlx database.
+    type Db: oncely_sql::SqlDatabase;
+    /// An oncely store over the bed's pool.
+    fn store(&self) -> SqlStore<Self::Db>;
+    /// The oncely handler.
+    fn handler(&self) -> Credits;
+    /// Empties the inbox, dead letters, ledger and accounts.
+    fn reset(&self) -> impl Future<Output = Result<()>> + Send;
+    /// The plain consumer's unit of work: one transaction with the effect, no dedup.
+    fn plain(&self, id: &str, credit: &Credit)
+    -> impl Future<Output = oncely_core::Result<()>> + Send;
+    /// The raw reference: one transaction claiming and applying `items` with hand-written SQL
+    /// (single-row statements for one item, multi-row statements for more).
+    fn raw(
+        &self,
+        consumer: &str,
+        items: &[Item],
+    ) -> impl Future<Output = oncely_core::Result<()>> + Send;
+    /// Reads back what the checker needs.
+    fn counts(&self) -> impl Future<Output = Result<Counts>> + Send;
+}
+
+impl<DB: oncely_sql::SqlDatabase> Bed<DB> {
+    pub(crate) fn make(pool: Pool<DB>, tables: Tables, pg: bool) -> Self {
+        let sql = Sql::new(pg, &tables);
+        Self { pool, tables, sql }
+    }
+
+    pub(crate) fn ddl(&self, pg: bool) -> [String; 2] {
+        self.sql.ddl(pg)
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+macro_rules! common_ops {
+    ($db:ty) => {
+        type Db = $db;
+
+        fn store(&self) -> SqlStore<$db> {
+            SqlStore::with_tables(self.pool.clone(), self.tables.clone())
+        }
+
+        fn handler(&self) -> Credits {
+            Credits {
+                sql: self.sql.clone(),
+            }
+        }
+
+        async fn plain(&self, id: &str, credit: &Credit) -> oncely_core::Result<()> {
+            let mut tx = self.begin().await.map_err(db_err)?;
+            tx.credit(&self.sql, id, credit).await?;
+            tx.commit().await.map_err(db_err)
+        }
+
+        async fn counts(&self) -> Result<Counts> {
+            let sql = &self.sql;
+            let (rows, ids): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
+                "SELECT count(*), count(DISTINCT message_id) FROM {}",
+                sql.ledger
+            )))
+            .fetch_one(&self.pool)
+            .await
+            .context("counting ledger rows")?;
+            let total: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT CAST(sum(balance) AS BIGINT) FROM {}",
+                sql.accounts
+            )))
+            .fetch_one(&self.pool)
+            .await
+            .context("summing balances")?;
+            let inbox: i64 =
+                sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {}", sql.inbox)))
+                    .fetch_one(&self.pool)
+                    .await
+                    .context("counting inbox rows")?;
+            let dead: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT count(*) FROM {}",
+                sql.dead_letters
+            )))
+            .fetch_one(&self.pool)
+            .await
+            .context("counting dead letters")?;
+            Ok(Counts {
+                ledger_rows: rows as u64,
+                ledger_ids: ids as u64,
+                balance_total: total.unwrap_or(0),
+                inbox_rows: inbox as u64,
+                dead_letters: dead as u64,
+            })
+        }
+    };
+}
+
+impl Ops for Bed<Postgres> {
+    common_ops!(Postgres);
+
+    async fn reset(&self) -> Result<()> {
+        let sql = &self.sql;
+        sqlx::query(AssertSqlSafe(format!(
+            "TRUNCATE {}, {}, {}, {}",
+            sql.ledger, sql.accounts, sql.inbox, sql.dead_letters
+        )))
+        .execute(&self.pool)
+        .await
+        .context("truncating the bench tables")?;
+        Ok(())
+    }
+
+    async fn raw(&self, consumer: &str, items: &[Item]) -> oncely_core::Result<()> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        if let [one] = items {
+            let inserted = sqlx::query(self.sql.claim.clone())
+                .bind(consumer)
+                .bind(one.id.as_str())
+                .bind(one.hash.as_str())
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?
+                .rows_affected();
+            if inserted == 1 {
+                tx.credit(&self.sql, &one.id, &one.credit).await?;
+            }
+        } else {
+            crate::raw::pg_batch(&self.sql, &mut tx, consumer, items).await?;
+        }
+        tx.commit().await.map_err(db_err)
+    }
+}
+
+impl Ops for Bed<Sqlite> {
+    common_ops!(Sqlite);
+
+    async fn reset(&self) -> Result<()> {
+        let sql = &self.sql;
+        for t in [&sql.ledger, &sql.accounts, &sql.inbox, &sql.dead_letters] {
+            sqlx::query(AssertSqlSafe(format!("DELETE FROM {t}")))
+                .execute(&self.pool)
+                .await
+                .context("emptying the bench tables")?;
+        }
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await
+            .context("checkpointing")?;
+        Ok(())
+    }
+
+    async fn raw(&self, consumer: &str, items: &[Item]) -> oncely_core::Result<()> {
+        let mut tx = self.begin().await.map_err(db_err)?;
+        if let [one] = items {
+            let inserted = sqlx::query(self.sql.claim.clone())
+                .bind(consumer)
+                .bind(one.id.as_str())
+                .bind(one.hash.as_str())
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?
+                .rows_affected();
+            if inserted == 1 {
+                tx.credit(&self.sql, &one.id, &one.credit).await?;
+            }
+        } else {
+            crate::raw::sqlite_batch(&self.sql, &mut tx, consumer, items).await?;
+        }
+        tx.commit().await.map_err(db_err)
+    }
+}
+
+impl Bed<Postgres> {
+    async fn begin(&self) -> sqlx::Result<Transaction<'static, Postgres>> {
+        self.pool.begin().await
+    }
+}
+
+impl Bed<Sqlite> {
+    /// `BEGIN IMMEDIATE`, as the oncely SQLite store does, so writers queue on the lock
+    /// instead of failing to upgrade.
+    async fn begin(&self) -> sqlx::Result<Transaction<'static, Sqlite>> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+}

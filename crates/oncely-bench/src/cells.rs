@@ -1,0 +1,239 @@
+//! One cell of the matrix: a consumer kind, a batch size and a concurrency on one database,
+//! timed over a fixed set of messages and checked against the database afterwards.
+
+use crate::bed::{Counts, Credits, Ops};
+use crate::runners;
+use anyhow::{Result, bail};
+use oncely_core::{ConsumerName, Handler, MemorySource, RawEnvelope, Store};
+use oncely_sql::SqlStore;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// What a cell runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// An at-least-once consumer with the same effect and no dedup (the baseline).
+    Plain,
+    /// oncely per-message mode (`Consumer`), or batch mode when `batch > 1`.
+    Oncely,
+    /// The same claims and effect written by hand through sqlx.
+    Raw,
+    /// oncely: every message delivered twice; the figure is the redelivery's rate.
+    Duplicate,
+}
+
+impl Mode {
+    /// Short name for tables and keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Oncely => "oncely",
+            Self::Raw => "raw",
+            Self::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// A cell to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Spec {
+    /// Consumer kind.
+    pub mode: Mode,
+    /// Deliveries per transaction (1: per-message).
+    pub batch: usize,
+    /// Consumers (deliveries or batches in flight at once).
+    pub concurrency: usize,
+    /// Distinct messages published.
+    pub messages: usize,
+}
+
+/// The checker's verdict for one cell, from the database alone.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Check {
+    /// Distinct messages published.
+    pub published: u64,
+    /// Ledger rows found (one per applied effect).
+    pub effect_rows: u64,
+    /// Effects beyond one per message id.
+    pub double: u64,
+    /// Published ids with neither an effect nor a dead letter.
+    pub lost: u64,
+    /// Dead-letter rows (the bench expects none).
+    pub dead_letters: u64,
+    /// Sum of amounts published, once per id.
+    pub expected_total: i64,
+    /// Sum of balances found.
+    pub balance_total: i64,
+    /// Inbox rows found (0 for the plain consumer, one per id otherwise).
+    pub inbox_rows: u64,
+    /// Everything as expected.
+    pub ok: bool,
+}
+
+impl Check {
+    pub(crate) fn new(published: u64, expected_total: i64, c: Counts, expect_inbox: bool) -> Self {
+        let double = c.ledger_rows - c.ledger_ids;
+        let lost = published.saturating_sub(c.ledger_ids + c.dead_letters);
+        let inbox_ok = if expect_inbox {
+            c.inbox_rows == published
+        } else {
+            c.inbox_rows == 0
+        };
+        Self {
+            published,
+            effect_rows: c.ledger_rows,
+            double,
+            lost,
+            dead_letters: c.dead_letters,
+            expected_total,
+            balance_total: c.balance_total,
+            inbox_rows: c.inbox_rows,
+            ok: double == 0
+                && lost == 0
+                && c.dead_letters == 0
+                && c.ledger_ids == published
+                && c.balance_total == expected_total
+                && inbox_ok,
+        }
+    }
+}
+
+/// A measured cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// `postgres`, `sqlite_full` or `sqlite_normal`.
+    pub backend: String,
+    /// What ran.
+    #[serde(flatten)]
+    pub spec: Spec,
+    /// Wall time of the timed phase.
+    pub seconds: f64,
+    /// Messages per second of the timed phase (for duplicates: the redelivery).
+    pub msgs_per_sec: f64,
+    /// Duplicate cells: the first delivery's messages per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_msgs_per_sec: Option<f64>,
+    /// The checker's verdict.
+    pub check: Check,
+}
+
+impl Cell {
+    /// Adds another round of the same cell: messages and time summed, checks combined.
+    pub(crate) fn merge(mut self, other: Cell) -> Cell {
+        let first = |c: &Cell| c.first_msgs_per_sec.map(|r| c.spec.messages as f64 / r);
+        let first_secs = first(&self).zip(first(&other)).map(|(a, b)| a + b);
+        self.spec.messages += other.spec.messages;
+        self.seconds += other.seconds;
+        self.msgs_per_sec = self.spec.messages as f64 / self.seconds.max(1e-9);
+        self.first_msgs_per_sec = first_secs.map(|s| self.spec.messages as f64 / s.max(1e-9));
+        let (a, b) = (self.check, other.check);
+        self.check = Check {
+            published: a.published + b.published,
+            effect_rows: a.effect_rows + b.effect_rows,
+            double: a.double + b.double,
+            lost: a.lost + b.lost,
+            dead_letters: a.dead_letters + b.dead_letters,
+            expected_total: a.expected_total + b.expected_total,
+            balance_total: a.balance_total + b.balance_total,
+            inbox_rows: a.inbox_rows + b.inbox_rows,
+            ok: a.ok && b.ok,
+        };
+        self
+    }
+
+    /// Key of the cell in `--json`'s `msgs_per_sec` map, e.g. `postgres/oncely/b100/c1`.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}/b{}/c{}",
+            self.backend,
+            self.spec.mode.name(),
+            self.spec.batch,
+            self.spec.concurrency
+        )
+    }
+}
+
+/// The messages of a cell: unique ids, a few hundred accounts, small amounts.
+pub(crate) fn workload(n: usize, tag: &str) -> (Vec<RawEnvelope>, i64) {
+    let mut total = 0;
+    let msgs = (0..n)
+        .map(|i| {
+            let amount = 1 + (i % 97) as i64;
+            total += amount;
+            let payload = format!(
+                r#"{{"account":"acct-{}","amount":{amount}}}"#,
+                (i * 7919) % 500
+            );
+            RawEnvelope::new(format!("{tag}-{i:07}"), payload)
+        })
+        .collect();
+    (msgs, total)
+}
+
+fn source_of(msgs: &[RawEnvelope]) -> MemorySource {
+    let source = MemorySource::new();
+    for m in msgs {
+        source.publish(m.clone());
+    }
+    source.close();
+    source
+}
+
+/// Runs `spec`'s consumer over `msgs` once; returns the elapsed time.
+async fn consume<B: Ops>(bed: &B, name: &ConsumerName, spec: Spec, msgs: &[RawEnvelope]) -> Result<Duration>
+where
+    Credits: Handler<<SqlStore<B::Db> as Store>::Tx>,
+    SqlStore<B::Db>: Store,
+{
+    let source = source_of(msgs);
+    let started = Instant::now();
+    match (spec.mode, spec.batch) {
+        (Mode::Plain, _) => runners::plain(bed, source, spec.concurrency).await?,
+        (Mode::Raw, b) => runners::raw(bed, name.as_str(), source, b, spec.concurrency).await?,
+        (Mode::Oncely | Mode::Duplicate, 1) => {
+            let stats = runners::oncely(bed, name, source, spec.concurrency).await?;
+            if stats.nacked + stats.dead_lettered > 0 {
+                bail!("oncely gave up on deliveries: {stats:?}");
+            }
+        }
+        (Mode::Oncely | Mode::Duplicate, b) => {
+            let (stats, batches) = runners::oncely_batch(bed, name, source, b).await?;
+            if stats.nacked + stats.dead_lettered + batches.fallbacks > 0 {
+                bail!("oncely batch mode fell back or gave up: {stats:?} {batches:?}");
+            }
+        }
+    }
+    Ok(started.elapsed())
+}
+
+fn rate(n: usize, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64().max(1e-9)
+}
+
+/// Resets the tables, runs the cell, checks the database.
+pub(crate) async fn run_cell<B: Ops>(bed: &B, backend: &str, spec: Spec, tag: &str) -> Result<Cell>
+where
+    Credits: Handler<<SqlStore<B::Db> as Store>::Tx>,
+    SqlStore<B::Db>: Store,
+{
+    bed.reset().await?;
+    let name = ConsumerName::new("bench")?;
+    let (msgs, total) = workload(spec.messages, tag);
+    let mut first = None;
+    if spec.mode == Mode::Duplicate {
+        let t = consume(bed, &name, spec, &msgs).await?;
+        first = Some(rate(msgs.len(), t));
+    }
+    let elapsed = consume(bed, &name, spec, &msgs).await?;
+    let counts = bed.counts().await?;
+    let check = Check::new(msgs.len() as u64, total, counts, spec.mode != Mode::Plain);
+    Ok(Cell {
+        backend: backend.to_owned(),
+        spec,
+        seconds: elapsed.as_secs_f64(),
+        msgs_per_sec: rate(msgs.len(), elapsed),
+        first_msgs_per_sec: first,
+        check,
+    })
+}

@@ -1,0 +1,277 @@
+//! `oncely bench`: the flags, the matrix of cells, the databases, and the run.
+
+use crate::bed::{Bed, Credits, Ops};
+use crate::cells::{Cell, Mode, Spec, run_cell};
+use crate::report::{Machine, Report};
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use oncely_core::{Handler, Store};
+use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Sqlite};
+use oncely_sql::{ConnectOptions, Durability, PgStore, SqlStore, SqliteStore, Tables, redact_url};
+use std::path::PathBuf;
+
+/// Flags of `oncely bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// PostgreSQL URL (a throwaway schema is created in it and dropped afterwards).
+    #[arg(
+        long,
+        env = "ONCELY_BENCH_POSTGRES",
+        default_value = "postgres://postgres@127.0.0.1/test"
+    )]
+    pub postgres: String,
+    /// Skip PostgreSQL.
+    #[arg(long)]
+    pub no_postgres: bool,
+    /// Skip SQLite.
+    #[arg(long)]
+    pub no_sqlite: bool,
+    /// Small CI smoke run (under two minutes): fewer messages, concurrency 1 and 16.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Folder for bench.json, bench.csv and the SVG charts.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Consumer counts of the concurrency sweep.
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Option<Vec<usize>>,
+    /// Batch sizes of the batch sweep.
+    #[arg(long, value_delimiter = ',')]
+    pub batches: Option<Vec<usize>>,
+    /// Messages per per-message cell (batch cells use more, see docs/performance.md).
+    #[arg(long)]
+    pub messages: Option<usize>,
+    /// Rounds: each group of compared cells runs this many times back to back; a cell's
+    /// figure is its total messages over its total time.
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Most connections of the PostgreSQL pool (default: the largest concurrency + 2).
+    #[arg(long)]
+    pub pool: Option<u32>,
+    /// Most connections of the SQLite pools. SQLite has one writer at a time: consumers
+    /// beyond it queue on the pool (FIFO) instead of on SQLite's busy handler, which sleeps.
+    #[arg(long, default_value_t = 1)]
+    pub sqlite_pool: u32,
+}
+
+/// The cells to run on one database, in groups: the cells of a group are compared by a ratio,
+/// so each round runs them back to back (the machine's load drifts; side by side it hits
+/// every cell of a group alike).
+pub(crate) fn matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
+    let quick = args.quick;
+    let conc = args
+        .concurrency
+        .clone()
+        .unwrap_or_else(|| if quick { vec![1, 16] } else { vec![1, 4, 16, 32] });
+    let batches = args.batches.clone().unwrap_or_else(|| vec![10, 100, 1000]);
+    let base = args.messages.unwrap_or(if quick { 150 } else { 500 });
+    // More consumers go faster: give them more messages so each cell lasts long enough.
+    let per_message = |c: usize| base * (1 + c / 8);
+    let batched = |b: usize| {
+        let n = if quick { b * 2 } else { b * 20 };
+        n.clamp(base * 4, if quick { 2000 } else { 20_000 })
+    };
+    let spec = |mode, batch, concurrency, messages| Spec {
+        mode,
+        batch,
+        concurrency,
+        messages,
+    };
+    let mut groups = Vec::new();
+    for &c in &conc {
+        groups.push(
+            [Mode::Plain, Mode::Oncely, Mode::Raw]
+                .map(|mode| spec(mode, 1, c, per_message(c)))
+                .to_vec(),
+        );
+    }
+    for &b in &batches {
+        groups.push(vec![
+            spec(Mode::Oncely, b, 1, batched(b)),
+            spec(Mode::Raw, b, 1, batched(b)),
+        ]);
+    }
+    let mut dups = vec![spec(Mode::Duplicate, 1, 1, base)];
+    if batches.contains(&100) {
+        dups.push(spec(Mode::Duplicate, 100, 1, batched(100)));
+    }
+    groups.push(dups);
+    groups
+}
+
+fn max_concurrency(args: &BenchArgs) -> u32 {
+    matrix(args)
+        .iter()
+        .flatten()
+        .map(|s| s.concurrency)
+        .max()
+        .unwrap_or(1) as u32
+}
+
+/// Whether a missing server must fail the run (CI) rather than be skipped.
+fn services_required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
+}
+
+async fn postgres(args: &BenchArgs, schema: &str) -> Result<Bed<Postgres>> {
+    let options = ConnectOptions {
+        tables: Tables::default().with_schema(schema)?,
+        max_connections: args.pool.unwrap_or(max_concurrency(args) + 2),
+        durability: Durability::Full,
+    };
+    let store = PgStore::connect_with(&args.postgres, &options)
+        .await
+        .with_context(|| format!("connecting to {}", redact_url(&args.postgres)))?;
+    let pool = store.pool().clone();
+    for sql in [
+        format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+        format!("CREATE SCHEMA {schema}"),
+    ] {
+        sqlx::query(AssertSqlSafe(sql)).execute(&pool).await?;
+    }
+    store.migrate().await?;
+    let bed = Bed::make(pool, options.tables, true);
+    for sql in bed.ddl(true) {
+        sqlx::query(AssertSqlSafe(sql)).execute(&bed.pool).await?;
+    }
+    Ok(bed)
+}
+
+async fn sqlite(args: &BenchArgs, dir: &std::path::Path, durability: Durability) -> Result<Bed<Sqlite>> {
+    let file = dir.join(format!("bench-{durability:?}.db").to_lowercase());
+    let url = format!("sqlite:{}", file.display());
+    let options = ConnectOptions {
+        tables: Tables::default(),
+        max_connections: args.sqlite_pool.max(1),
+        durability,
+    };
+    let store = SqliteStore::connect_with(&url, &options).await?;
+    store.migrate().await?;
+    let bed = Bed::make(store.pool().clone(), options.tables, false);
+    for sql in bed.ddl(false) {
+        sqlx::query(AssertSqlSafe(sql)).execute(&bed.pool).await?;
+    }
+    Ok(bed)
+}
+
+/// Runs the groups on one bed, each group `rounds` times back to back; a cell's figure is
+/// its messages over its time summed across rounds, and its check passes only if every
+/// round's did.
+async fn sweep<B: Ops>(
+    bed: &B,
+    backend: &str,
+    groups: &[Vec<Spec>],
+    rounds: usize,
+    bar: &ProgressBar,
+) -> Result<Vec<Cell>>
+where
+    Credits: Handler<<SqlStore<B::Db> as Store>::Tx>,
+    SqlStore<B::Db>: Store,
+{
+    // Warm-up (not recorded): opens the pool's connections and prepares the statements.
+    let top = groups.iter().flatten().map(|s| s.concurrency).max().unwrap_or(1);
+    for mode in [Mode::Plain, Mode::Oncely, Mode::Raw] {
+        for (batch, concurrency) in [(1, top), (100, 1)] {
+            let spec = Spec { mode, batch, concurrency, messages: top * 8 };
+            if mode != Mode::Plain || batch == 1 {
+                run_cell(bed, backend, spec, "warm").await?;
+            }
+        }
+    }
+    let mut cells = Vec::new();
+    for group in groups {
+        let mut sums: Vec<Option<Cell>> = vec![None; group.len()];
+        for round in 0..rounds {
+            for (i, spec) in group.iter().enumerate() {
+                bar.set_message(format!(
+                    "{backend} {} B={} c={} round {}",
+                    spec.mode.name(),
+                    spec.batch,
+                    spec.concurrency,
+                    round + 1
+                ));
+                let cell = run_cell(bed, backend, *spec, &format!("r{round}"))
+                    .await
+                    .with_context(|| format!("{backend} {spec:?}"))?;
+                bar.inc(1);
+                sums[i] = Some(match sums[i].take() {
+                    None => cell,
+                    Some(sum) => sum.merge(cell),
+                });
+            }
+        }
+        cells.extend(sums.into_iter().flatten());
+    }
+    bed.reset().await?;
+    Ok(cells)
+}
+
+/// Runs the benchmark; returns whether every cell's checker found 0 double and 0 lost.
+pub async fn run(args: BenchArgs) -> Result<bool> {
+    let groups = matrix(&args);
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let mut machine = Machine::probe();
+    let mut cells = Vec::new();
+    let mut backends = Vec::new();
+    let mut pg = None;
+    let schema = format!("oncely_bench_{}", std::process::id());
+    if !args.no_postgres {
+        match postgres(&args, &schema).await {
+            Ok(bed) => {
+                machine.postgres = sqlx::query_scalar("SELECT version()")
+                    .fetch_one(&bed.pool)
+                    .await
+                    .ok();
+                pg = Some(bed);
+                backends.push("postgres");
+            }
+            Err(e) if !services_required() => {
+                eprintln!("SKIPPED: PostgreSQL cells ({e:#}); set CI or ONCELY_REQUIRE_SERVICES to fail instead");
+            }
+            Err(e) => return Err(e.context("PostgreSQL is required (CI / ONCELY_REQUIRE_SERVICES)")),
+        }
+    }
+    let dir = tempfile::tempdir().context("creating a temporary directory for SQLite")?;
+    if !args.no_sqlite {
+        backends.extend(["sqlite_full", "sqlite_normal"]);
+    }
+    let cells_per_backend = groups.iter().flatten().count();
+    let bar = ProgressBar::new((cells_per_backend * rounds * backends.len()) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    if let Some(bed) = &pg {
+        let result = sweep(bed, "postgres", &groups, rounds, &bar).await;
+        let _ = sqlx::query(AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+            .execute(&bed.pool)
+            .await;
+        cells.extend(result?);
+    }
+    if !args.no_sqlite {
+        for (name, durability) in [("sqlite_full", Durability::Full), ("sqlite_normal", Durability::Normal)] {
+            let bed = sqlite(&args, dir.path(), durability).await?;
+            machine.sqlite = sqlx::query_scalar("SELECT sqlite_version()")
+                .fetch_one(&bed.pool)
+                .await
+                .ok();
+            cells.extend(sweep(&bed, name, &groups, rounds, &bar).await?);
+            bed.pool.close().await;
+        }
+    }
+    bar.finish_and_clear();
+    machine.finish(rounds, args.quick);
+    let report = Report::new(machine, cells);
+    report.write(&args.out)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
+    } else {
+        print!("{}", report.table());
+        println!("results written to {}", args.out.display());
+    }
+    Ok(report.all_ok())
+}

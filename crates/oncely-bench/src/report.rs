@@ -1,0 +1,336 @@
+//! The results: the terminal table, `--json`, the CSV and the charts, plus the ratios the
+//! issue sets targets for.
+
+use crate::cells::{Cell, Mode};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// The machine a run was taken on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// CPU model.
+    pub cpu: String,
+    /// Logical cores.
+    pub cores: usize,
+    /// Kernel release.
+    pub kernel: String,
+    /// 1/5/15-minute load averages at the start (other users' builds show here).
+    pub load_start: String,
+    /// Load averages at the end.
+    pub load_end: String,
+    /// `SELECT version()`.
+    pub postgres: Option<String>,
+    /// `sqlite_version()`.
+    pub sqlite: Option<String>,
+    /// Unix time of the start.
+    pub started_unix: u64,
+    /// Wall time of the whole run.
+    pub seconds: f64,
+    /// Rounds of the matrix (best of each cell kept).
+    pub rounds: usize,
+    /// `--quick`.
+    pub quick: bool,
+    #[serde(skip)]
+    clock: Option<Instant>,
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn loadavg() -> String {
+    read("/proc/loadavg")
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Machine {
+    /// Reads what `/proc` tells about this machine.
+    pub fn probe() -> Self {
+        let cpu = read("/proc/cpuinfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+            .unwrap_or_else(|| "unknown".to_owned());
+        Self {
+            cpu,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
+            load_start: loadavg(),
+            load_end: String::new(),
+            postgres: None,
+            sqlite: None,
+            started_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            seconds: 0.0,
+            rounds: 1,
+            quick: false,
+            clock: Some(Instant::now()),
+        }
+    }
+
+    /// Records the end of the run.
+    pub fn finish(&mut self, rounds: usize, quick: bool) {
+        self.load_end = loadavg();
+        self.seconds = self.clock.map_or(0.0, |c| c.elapsed().as_secs_f64());
+        self.rounds = rounds;
+        self.quick = quick;
+    }
+}
+
+/// A ratio with a target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    /// JSON key.
+    pub key: &'static str,
+    /// What it compares.
+    pub what: &'static str,
+    /// Measured value (None: a cell was not run).
+    pub value: Option<f64>,
+    /// Lowest value that meets the target.
+    pub target: f64,
+    /// Whether it holds.
+    pub holds: Option<bool>,
+}
+
+/// All cells of a run and what follows from them.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Where it ran.
+    pub machine: Machine,
+    /// Every cell (best round).
+    pub cells: Vec<Cell>,
+}
+
+impl Report {
+    /// A report over `cells`.
+    pub fn new(machine: Machine, cells: Vec<Cell>) -> Self {
+        Self { machine, cells }
+    }
+
+    /// The cell of `backend`, `mode`, batch `b`, concurrency `c`, if it ran.
+    pub fn find(&self, backend: &str, mode: Mode, b: usize, c: usize) -> Option<&Cell> {
+        self.cells.iter().find(|x| {
+            x.backend == backend && x.spec.mode == mode && x.spec.batch == b && x.spec.concurrency == c
+        })
+    }
+
+    fn rate(&self, backend: &str, mode: Mode, b: usize, c: usize) -> Option<f64> {
+        self.find(backend, mode, b, c).map(|x| x.msgs_per_sec)
+    }
+
+    fn ratio(&self, a: (&str, Mode, usize, usize), b: (&str, Mode, usize, usize)) -> Option<f64> {
+        Some(self.rate(a.0, a.1, a.2, a.3)? / self.rate(b.0, b.1, b.2, b.3)?)
+    }
+
+    fn dup_speedup(&self, backend: &str, b: usize) -> Option<f64> {
+        let cell = self.find(backend, Mode::Duplicate, b, 1)?;
+        Some(cell.msgs_per_sec / cell.first_msgs_per_sec?)
+    }
+
+    /// The five ratios the issue sets targets for.
+    pub fn targets(&self) -> Vec<Target> {
+        use Mode::*;
+        let pg = "postgres";
+        let t = |key, what, value: Option<f64>, target: f64| Target {
+            key,
+            what,
+            value,
+            target,
+            holds: value.map(|v| v >= target),
+        };
+        vec![
+            t(
+                "pg_per_message_vs_plain_c16",
+                "PostgreSQL, 16 consumers: oncely per-message / plain consumer",
+                self.ratio((pg, Oncely, 1, 16), (pg, Plain, 1, 16)),
+                0.85,
+            ),
+            t(
+                "pg_batch100_vs_per_message_c1",
+                "PostgreSQL: oncely batch B=100 / oncely per-message, one consumer",
+                self.ratio((pg, Oncely, 100, 1), (pg, Oncely, 1, 1)),
+                20.0,
+            ),
+            t(
+                "pg_batch100_vs_raw",
+                "PostgreSQL, B=100: oncely batch / raw SQL (unnest)",
+                self.ratio((pg, Oncely, 100, 1), (pg, Raw, 100, 1)),
+                0.8,
+            ),
+            t(
+                "duplicate_speedup",
+                "PostgreSQL per-message: redelivered duplicate msgs/s / first delivery msgs/s",
+                self.dup_speedup(pg, 1),
+                10.0,
+            ),
+            t(
+                "sqlite_full_vs_normal_b1000",
+                "SQLite batch B=1000: synchronous=FULL / NORMAL",
+                self.ratio(("sqlite_full", Oncely, 1000, 1), ("sqlite_normal", Oncely, 1000, 1)),
+                0.75,
+            ),
+        ]
+    }
+
+    /// Ratios without a target, for the docs.
+    pub fn extras(&self) -> Map<String, Value> {
+        use Mode::*;
+        let mut m = Map::new();
+        for backend in ["postgres", "sqlite_full", "sqlite_normal"] {
+            for c in [1, 4, 16, 32] {
+                let v = self.ratio((backend, Oncely, 1, c), (backend, Plain, 1, c));
+                m.insert(format!("{backend}_per_message_vs_plain_c{c}"), json!(v));
+                let v = self.ratio((backend, Oncely, 1, c), (backend, Raw, 1, c));
+                m.insert(format!("{backend}_per_message_vs_raw_c{c}"), json!(v));
+            }
+            for b in [10, 100, 1000] {
+                let v = self.ratio((backend, Oncely, b, 1), (backend, Raw, b, 1));
+                m.insert(format!("{backend}_batch{b}_vs_raw"), json!(v));
+                let v = self.ratio((backend, Oncely, b, 1), (backend, Oncely, 1, 1));
+                m.insert(format!("{backend}_batch{b}_vs_per_message_c1"), json!(v));
+            }
+            m.insert(
+                format!("{backend}_duplicate_speedup"),
+                json!(self.dup_speedup(backend, 1)),
+            );
+            m.insert(
+                format!("{backend}_duplicate_speedup_batch100"),
+                json!(self.dup_speedup(backend, 100)),
+            );
+        }
+        m.retain(|_, v| !v.is_null());
+        m
+    }
+
+    /// Every checker passed.
+    pub fn all_ok(&self) -> bool {
+        self.cells.iter().all(|c| c.check.ok)
+    }
+
+    /// The `--json` object: the five ratios as top-level keys, `msgs_per_sec` of every cell,
+    /// the targets, extra ratios, cells with their checks, and the machine.
+    pub fn json(&self) -> Value {
+        let mut top = Map::new();
+        let targets = self.targets();
+        for t in &targets {
+            top.insert(t.key.to_owned(), json!(t.value));
+        }
+        let rates: Map<String, Value> = self
+            .cells
+            .iter()
+            .map(|c| (c.key(), json!(c.msgs_per_sec)))
+            .collect();
+        top.insert("msgs_per_sec".into(), Value::Object(rates));
+        top.insert("targets".into(), json!(targets));
+        top.insert("other_ratios".into(), Value::Object(self.extras()));
+        top.insert("double".into(), json!(self.cells.iter().map(|c| c.check.double).sum::<u64>()));
+        top.insert("lost".into(), json!(self.cells.iter().map(|c| c.check.lost).sum::<u64>()));
+        top.insert("ok".into(), json!(self.all_ok()));
+        top.insert("cells".into(), json!(self.cells));
+        top.insert("machine".into(), json!(self.machine));
+        Value::Object(top)
+    }
+
+    /// The cells as CSV.
+    pub fn csv(&self) -> String {
+        let mut out = String::from(
+            "backend,mode,batch,concurrency,messages,seconds,msgs_per_sec,first_msgs_per_sec,effect_rows,double,lost,ok\n",
+        );
+        for c in &self.cells {
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{:.3},{:.1},{},{},{},{},{}",
+                c.backend,
+                c.spec.mode.name(),
+                c.spec.batch,
+                c.spec.concurrency,
+                c.spec.messages,
+                c.seconds,
+                c.msgs_per_sec,
+                c.first_msgs_per_sec.map(|f| format!("{f:.1}")).unwrap_or_default(),
+                c.check.effect_rows,
+                c.check.double,
+                c.check.lost,
+                c.check.ok
+            );
+        }
+        out
+    }
+
+    /// The terminal table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<14} {:<10} {:>5} {:>4} {:>8} {:>11} {:>9} {:>7} {:>5} {:>3}",
+            "backend", "mode", "B", "c", "msgs", "msgs/s", "ratio", "double", "lost", "ok"
+        );
+        for c in &self.cells {
+            let s = c.spec;
+            // per-message: vs plain at the same concurrency; batch: vs raw; duplicate: vs first.
+            let ratio = match (s.mode, s.batch) {
+                (Mode::Oncely, 1) => self
+                    .rate(&c.backend, Mode::Plain, 1, s.concurrency)
+                    .map(|p| format!("{:.2}xP", c.msgs_per_sec / p)),
+                (Mode::Oncely, b) => self
+                    .rate(&c.backend, Mode::Raw, b, s.concurrency)
+                    .map(|r| format!("{:.2}xR", c.msgs_per_sec / r)),
+                (Mode::Duplicate, _) => c
+                    .first_msgs_per_sec
+                    .map(|f| format!("{:.1}x1st", c.msgs_per_sec / f)),
+                _ => None,
+            };
+            let _ = writeln!(
+                out,
+                "{:<14} {:<10} {:>5} {:>4} {:>8} {:>11.0} {:>9} {:>7} {:>5} {:>3}",
+                c.backend,
+                s.mode.name(),
+                s.batch,
+                s.concurrency,
+                s.messages,
+                c.msgs_per_sec,
+                ratio.unwrap_or_default(),
+                c.check.double,
+                c.check.lost,
+                if c.check.ok { "yes" } else { "NO" }
+            );
+        }
+        let _ = writeln!(out, "\nxP: vs the plain consumer at the same concurrency; xR: vs raw SQL at the same B; x1st: vs the first delivery\n");
+        for t in self.targets() {
+            let value = t.value.map_or("not run".to_owned(), |v| format!("{v:.2}"));
+            let verdict = match t.holds {
+                Some(true) => "holds",
+                Some(false) => "MISSED",
+                None => "-",
+            };
+            let _ = writeln!(out, "{:<32} {:>8}  (target >= {:<5}) {verdict}", t.key, value, t.target);
+        }
+        let _ = writeln!(
+            out,
+            "\nchecker: {} double, {} lost over {} cells",
+            self.cells.iter().map(|c| c.check.double).sum::<u64>(),
+            self.cells.iter().map(|c| c.check.lost).sum::<u64>(),
+            self.cells.len()
+        );
+        out
+    }
+
+    /// Writes bench.json, bench.csv and the two SVG charts into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let json = serde_json::to_string_pretty(&self.json())?;
+        std::fs::write(dir.join("bench.json"), json)?;
+        std::fs::write(dir.join("bench.csv"), self.csv())?;
+        crate::chart::concurrency(self, &dir.join("throughput_vs_concurrency.svg"))?;
+        crate::chart::batch(self, &dir.join("throughput_vs_batch.svg"))?;
+        Ok(())
+    }
+}
