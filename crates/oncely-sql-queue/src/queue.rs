@@ -1,0 +1,276 @@
+//! The queue table, its source and the dequeuing handler wrapper.
+
+use futures::future::BoxFuture;
+use oncely_core::{
+    Acker, Delivery, Envelope, Error, Handled, Handler, Meta, RawEnvelope, Result, Source,
+};
+use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
+use oncely_sql::{PgStore, Tables};
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Header through which a delivery carries its queue row id to [`Dequeue`].
+pub const QUEUE_ROW_HEADER: &str = "oncely-queue-row";
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn db(what: &str, e: sqlx::Error) -> Error {
+    Error::transient(format!("queue table: {what}")).with_source(e)
+}
+
+/// A queue table in PostgreSQL.
+#[derive(Clone, Debug)]
+pub struct SqlQueue {
+    pool: PgPool,
+    table: String,
+}
+
+impl SqlQueue {
+    /// The queue `{schema}.{prefix}queue` of a store's tables, on the store's pool.
+    pub fn of(store: &PgStore) -> Self {
+        Self::new(store.pool().clone(), store.tables())
+    }
+
+    /// The queue `{schema}.{prefix}queue` on `pool`.
+    pub fn new(pool: PgPool, tables: &Tables) -> Self {
+        Self {
+            pool,
+            table: tables.table("queue"),
+        }
+    }
+
+    /// Creates the table if missing (the schema must exist: run the store's migrations first).
+    pub async fn migrate(&self) -> Result<()> {
+        let t = &self.table;
+        let index = t.replace('.', "_");
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+                id BIGSERIAL PRIMARY KEY,
+                message_id TEXT,
+                payload BYTEA NOT NULL,
+                headers TEXT NOT NULL DEFAULT '{{}}',
+                enqueued_at BIGINT NOT NULL,
+                leased_until BIGINT,
+                deliveries INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE INDEX IF NOT EXISTS {index}_lease ON {t} (leased_until, id);"
+        )))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db("creating the queue table", e))?;
+        Ok(())
+    }
+
+    /// Enqueues a message inside the caller's transaction (commit it with the business change).
+    pub async fn enqueue_tx(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        m: &RawEnvelope,
+    ) -> Result<()> {
+        self.insert(m)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| db("enqueue", e))?;
+        Ok(())
+    }
+
+    /// Enqueues messages in one transaction.
+    pub async fn enqueue(&self, messages: &[RawEnvelope]) -> Result<()> {
+        let mut tx = self.pool.begin().await.map_err(|e| db("begin", e))?;
+        for m in messages {
+            self.enqueue_tx(&mut tx, m).await?;
+        }
+        tx.commit().await.map_err(|e| db("commit", e))
+    }
+
+    fn insert<'q>(
+        &self,
+        m: &'q RawEnvelope,
+    ) -> sqlx::query::Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments> {
+        let headers = serde_json::to_string(&m.meta.headers).unwrap_or_else(|_| "{}".into());
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {} (message_id, payload, headers, enqueued_at) VALUES ($1, $2, $3, $4)",
+            self.table
+        )))
+        .bind(
+            m.id.as_ref()
+                .map(|id| String::from_utf8_lossy(id).into_owned()),
+        )
+        .bind(m.payload.clone())
+        .bind(headers)
+        .bind(now_ms())
+    }
+
+    /// Rows in the table (delivered or not).
+    pub async fn len(&self) -> Result<i64> {
+        sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM {}",
+            self.table
+        )))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db("count", e))
+    }
+
+    /// A source leasing rows for `lease` at a time (redelivered when it expires).
+    pub fn source(&self, lease: Duration) -> SqlQueueSource {
+        SqlQueueSource {
+            queue: self.clone(),
+            lease,
+            poll: Duration::from_millis(100),
+            stop_when_empty: false,
+        }
+    }
+}
+
+/// Leases rows with `FOR UPDATE SKIP LOCKED`, so concurrent consumers never get the same
+/// row while its lease runs. Polls when the table has nothing visible.
+pub struct SqlQueueSource {
+    queue: SqlQueue,
+    lease: Duration,
+    poll: Duration,
+    stop_when_empty: bool,
+}
+
+impl SqlQueueSource {
+    /// Ends the stream (`Ok(None)`) once the table is empty: for batch jobs and tests.
+    pub fn stop_when_empty(mut self) -> Self {
+        self.stop_when_empty = true;
+        self
+    }
+}
+
+impl Source for SqlQueueSource {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        let t = &self.queue.table;
+        loop {
+            let now = now_ms();
+            let row = sqlx::query(AssertSqlSafe(format!(
+                "UPDATE {t} SET leased_until = $1, deliveries = deliveries + 1
+                 WHERE id = (SELECT id FROM {t} WHERE leased_until IS NULL OR leased_until < $2
+                             ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
+                 RETURNING id, message_id, payload, headers, deliveries"
+            )))
+            .bind(now + self.lease.as_millis() as i64)
+            .bind(now)
+            .fetch_optional(&self.queue.pool)
+            .await
+            .map_err(|e| db("lease", e))?;
+            if let Some(row) = row {
+                let get = |e| db("decode", e);
+                let id: i64 = row.try_get("id").map_err(get)?;
+                let message_id: Option<String> = row.try_get("message_id").map_err(get)?;
+                let headers: String = row.try_get("headers").map_err(get)?;
+                let deliveries: i32 = row.try_get("deliveries").map_err(get)?;
+                let mut headers: BTreeMap<String, String> =
+                    serde_json::from_str(&headers).unwrap_or_default();
+                headers.insert(QUEUE_ROW_HEADER.to_owned(), id.to_string());
+                let raw = RawEnvelope {
+                    id: message_id.map(String::into_bytes),
+                    payload: row.try_get("payload").map_err(get)?,
+                    meta: Meta {
+                        headers,
+                        ..Meta::default()
+                    },
+                };
+                let acker = QueueAcker {
+                    queue: self.queue.clone(),
+                    row: id,
+                };
+                return Ok(Some(Delivery::new(
+                    raw,
+                    deliveries.max(1) as u32,
+                    Box::new(acker),
+                )));
+            }
+            if self.stop_when_empty && self.queue.len().await? == 0 {
+                return Ok(None);
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+}
+
+struct QueueAcker {
+    queue: SqlQueue,
+    row: i64,
+}
+
+impl Acker for QueueAcker {
+    /// Deletes the row (a no-op when [`Dequeue`] already deleted it in the commit).
+    fn ack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        Box::pin(async move {
+            sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM {} WHERE id = $1",
+                self.queue.table
+            )))
+            .bind(self.row)
+            .execute(&self.queue.pool)
+            .await
+            .map(|_| ())
+            .map_err(|e| db("delete", e))
+        })
+    }
+
+    /// Ends the lease so the row is delivered again.
+    fn nack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        Box::pin(async move {
+            sqlx::query(AssertSqlSafe(format!(
+                "UPDATE {} SET leased_until = NULL WHERE id = $1",
+                self.queue.table
+            )))
+            .bind(self.row)
+            .execute(&self.queue.pool)
+            .await
+            .map(|_| ())
+            .map_err(|e| db("release", e))
+        })
+    }
+}
+
+/// Wraps a handler so that the queue row is deleted in the handler's transaction, together
+/// with the claim and the effect.
+#[derive(Debug, Clone)]
+pub struct Dequeue<H> {
+    inner: H,
+    delete: String,
+}
+
+impl<H> Dequeue<H> {
+    /// Wraps `inner` for rows of `queue`.
+    pub fn new(queue: &SqlQueue, inner: H) -> Self {
+        Self {
+            inner,
+            delete: format!("DELETE FROM {} WHERE id = $1", queue.table),
+        }
+    }
+}
+
+impl<H: Handler<Transaction<'static, Postgres>>> Handler<Transaction<'static, Postgres>>
+    for Dequeue<H>
+{
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        message: &Envelope,
+    ) -> Result<Handled> {
+        if let Some(row) = message
+            .meta()
+            .headers
+            .get(QUEUE_ROW_HEADER)
+            .and_then(|r| r.parse::<i64>().ok())
+        {
+            sqlx::query(AssertSqlSafe(self.delete.clone()))
+                .bind(row)
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| db("dequeue in the effect's transaction", e))?;
+        }
+        self.inner.handle(tx, message).await
+    }
+}
