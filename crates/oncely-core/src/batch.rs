@@ -1,8 +1,10 @@
 //! Batch mode: many deliveries, one transaction, one claim statement.
 //!
 //! [`BatchConsumer`] pulls up to `max_batch` deliveries (or what arrived within `linger` after
-//! the first), claims all their ids with [`Store::claim_batch`], runs the handler for the fresh
-//! ones in the same transaction, commits once and only then acks every delivery of the batch.
+//! the first), claims all their ids with [`Store::claim_batch`], passes the fresh ones to
+//! [`Handler::handle_batch`] in the same transaction (by default one [`Handler::handle`] each;
+//! a handler can override it with multi-row statements), commits once and only then acks every
+//! delivery of the batch.
 //! When a handler fails (or the store fails mid-batch), the batch is rolled back and its
 //! deliveries are processed one at a time by the per-message [`Consumer`], so the failing
 //! message is isolated (retried or dead-lettered per its error kind) and the others apply once.
@@ -289,32 +291,54 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
                 return Err(e);
             }
         };
-        let mut settled = Vec::with_capacity(batch.len());
-        for (message, claim) in batch.iter().zip(claims) {
+        let mut settled: Vec<Option<Settled>> = Vec::with_capacity(batch.len());
+        let mut fresh = Vec::new();
+        for (at, claim) in claims.into_iter().enumerate() {
             settled.push(match claim {
-                Claim::Duplicate => Settled::Done(Outcome::Duplicate),
-                Claim::Conflict { stored } => Settled::Conflict(stored),
+                Claim::Duplicate => Some(Settled::Done(Outcome::Duplicate)),
+                Claim::Conflict { stored } => Some(Settled::Conflict(stored)),
                 Claim::Fresh => {
-                    let run = AssertUnwindSafe(self.handler.handle(&mut tx, message))
-                        .catch_unwind()
-                        .await;
-                    match run {
-                        Ok(Ok(Handled::Applied)) => Settled::Done(Outcome::Applied),
-                        Ok(Ok(Handled::Stale)) => Settled::Done(Outcome::Stale),
-                        Ok(Err(e)) => {
-                            let _ = store.rollback(tx).await;
-                            return Err(e);
-                        }
-                        Err(_panic) => {
-                            drop(tx); // rolls back
-                            return Err(Error::permanent("a handler panicked in the batch"));
-                        }
-                    }
+                    fresh.push(at);
+                    None
                 }
             });
         }
+        if !fresh.is_empty() {
+            let messages: Vec<Envelope> = fresh.iter().map(|&at| batch[at].clone()).collect();
+            let run = AssertUnwindSafe(self.handler.handle_batch(&mut tx, &messages))
+                .catch_unwind()
+                .await;
+            let handled = match run {
+                Ok(Ok(handled)) if handled.len() == messages.len() => handled,
+                Ok(Ok(handled)) => {
+                    let _ = store.rollback(tx).await;
+                    return Err(Error::permanent(format!(
+                        "handle_batch returned {} results for {} messages",
+                        handled.len(),
+                        messages.len()
+                    )));
+                }
+                Ok(Err(e)) => {
+                    let _ = store.rollback(tx).await;
+                    return Err(e);
+                }
+                Err(_panic) => {
+                    drop(tx); // rolls back
+                    return Err(Error::permanent("a handler panicked in the batch"));
+                }
+            };
+            for (at, handled) in fresh.into_iter().zip(handled) {
+                settled[at] = Some(Settled::Done(match handled {
+                    Handled::Applied => Outcome::Applied,
+                    Handled::Stale => Outcome::Stale,
+                }));
+            }
+        }
         let _proof: Committed = store.commit(tx).await?;
-        Ok(settled)
+        Ok(settled
+            .into_iter()
+            .map(|s| s.expect("every message settled"))
+            .collect())
     }
 
     async fn ack(&self, delivery: Delivery, proof: Committed, outcome: Outcome) -> Outcome {

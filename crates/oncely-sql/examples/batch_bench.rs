@@ -5,7 +5,8 @@
 //! ```
 //!
 //! Each run drains `messages` deliveries (10 % published twice) through a handler that writes
-//! one ledger row in the store's transaction, then checks the ledger holds exactly one row per
+//! one ledger row per message in the store's transaction (`*_multi` runs: one multi-row INSERT
+//! per batch through `Handler::handle_batch`), then checks the ledger holds exactly one row per
 //! id. Servers that can't be reached are skipped.
 
 use oncely_core::{
@@ -20,7 +21,27 @@ use tokio_util::sync::CancellationToken;
 #[derive(Clone)]
 struct Ledger {
     insert: String,
+    table: String,
+    dollar: bool,
     run: &'static str,
+    /// Write a batch's effects with one multi-row INSERT (`Handler::handle_batch`).
+    multi_row: bool,
+}
+
+impl Ledger {
+    fn multi_row_sql(&self, rows: usize) -> String {
+        let values: Vec<String> = (0..rows)
+            .map(|i| match self.dollar {
+                true => format!("(${}, ${})", 2 * i + 1, 2 * i + 2),
+                false => "(?, ?)".to_owned(),
+            })
+            .collect();
+        format!(
+            "INSERT INTO {} (message_id, run) VALUES {}",
+            self.table,
+            values.join(", ")
+        )
+    }
 }
 
 macro_rules! handler {
@@ -38,6 +59,29 @@ macro_rules! handler {
                     .await
                     .map_err(|e| Error::transient(e.to_string()))?;
                 Ok(Handled::Applied)
+            }
+
+            async fn handle_batch(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                messages: &[Envelope],
+            ) -> Result<Vec<Handled>> {
+                if !self.multi_row {
+                    let mut handled = Vec::with_capacity(messages.len());
+                    for message in messages {
+                        handled.push(self.handle(tx, message).await?);
+                    }
+                    return Ok(handled);
+                }
+                let mut insert = sqlx::query(AssertSqlSafe(self.multi_row_sql(messages.len())));
+                for message in messages {
+                    insert = insert.bind(message.id().as_str().to_owned()).bind(self.run);
+                }
+                insert
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(|e| Error::transient(e.to_string()))?;
+                Ok(vec![Handled::Applied; messages.len()])
             }
         }
     };
@@ -66,14 +110,16 @@ fn source(n: usize, run: &str) -> MemorySource {
 #[derive(Clone, Copy)]
 enum Mode {
     PerMessage(usize),
-    Batch(usize),
+    Batch(usize, bool),
 }
 
-const RUNS: [(&str, Mode); 4] = [
+const RUNS: [(&str, Mode); 6] = [
     ("per_message_c1", Mode::PerMessage(1)),
     ("per_message_c8", Mode::PerMessage(8)),
-    ("batch_100", Mode::Batch(100)),
-    ("batch_500", Mode::Batch(500)),
+    ("batch_100", Mode::Batch(100, false)),
+    ("batch_500", Mode::Batch(500, false)),
+    ("batch_100_multi", Mode::Batch(100, true)),
+    ("batch_500_multi", Mode::Batch(500, true)),
 ];
 
 macro_rules! bench {
@@ -90,7 +136,10 @@ macro_rules! bench {
         for (run, mode) in RUNS {
             let handler = Ledger {
                 insert: format!("INSERT INTO {ledger} (message_id, run) VALUES ({params})"),
+                table: ledger.clone(),
+                dollar: $dollar,
                 run,
+                multi_row: matches!(mode, Mode::Batch(_, true)),
             };
             let name = ConsumerName::new(run).unwrap();
             let src = source($n, run);
@@ -103,7 +152,7 @@ macro_rules! bench {
                     .run(src, stop)
                     .await
                     .unwrap(),
-                Mode::Batch(size) => {
+                Mode::Batch(size, _) => {
                     let consumer = BatchConsumer::new(name, store.clone(), handler)
                         .max_batch(size)
                         .linger(Duration::from_millis(2));

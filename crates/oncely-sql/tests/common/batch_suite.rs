@@ -142,7 +142,7 @@ fn expected(published: &[(String, String)]) -> BTreeMap<String, String> {
 /// One batch holding duplicates, a conflicting copy, a permanently failing message and a
 /// flaky one: the batch rolls back, the messages are isolated one at a time, the failing one
 /// is dead-lettered, every other id applies exactly once, and everything is acked.
-pub async fn batch_isolates_failure<S: TestStore>(fx: Fx<S>)
+pub async fn batch_isolates_failure<S: TestStore>(fx: Fx<S>, multi_row: bool)
 where
     Ledger: Handler<S::Tx>,
 {
@@ -161,7 +161,7 @@ where
             published.push(("m07".to_owned(), "credit 700".to_owned()));
         }
     }
-    let (outcomes, batches) = run_batches(&fx, &published, 64).await;
+    let (outcomes, batches) = run_batches(&fx, &published, 64, multi_row).await;
     assert_eq!(
         batches.fallbacks, 1,
         "the failing message rolled the batch back"
@@ -200,7 +200,7 @@ where
 
 /// A batch without failures commits in one transaction: same per-message outcomes, and
 /// intra-batch duplicates don't trip the statement (no SQLSTATE 21000).
-pub async fn batch_commits_once<S: TestStore>(fx: Fx<S>)
+pub async fn batch_commits_once<S: TestStore>(fx: Fx<S>, multi_row: bool)
 where
     Ledger: Handler<S::Tx>,
 {
@@ -215,7 +215,7 @@ where
     .iter()
     .map(|(i, p)| ((*i).to_owned(), (*p).to_owned()))
     .collect();
-    let (outcomes, batches) = run_batches(&fx, &published, 64).await;
+    let (outcomes, batches) = run_batches(&fx, &published, 64, multi_row).await;
     assert_eq!(
         (batches.committed, batches.fallbacks),
         (1, 0),
@@ -347,6 +347,7 @@ async fn run_batches<S: TestStore>(
     fx: &Fx<S>,
     published: &[(String, String)],
     max_batch: usize,
+    multi_row: bool,
 ) -> (Vec<Outcome>, oncely_core::BatchStats)
 where
     Ledger: Handler<S::Tx>,
@@ -357,7 +358,12 @@ where
     }
     source.close();
     let name = ConsumerName::new("batcher").unwrap();
-    let consumer = BatchConsumer::new(name, fx.store.clone(), fx.ledger("one"))
+    let ledger = if multi_row {
+        fx.ledger("one").multi_row()
+    } else {
+        fx.ledger("one")
+    };
+    let consumer = BatchConsumer::new(name, fx.store.clone(), ledger)
         .max_batch(max_batch)
         .retry(RetryPolicy::default().base_delay(Duration::from_millis(5)));
     let mut batch = vec![];

@@ -40,6 +40,9 @@ impl Gate {
 #[derive(Clone)]
 pub struct Ledger {
     insert: String,
+    table: String,
+    dollar: bool,
+    multi_row: bool,
     instance: &'static str,
     gate: Option<Arc<Gate>>,
     gate_fails: bool,
@@ -54,6 +57,9 @@ impl Ledger {
             insert: format!(
                 "INSERT INTO {table} (message_id, payload, instance) VALUES ({params})"
             ),
+            table: table.to_owned(),
+            dollar,
+            multi_row: false,
             instance,
             gate: None,
             gate_fails: false,
@@ -66,6 +72,26 @@ impl Ledger {
         self.gate = Some(gate);
         self.gate_fails = then_fail;
         self
+    }
+
+    /// Writes a batch's effects with one multi-row INSERT (`Handler::handle_batch`).
+    pub fn multi_row(mut self) -> Self {
+        self.multi_row = true;
+        self
+    }
+
+    fn multi_row_sql(&self, rows: usize) -> String {
+        let values: Vec<String> = (0..rows)
+            .map(|i| match self.dollar {
+                true => format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3),
+                false => "(?, ?, ?)".to_owned(),
+            })
+            .collect();
+        format!(
+            "INSERT INTO {} (message_id, payload, instance) VALUES {}",
+            self.table,
+            values.join(", ")
+        )
     }
 
     async fn before(&self, msg: &Envelope) -> Result<()> {
@@ -118,6 +144,35 @@ macro_rules! ledger_handler {
                     .await
                     .map_err(|e| Error::transient(format!("ledger insert: {e}")))?;
                 Ok(Handled::Applied)
+            }
+
+            async fn handle_batch(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                messages: &[Envelope],
+            ) -> Result<Vec<Handled>> {
+                if !self.multi_row {
+                    let mut handled = Vec::with_capacity(messages.len());
+                    for message in messages {
+                        handled.push(self.handle(tx, message).await?);
+                    }
+                    return Ok(handled);
+                }
+                for message in messages {
+                    self.before(message).await?;
+                }
+                let mut insert = sqlx::query(AssertSqlSafe(self.multi_row_sql(messages.len())));
+                for m in messages {
+                    insert = insert
+                        .bind(m.id().as_str().to_owned())
+                        .bind(String::from_utf8_lossy(m.payload()).into_owned())
+                        .bind(self.instance);
+                }
+                insert
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(|e| Error::transient(format!("ledger insert: {e}")))?;
+                Ok(vec![Handled::Applied; messages.len()])
             }
         }
     };
