@@ -230,3 +230,49 @@ async fn mysql_isolation_level_applies() {
     );
     fx.cleanup().await;
 }
+
+/// Three deliveries of one id: consumer 1 holds it and then rolls back, consumers 2 and 3
+/// wait. InnoDB may abort one waiter with a deadlock (both held the duplicate-key shared
+/// lock and want the exclusive one); that error is transient, so the retry sees `Duplicate`.
+/// Exactly one effect either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_three_way_duplicate_after_rollback_applies_once() {
+    use common::Gate;
+    use oncely_core::{Consumer, Outcome, RawEnvelope, RetryPolicy};
+    use std::time::Duration;
+    let Some(fx) = mysql("my_three_way").await else {
+        return;
+    };
+    let name = ConsumerName::new("billing").unwrap();
+    let retry = RetryPolicy::default()
+        .max_attempts(10)
+        .base_delay(Duration::from_millis(20));
+    let gate = Gate::new();
+    let c1 = Consumer::new(
+        name.clone(),
+        fx.store.clone(),
+        fx.ledger("one").gated(gate.clone(), true),
+    )
+    .retry(retry.clone());
+    let c2 = Consumer::new(name.clone(), fx.other.clone(), fx.ledger("two")).retry(retry.clone());
+    let c3 = Consumer::new(name.clone(), fx.open_another().await, fx.ledger("three")).retry(retry);
+    let delivery = || suite::delivery("X", b"credit 5".to_vec());
+    let ((d1, _s1), (d2, _s2), (d3, _s3)) = (delivery(), delivery(), delivery());
+    let first = tokio::spawn(async move { c1.process(d1).await });
+    gate.entered().await;
+    let (c2b, c3b) = (c2.clone(), c3.clone());
+    let second = tokio::spawn(async move { c2b.process(d2).await });
+    let third = tokio::spawn(async move { c3b.process(d3).await });
+    assert!(fx.until_lock_waiters(2).await);
+    gate.release();
+    let o1 = first.await.unwrap();
+    let (o2, o3) = (second.await.unwrap(), third.await.unwrap());
+    assert!(matches!(o1, Outcome::DeadLettered(_)), "{o1:?}");
+    let mut names = [o2.name(), o3.name()];
+    names.sort();
+    assert_eq!(names, ["applied", "duplicate"], "{o2:?} {o3:?}");
+    assert_eq!(fx.effects().await.len(), 1, "exactly one effect");
+    let retries = c2.stats().snapshot().retries + c3.stats().snapshot().retries;
+    eprintln!("three-way duplicate: {retries} deadlock retries");
+    fx.cleanup().await;
+}

@@ -321,13 +321,18 @@ impl<S: TestStore> Fx<S> {
     /// Waits until some session is blocked on a lock in a statement naming this test's
     /// tables. Returns false if the server can't tell (SQLite), after a short pause.
     pub async fn until_lock_wait(&self) -> bool {
+        self.until_lock_waiters(1).await
+    }
+
+    /// Like [`Fx::until_lock_wait`], for `count` blocked sessions.
+    pub async fn until_lock_waiters(&self, count: i64) -> bool {
         for _ in 0..12_000 {
             match self.store.lock_waiters(self.name.clone()).await {
                 None => {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     return false;
                 }
-                Some(n) if n > 0 => return true,
+                Some(n) if n >= count => return true,
                 Some(_) => tokio::time::sleep(Duration::from_millis(10)).await,
             }
         }
