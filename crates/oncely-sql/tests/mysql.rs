@@ -238,7 +238,7 @@ async fn mysql_isolation_level_applies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_three_way_duplicate_after_rollback_applies_once() {
     use common::Gate;
-    use oncely_core::{Consumer, Outcome, RawEnvelope, RetryPolicy};
+    use oncely_core::{Consumer, Outcome, RetryPolicy};
     use std::time::Duration;
     let Some(fx) = mysql("my_three_way").await else {
         return;
