@@ -189,6 +189,7 @@ impl NatsSource {
 impl Source for NatsSource {
     async fn next(&mut self) -> Result<Option<Delivery>> {
         let mut delay = Duration::from_millis(100);
+        let mut errors = 0;
         loop {
             let messages = match self.messages.as_mut() {
                 Some(m) => m,
@@ -214,8 +215,16 @@ impl Source for NatsSource {
                     return Ok(Some(Delivery::new(raw, attempt, Box::new(acker))));
                 }
                 Some(Err(e)) => {
-                    warn!(error = %e, "NATS: pull stream error; continuing");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Missed heartbeats during a reconnect are reported here and recovered by
+                    // the stream itself; if errors persist, re-open the pull stream.
+                    errors += 1;
+                    warn!(error = %e, errors, "NATS: pull stream error");
+                    if errors >= 5 {
+                        self.messages = None;
+                        errors = 0;
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
                 }
                 None => {
                     warn!("NATS: pull stream ended; re-opening");
