@@ -33,8 +33,14 @@ fn assert_exactly_once(code: i32, r: &Value) {
     assert_eq!(n(r, "lost"), 0, "{r}");
     assert_eq!(n(r, "expected_total"), n(r, "actual_total"), "{r}");
     assert_eq!(n(r, "conflicts_caught"), n(r, "conflicts_injected"), "{r}");
-    assert!(n(r, "conflicts_injected") > 0, "no conflict was injected: {r}");
-    assert!(n(r, "duplicates_skipped") > 0, "no duplicate was skipped: {r}");
+    assert!(
+        n(r, "conflicts_injected") > 0,
+        "no conflict was injected: {r}"
+    );
+    assert!(
+        n(r, "duplicates_skipped") > 0,
+        "no duplicate was skipped: {r}"
+    );
     assert!(n(r, "crashes") > 0, "no crash was injected: {r}");
     assert!(n(r, "deliveries") > n(r, "messages"), "no redelivery: {r}");
     assert!(r["ok"].as_bool().unwrap());
@@ -57,7 +63,10 @@ fn unsafe_ack_before_commit_is_caught_by_the_checker() {
         "--unsafe-ack-before-commit",
     ]);
     assert_eq!(code, 1, "the broken contract must fail the run: {r}");
-    assert!(n(&r, "lost") > 0, "ack-before-commit with crashes must lose messages: {r}");
+    assert!(
+        n(&r, "lost") > 0,
+        "ack-before-commit with crashes must lose messages: {r}"
+    );
     assert!(!r["ok"].as_bool().unwrap());
 }
 
@@ -80,7 +89,11 @@ fn required() -> bool {
 }
 
 fn server_demo(url: &str, schema: &str) {
-    let port = if url.starts_with("postgres") { 5432 } else { 3306 };
+    let port = if url.starts_with("postgres") {
+        5432
+    } else {
+        3306
+    };
     if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(!required(), "{url} is not answering and CI requires it");
         eprintln!("SKIPPED: no server on 127.0.0.1:{port} (set CI=1 to make this a failure)");

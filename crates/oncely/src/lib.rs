@@ -39,3 +39,11 @@ pub use oncely_mqtt as mqtt;
 
 #[cfg(feature = "testkit")]
 pub use oncely_testkit as testkit;
+
+#[cfg(any(
+    feature = "amqp",
+    feature = "nats",
+    feature = "redis",
+    feature = "mqtt"
+))]
+pub mod brokers;

@@ -33,6 +33,8 @@ pub struct Verdict {
     pub wrong_amount: u64,
     /// Ids with an effect but no inbox claim.
     pub effects_without_claim: u64,
+    /// Conflicting copies the broker itself dropped (NATS JetStream dedups by `Nats-Msg-Id`).
+    pub broker_dropped_conflicts: u64,
     /// Dead-letter rows of the demo consumer.
     pub dead_letter_rows: u64,
     /// Dead-letter rows by reason.
@@ -46,7 +48,7 @@ impl Verdict {
             && self.lost == 0
             && self.wrong_amount == 0
             && self.effects_without_claim == 0
-            && self.conflicts_caught == self.conflicts_injected
+            && self.conflicts_caught + self.broker_dropped_conflicts == self.conflicts_injected
             && self.expected_total == self.actual_total
             && self.ledger_total == self.actual_total
     }

@@ -1,8 +1,10 @@
 //! `oncely demo`: the credits ledger under duplicates, conflicts, reordering and crashes,
 //! checked independently against the database.
 
+mod broker;
 mod check;
-mod credits;
+mod consume_only;
+pub(crate) mod credits;
 mod publish;
 mod report;
 
@@ -12,8 +14,10 @@ use anyhow::{Context, Result};
 use check::check;
 use credits::{CreditTables, Credits};
 use indicatif::{ProgressBar, ProgressStyle};
+use oncely::brokers::{connect_source, publish};
 use oncely_core::{
-    Consumer, ConsumerName, CrashPlan, MemorySource, RetryPolicy, SourceFaults, StatsSnapshot,
+    Consumer, ConsumerName, CrashPlan, MemorySource, MemoryStats, RetryPolicy, Source,
+    SourceFaults, StatsSnapshot, StopWhenIdle,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{ConnectOptions, Dialect, Tables, redact_url};
@@ -71,16 +75,136 @@ pub struct DemoArgs {
     /// TESTING ONLY: ack before commit, breaking the contract, to show the checker catches it.
     #[arg(long, hide = true)]
     pub unsafe_ack_before_commit: bool,
+    /// Broker URL (amqp://, nats://, redis://, mqtt://) to publish and consume through;
+    /// default: the in-process broker. Duplicates are then published by the demo itself.
+    #[arg(long, env = "ONCELY_DEMO_SOURCE")]
+    pub source: Option<String>,
+    /// Only consume from --source into --store until idle, then report what the database
+    /// holds (for producers written elsewhere; see docs/wire-format.md). Keeps existing data.
+    #[arg(long, requires = "source")]
+    pub consume_only: bool,
+    /// With a real broker: stop after this many seconds without a delivery.
+    #[arg(long, default_value_t = 5)]
+    pub idle_exit: u64,
+    #[command(flatten)]
+    pub metrics: crate::admin::metrics::MetricsArgs,
 }
 
 /// Runs the demo; returns whether every invariant held.
 pub async fn run(args: DemoArgs) -> Result<bool> {
+    let metrics = crate::admin::metrics::serve(&args.metrics)?;
     let temp = tempfile::tempdir().context("creating a temporary directory")?;
     let url = args
         .store
         .clone()
         .unwrap_or_else(|| format!("sqlite:{}", temp.path().join("oncely-demo.db").display()));
-    let dialect = Dialect::from_url(&url)?;
+    let (store, credit_tables) = open_store(&url, &args).await?;
+    if args.consume_only {
+        let ok = consume_only::run(&args, &store, &credit_tables).await?;
+        metrics.hold().await;
+        return Ok(ok);
+    }
+    reset(&store, &credit_tables).await?;
+
+    let run = match &args.source {
+        None => String::new(),
+        Some(_) => format!(
+            "-r{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_secs()
+        ),
+    };
+    let published = generate(
+        args.seed,
+        &run,
+        Mix {
+            messages: args.messages,
+            accounts: args.accounts,
+            conflict_rate: args.conflict_rate,
+            bad_id_rate: args.bad_id_rate,
+            undecodable_rate: args.undecodable_rate,
+        },
+    );
+    let name = ConsumerName::new("demo")?;
+    let (stats, source_stats, elapsed) = match &args.source {
+        None => {
+            let source = MemorySource::with_faults(SourceFaults {
+                seed: args.seed,
+                duplicate_rate: args.duplicate_rate,
+                reorder_window: args.reorder_window,
+                lost_ack_rate: args.lost_ack_rate,
+            });
+            for m in &published.messages {
+                source.publish(m.clone());
+            }
+            source.close();
+            let copies = source.stats().published + source.stats().duplicates_injected;
+            let started = Instant::now();
+            let stats =
+                consume_with(&args, &store, &credit_tables, &name, source.clone(), copies).await?;
+            (stats, source.stats(), started.elapsed())
+        }
+        Some(broker) => {
+            let mut source = connect_source(broker, name.as_str()).await?;
+            let discarded = broker::drain(&mut source).await?;
+            if discarded > 0 && !args.json {
+                eprintln!("discarded {discarded} leftover message(s) from earlier runs");
+            }
+            let copies = broker::with_duplicates(&published.messages, &args);
+            publish(broker, &copies).await?;
+            let started = Instant::now();
+            let idle = StopWhenIdle::new(source, Duration::from_secs(args.idle_exit));
+            let stats = consume_with(
+                &args,
+                &store,
+                &credit_tables,
+                &name,
+                idle,
+                copies.len() as u64,
+            )
+            .await?;
+            let elapsed = started.elapsed();
+            let source_stats = MemoryStats {
+                published: published.messages.len() as u64,
+                duplicates_injected: (copies.len() - published.messages.len()) as u64,
+                deliveries: stats.received,
+                ..MemoryStats::default()
+            };
+            (stats, source_stats, elapsed)
+        }
+    };
+
+    let mut verdict = check(&store, &credit_tables, &name, &published).await?;
+    if args
+        .source
+        .as_deref()
+        .is_some_and(|s| s.starts_with("nats"))
+    {
+        // JetStream drops a second publish with the same Nats-Msg-Id inside its dedup window,
+        // so a conflicting copy never reaches the consumer: the broker resolved it.
+        verdict.broker_dropped_conflicts = verdict.conflicts_injected - verdict.conflicts_caught;
+    }
+    let shown = args
+        .source
+        .as_deref()
+        .map_or("memory".to_owned(), redact_url);
+    let report = Report::new(
+        &args,
+        format!("{} via {shown}", redact_url(&url)),
+        &published,
+        &source_stats,
+        &stats,
+        &verdict,
+        elapsed,
+    );
+    report.print(args.json);
+    metrics.hold().await;
+    Ok(verdict.holds())
+}
+
+async fn open_store(url: &str, args: &DemoArgs) -> Result<(AnyStore, CreditTables)> {
+    let dialect = Dialect::from_url(url)?;
     let schema = (dialect != Dialect::Sqlite).then_some(args.schema.as_str());
     let mut tables = Tables::default();
     if let Some(s) = schema {
@@ -91,75 +215,48 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         max_connections: (args.workers as u32 + 4).max(8),
         ..ConnectOptions::default()
     };
-    let store = AnyStore::open(&url, &options).await?;
-    let credit_tables = CreditTables::new(dialect, schema);
-    reset(&store, &credit_tables, schema).await?;
+    let store = AnyStore::open(url, &options).await?;
+    Ok((store, CreditTables::new(dialect, schema)))
+}
 
-    let published = generate(
-        args.seed,
-        Mix {
-            messages: args.messages,
-            accounts: args.accounts,
-            conflict_rate: args.conflict_rate,
-            bad_id_rate: args.bad_id_rate,
-            undecodable_rate: args.undecodable_rate,
-        },
-    );
-    let source = MemorySource::with_faults(SourceFaults {
-        seed: args.seed,
-        duplicate_rate: args.duplicate_rate,
-        reorder_window: args.reorder_window,
-        lost_ack_rate: args.lost_ack_rate,
-    });
-    for m in &published.messages {
-        source.publish(m.clone());
-    }
-    source.close();
-    let total_copies = source.stats().published + source.stats().duplicates_injected;
-
-    let name = ConsumerName::new("demo")?;
-    let handler = Credits::new(credit_tables.clone());
-    let progress = progress_bar(total_copies, args.json);
-    let started = Instant::now();
-    let stats = with_store!(&store, s => {
+async fn consume_with<Src: Source>(
+    args: &DemoArgs,
+    store: &AnyStore,
+    tables: &CreditTables,
+    name: &ConsumerName,
+    source: Src,
+    copies: u64,
+) -> Result<StatsSnapshot> {
+    let handler = Credits::new(tables.clone());
+    let progress = progress_bar(copies, args.json);
+    let stats = with_store!(store, s => {
         let consumer = Consumer::new(name.clone(), s.clone(), handler)
             .concurrency(args.workers)
             .retry(RetryPolicy::default().max_attempts(5).base_delay(Duration::from_millis(5)))
             .chaos(Arc::new(CrashPlan::new(args.seed, args.crash_rate)))
             .unsafe_ack_before_commit(args.unsafe_ack_before_commit);
-        consume(consumer, source.clone(), &progress).await?
+        consume(consumer, source, &progress).await?
     });
-    let elapsed = started.elapsed();
     progress.finish_and_clear();
-
-    let verdict = check(&store, &credit_tables, &name, &published).await?;
-    let report = Report::new(
-        &args,
-        redact_url(&url),
-        &published,
-        &source.stats(),
-        &stats,
-        &verdict,
-        elapsed,
-    );
-    report.print(args.json);
-    Ok(verdict.holds())
+    Ok(stats)
 }
 
-async fn consume<S, H>(
+async fn consume<S, H, Src>(
     consumer: Consumer<S, H>,
-    source: MemorySource,
+    source: Src,
     progress: &ProgressBar,
 ) -> Result<StatsSnapshot>
 where
     S: oncely_core::Store,
     H: oncely_core::Handler<S::Tx>,
+    Src: Source,
 {
     let ticker = {
-        let (source, progress) = (source.clone(), progress.clone());
+        let (stats, progress) = (consumer.stats(), progress.clone());
         tokio::spawn(async move {
             loop {
-                progress.set_position(source.stats().acked);
+                let s = stats.snapshot();
+                progress.set_position(s.applied + s.duplicates + s.dead_lettered + s.stale);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -185,8 +282,8 @@ fn progress_bar(len: u64, hidden: bool) -> ProgressBar {
 }
 
 /// Gives the demo a clean slate: its schema (PostgreSQL/MySQL) or its tables (SQLite).
-async fn reset(store: &AnyStore, tables: &CreditTables, schema: Option<&str>) -> Result<()> {
-    let drops: Vec<String> = match (store.dialect(), schema) {
+async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
+    let drops: Vec<String> = match (store.dialect(), store.tables().schema()) {
         (Dialect::Postgres, Some(s)) => vec![format!("DROP SCHEMA IF EXISTS {s} CASCADE")],
         (Dialect::MySql, Some(s)) => vec![format!("DROP DATABASE IF EXISTS {s}")],
         _ => vec![
@@ -209,6 +306,11 @@ async fn reset(store: &AnyStore, tables: &CreditTables, schema: Option<&str>) ->
         }
         with_store!(store, s => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(s.pool()).await.context("resetting the demo schema")?; });
     }
+    create_tables(store, tables).await
+}
+
+/// Migrates and creates the demo tables if missing (keeps existing data).
+async fn create_tables(store: &AnyStore, tables: &CreditTables) -> Result<()> {
     store.migrate().await?;
     for sql in tables.ddl() {
         with_store!(store, s => { sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(s.pool()).await.context("creating the demo tables")?; });

@@ -36,8 +36,9 @@ pub struct Published {
     pub conflicts: usize,
 }
 
-/// Generates the demo stream for `seed`.
-pub fn generate(seed: u64, mix: Mix) -> Published {
+/// Generates the demo stream for `seed`; `run` is appended to the ids (empty for the
+/// in-process broker; a run stamp for real brokers, whose dedup windows remember old ids).
+pub fn generate(seed: u64, run: &str, mix: Mix) -> Published {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
     let mut out = Published::default();
     for i in 0..mix.messages {
@@ -55,7 +56,7 @@ pub fn generate(seed: u64, mix: Mix) -> Published {
             out.bad_ids += 1;
             continue;
         }
-        let id = format!("credit-{seed}-{i:07}");
+        let id = format!("credit-{seed}{run}-{i:07}");
         let (payload, amount) = if rng.random_bool(mix.undecodable_rate) {
             out.undecodable += 1;
             (

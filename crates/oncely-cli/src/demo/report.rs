@@ -22,6 +22,8 @@ pub struct Report {
     pub conflicts_injected: u64,
     /// Of those, caught and dead-lettered (from the database).
     pub conflicts_caught: u64,
+    /// Conflicting copies a broker dropped itself (NATS JetStream's `Nats-Msg-Id` dedup).
+    pub conflicts_dropped_by_broker: u64,
     /// Dead-letter rows (from the database).
     pub dead_lettered: u64,
     /// Dead-letter rows by reason.
@@ -73,6 +75,7 @@ impl Report {
             duplicates_injected: source.duplicates_injected,
             conflicts_injected: verdict.conflicts_injected,
             conflicts_caught: verdict.conflicts_caught,
+            conflicts_dropped_by_broker: verdict.broker_dropped_conflicts,
             dead_lettered: verdict.dead_letter_rows,
             dead_letters_by_reason: verdict.dead_letters_by_reason.clone(),
             crashes: stats.crashes,
@@ -107,7 +110,7 @@ impl Report {
             .collect();
         println!("oncely demo — credits ledger on {}", self.store);
         println!("  seed {}, {} workers", self.seed, self.workers);
-        let rows: [(&str, String); 15] = [
+        let rows: [(&str, String); 16] = [
             ("messages", self.messages.to_string()),
             ("deliveries", self.deliveries.to_string()),
             ("duplicates injected", self.duplicates_injected.to_string()),
@@ -117,6 +120,10 @@ impl Report {
             ("retries", self.retries.to_string()),
             ("conflicts injected", self.conflicts_injected.to_string()),
             ("conflicts caught", self.conflicts_caught.to_string()),
+            (
+                "conflicts broker-dropped",
+                self.conflicts_dropped_by_broker.to_string(),
+            ),
             (
                 "dead-lettered",
                 format!("{} ({})", self.dead_lettered, reasons.join(", ")),

@@ -1,0 +1,92 @@
+//! One URL-driven entry over the broker crates enabled by features:
+//! `amqp://`, `nats://`, `redis://`, `mqtt://`.
+
+use oncely_core::{Delivery, Error, RawEnvelope, Result, Source};
+
+/// Any enabled broker source, chosen by URL scheme.
+#[non_exhaustive]
+pub enum AnySource {
+    /// RabbitMQ.
+    #[cfg(feature = "amqp")]
+    Amqp(Box<oncely_amqp::AmqpSource>),
+    /// NATS JetStream.
+    #[cfg(feature = "nats")]
+    Nats(Box<oncely_nats::NatsSource>),
+    /// Redis Streams.
+    #[cfg(feature = "redis")]
+    Redis(Box<oncely_redis::RedisSource>),
+    /// MQTT.
+    #[cfg(feature = "mqtt")]
+    Mqtt(Box<oncely_mqtt::MqttSource>),
+}
+
+impl Source for AnySource {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        match self {
+            #[cfg(feature = "amqp")]
+            Self::Amqp(s) => s.next().await,
+            #[cfg(feature = "nats")]
+            Self::Nats(s) => s.next().await,
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.next().await,
+            #[cfg(feature = "mqtt")]
+            Self::Mqtt(s) => s.next().await,
+            #[allow(unreachable_patterns)]
+            _ => Err(Error::config("no broker feature enabled")),
+        }
+    }
+}
+
+/// The scheme of a URL (`amqp` in `amqp://…`).
+pub fn scheme(url: &str) -> &str {
+    url.split_once("://").map_or("", |(s, _)| s)
+}
+
+fn unknown(url: &str) -> Error {
+    Error::config(format!(
+        "unsupported source {:?}: use amqp://, nats://, redis:// or mqtt:// (with the matching oncely feature)",
+        scheme(url)
+    ))
+}
+
+/// Connects the source a URL names, for consumer `consumer` (queue / durable / group name).
+pub async fn connect_source(url: &str, consumer: &str) -> Result<AnySource> {
+    Ok(match scheme(url) {
+        #[cfg(feature = "amqp")]
+        "amqp" | "amqps" => {
+            AnySource::Amqp(Box::new(oncely_amqp::connect_source(url, consumer).await?))
+        }
+        #[cfg(feature = "nats")]
+        "nats" => AnySource::Nats(Box::new(oncely_nats::connect_source(url, consumer).await?)),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => {
+            AnySource::Redis(Box::new(oncely_redis::connect_source(url, consumer).await?))
+        }
+        #[cfg(feature = "mqtt")]
+        "mqtt" | "tcp" => {
+            AnySource::Mqtt(Box::new(oncely_mqtt::connect_source(url, consumer).await?))
+        }
+        _ => {
+            let _ = consumer;
+            return Err(unknown(url));
+        }
+    })
+}
+
+/// Publishes `messages` to the broker a URL names, with ids set per the wire mapping.
+pub async fn publish(url: &str, messages: &[RawEnvelope]) -> Result<()> {
+    match scheme(url) {
+        #[cfg(feature = "amqp")]
+        "amqp" | "amqps" => oncely_amqp::publish(url, messages).await,
+        #[cfg(feature = "nats")]
+        "nats" => oncely_nats::publish(url, messages).await.map(|_| ()),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => oncely_redis::publish(url, messages).await,
+        #[cfg(feature = "mqtt")]
+        "mqtt" | "tcp" => oncely_mqtt::publish(url, messages).await,
+        _ => {
+            let _ = messages;
+            Err(unknown(url))
+        }
+    }
+}
