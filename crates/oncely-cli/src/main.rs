@@ -1,5 +1,6 @@
 //! The `oncely` command.
 
+mod admin;
 mod db;
 mod demo;
 mod migrate;
@@ -23,6 +24,16 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Benchmark oncely against a plain consumer and raw SQL (PostgreSQL, SQLite), with charts.
     Bench(oncely_bench::BenchArgs),
+    /// Delete inbox ids older than the retention window (in batches, or by dropping partitions).
+    Prune(admin::prune::PruneArgs),
+    /// PostgreSQL time-partitioned inbox: install, ensure, list, sql.
+    Partition(admin::partition::PartitionArgs),
+    /// Per-consumer numbers: ids held, oldest, newest, conflicts, dead letters, table sizes.
+    Stats(admin::stats::StatsArgs),
+    /// Where one message id is: inbox, dead letters, effect journal, outbox.
+    Inspect(admin::inspect::InspectArgs),
+    /// Dead letters: list, show, replay, purge.
+    Dlq(admin::dlq::DlqArgs),
     /// Apply (or print) the inbox and dead-letter migrations.
     Migrate {
         /// Database URL (sqlite:…, postgres://…, mysql://…).
@@ -60,6 +71,11 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args).await,
+        Command::Prune(args) => admin::prune::run(args).await,
+        Command::Partition(args) => admin::partition::run(args).await,
+        Command::Stats(args) => admin::stats::run(args).await,
+        Command::Inspect(args) => admin::inspect::run(args).await,
+        Command::Dlq(args) => admin::dlq::run(args).await,
         Command::Bench(args) => oncely_bench::run(args).await,
         Command::Migrate {
             database,

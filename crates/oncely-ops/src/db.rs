@@ -132,7 +132,7 @@ pub(crate) fn db(doing: &str, e: oncely_sql::sqlx::Error) -> Error {
 pub(crate) fn is_missing_table(e: &oncely_sql::sqlx::Error) -> bool {
     match e {
         oncely_sql::sqlx::Error::Database(d) => {
-            matches!(d.code().as_deref(), Some("42P01" | "1146"))
+            matches!(d.code().as_deref(), Some("42P01" | "42S02" | "1146"))
                 || d.message().contains("no such table")
         }
         _ => false,

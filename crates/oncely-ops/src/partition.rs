@@ -74,6 +74,22 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// `YYYY-MM-DD HH:MM:SSZ` for a unix-ms timestamp (UTC), for human-readable output.
+///
+/// ```
+/// assert_eq!(oncely_ops::partition::format_utc_ms(86_400_000 + 3_723_000), "1970-01-02 01:02:03Z");
+/// ```
+pub fn format_utc_ms(ms: i64) -> String {
+    let (y, m, d) = civil(ms.div_euclid(DAY_MS));
+    let secs = ms.rem_euclid(DAY_MS) / 1000;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 fn suffix(day: i64) -> String {
     let (y, m, d) = civil(day);
     format!("inbox_p{y:04}{m:02}{d:02}")

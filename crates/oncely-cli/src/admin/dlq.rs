@@ -1,0 +1,289 @@
+//! `oncely dlq list | show ID | replay ID|--all | purge --older-than D`.
+
+use super::{DbArgs, cut, print_json, print_table, when};
+use crate::db::AnyStore;
+use crate::demo::credits::{CreditTables, Credits};
+use crate::with_store;
+use anyhow::{Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use oncely_ops::Ops;
+use oncely_ops::dlq::{self, Filter, Replayed};
+use oncely_ops::retention::parse_duration;
+use std::sync::Arc;
+
+/// Flags of `oncely dlq`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqArgs {
+    #[command(subcommand)]
+    action: DlqAction,
+}
+
+/// Filters shared by the subcommands.
+#[derive(Debug, Clone, clap::Args)]
+struct FilterArgs {
+    /// Only this consumer's dead letters.
+    #[arg(long)]
+    consumer: Option<String>,
+    /// Only this reason (conflict, permanent, late, bad_id, attempts_exhausted, panic).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+enum DlqAction {
+    /// List dead letters, oldest first.
+    List {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Show one dead letter with its payload and metadata.
+    Show {
+        /// Dead-letter row id.
+        id: i64,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Re-run dead letters through their consumer (still deduplicated by the inbox), then
+    /// delete the row. The CLI replays with the demo's credits handler.
+    Replay {
+        /// Dead-letter row id (or --all).
+        id: Option<i64>,
+        /// Every dead letter matching --consumer / --reason.
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// The handler to run: `credits` (the demo's ledger, in --schema).
+        #[arg(long, default_value = "credits")]
+        handler: String,
+    },
+    /// Delete dead letters stored longer ago than --older-than.
+    Purge {
+        /// Age, e.g. 30d, 12h.
+        #[arg(long)]
+        older_than: String,
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+}
+
+fn filter(f: &FilterArgs) -> Filter {
+    Filter {
+        consumer: f.consumer.clone(),
+        reason: f.reason.clone(),
+        ..Filter::default()
+    }
+}
+
+/// Runs `oncely dlq`.
+pub async fn run(args: DlqArgs) -> Result<bool> {
+    match args.action {
+        DlqAction::List {
+            db,
+            filter: f,
+            limit,
+        } => {
+            let (_store, ops) = db.open().await?;
+            let rows = dlq::list(
+                &ops,
+                &Filter {
+                    limit: Some(limit),
+                    ..filter(&f)
+                },
+            )
+            .await?;
+            if db.json {
+                print_json(&rows);
+            } else {
+                let table: Vec<Vec<String>> = rows
+                    .iter()
+                    .map(|d| {
+                        vec![
+                            d.id.to_string(),
+                            d.consumer.clone(),
+                            cut(d.message_id.as_deref().unwrap_or("(none)"), 40),
+                            d.reason.clone(),
+                            d.attempts.to_string(),
+                            when(Some(d.dead_lettered_at)),
+                            cut(&d.detail, 60),
+                        ]
+                    })
+                    .collect();
+                print_table(
+                    &[
+                        "id",
+                        "consumer",
+                        "message id",
+                        "reason",
+                        "attempts",
+                        "at",
+                        "detail",
+                    ],
+                    &table,
+                );
+                println!("{} dead letter(s)", rows.len());
+            }
+            Ok(true)
+        }
+        DlqAction::Show { id, db } => {
+            let (_store, ops) = db.open().await?;
+            let Some(row) = dlq::show(&ops, id).await? else {
+                bail!("no dead letter with id {id}");
+            };
+            if db.json {
+                print_json(&row);
+            } else {
+                let s = &row.summary;
+                let fields = vec![
+                    vec!["id".into(), s.id.to_string()],
+                    vec!["consumer".into(), s.consumer.clone()],
+                    vec![
+                        "message id".into(),
+                        s.message_id.clone().unwrap_or_else(|| "(none)".into()),
+                    ],
+                    vec![
+                        "raw id (hex)".into(),
+                        row.raw_id_hex.clone().unwrap_or_else(|| "-".into()),
+                    ],
+                    vec!["reason".into(), s.reason.clone()],
+                    vec!["detail".into(), s.detail.clone()],
+                    vec!["attempts".into(), s.attempts.to_string()],
+                    vec!["dead-lettered at".into(), when(Some(s.dead_lettered_at))],
+                    vec!["payload sha256".into(), row.payload_hash.clone()],
+                    vec![
+                        "inbox holds sha256".into(),
+                        row.stored_hash.clone().unwrap_or_else(|| "-".into()),
+                    ],
+                    vec![
+                        "entity / version".into(),
+                        format!(
+                            "{} / {}",
+                            row.entity_key.as_deref().unwrap_or("-"),
+                            row.version
+                                .map(|v| v.to_string())
+                                .unwrap_or_else(|| "-".into())
+                        ),
+                    ],
+                    vec!["source time".into(), when(row.source_time)],
+                    vec!["headers".into(), row.headers.clone()],
+                    vec![
+                        "payload".into(),
+                        format!("{} bytes: {}", row.payload_len, cut(&row.payload_text, 400)),
+                    ],
+                ];
+                print_table(&["field", "value"], &fields);
+            }
+            Ok(true)
+        }
+        DlqAction::Replay {
+            id,
+            all,
+            db,
+            filter: f,
+            handler,
+        } => {
+            if handler != "credits" {
+                bail!(
+                    "unknown handler {handler:?}: the CLI can replay with `credits` (the demo's); use oncely_ops::dlq::replay with your own handler"
+                );
+            }
+            if id.is_none() && !all {
+                bail!("give a dead-letter id or --all");
+            }
+            let (store, ops) = db.open().await?;
+            let results =
+                replay(&store, &ops, db.schema.as_deref(), id, &filter(&f), db.json).await?;
+            let failed = results.iter().filter(|r| !r.row_deleted).count();
+            if db.json {
+                print_json(&results);
+            } else {
+                let table: Vec<Vec<String>> = results
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            r.id.to_string(),
+                            r.consumer.clone(),
+                            cut(r.message_id.as_deref().unwrap_or("(none)"), 40),
+                            r.outcome.clone(),
+                            if r.row_deleted {
+                                "deleted".into()
+                            } else {
+                                "kept".into()
+                            },
+                            cut(r.detail.as_deref().unwrap_or(""), 60),
+                        ]
+                    })
+                    .collect();
+                print_table(
+                    &["id", "consumer", "message id", "outcome", "row", "detail"],
+                    &table,
+                );
+                println!("{} replayed, {} row(s) kept", results.len(), failed);
+            }
+            Ok(true)
+        }
+        DlqAction::Purge {
+            older_than,
+            db,
+            filter: f,
+        } => {
+            let (_store, ops) = db.open().await?;
+            let bar = if db.json {
+                ProgressBar::hidden()
+            } else {
+                ProgressBar::new_spinner()
+            };
+            let purged = dlq::purge(&ops, parse_duration(&older_than)?, &filter(&f), &mut |n| {
+                bar.set_message(format!("{n} purged"));
+                bar.tick();
+            })
+            .await?;
+            bar.finish_and_clear();
+            if db.json {
+                print_json(&serde_json::json!({ "purged": purged }));
+            } else {
+                println!("{purged} dead letter(s) purged");
+            }
+            Ok(true)
+        }
+    }
+}
+
+async fn replay(
+    store: &AnyStore,
+    ops: &Ops,
+    schema: Option<&str>,
+    id: Option<i64>,
+    filter: &Filter,
+    quiet: bool,
+) -> Result<Vec<Replayed>> {
+    let tables = CreditTables::new(store.dialect(), schema);
+    let handler = Credits::new(tables);
+    if let Some(id) = id {
+        let r = with_store!(store, s => dlq::replay(ops, Arc::new(s.clone()), handler, id).await?);
+        return Ok(vec![r]);
+    }
+    let total = dlq::list(ops, filter).await?.len() as u64;
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} replaying [{bar:40}] {pos}/{len}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let results = with_store!(store, s => dlq::replay_all(ops, Arc::new(s.clone()), handler.clone(), filter, &mut |_| bar.inc(1)).await?);
+    bar.finish_and_clear();
+    Ok(results)
+}

@@ -1,0 +1,98 @@
+//! `oncely prune`: deletes inbox ids older than the retention window.
+
+use super::metrics::MetricsArgs;
+use super::{DbArgs, print_json, print_table};
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressStyle};
+use oncely_ops::prune::{PruneOptions, prune};
+use oncely_ops::retention::parse_duration;
+use std::time::Duration;
+
+/// Flags of `oncely prune`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PruneArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Retention window: ids received longer ago are deleted (e.g. 7d, 36h).
+    #[arg(long, default_value = "7d")]
+    older_than: String,
+    /// Rows per DELETE statement.
+    #[arg(long, default_value_t = 5_000)]
+    batch_size: u32,
+    /// Pause between batches, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pause_ms: u64,
+    /// Wait for another running pruner instead of exiting at once.
+    #[arg(long)]
+    wait: bool,
+    /// Partitioned inbox: daily partitions to keep created ahead.
+    #[arg(long, default_value_t = 3)]
+    days_ahead: u32,
+    /// Stop after this many batches (the next run continues).
+    #[arg(long)]
+    max_batches: Option<u64>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
+}
+
+/// Runs `oncely prune`. Exit status 0 also when another pruner held the lock.
+pub async fn run(args: PruneArgs) -> Result<bool> {
+    let metrics = super::metrics::serve(&args.metrics)?;
+    let (_store, ops) = args.db.open().await?;
+    let options = PruneOptions {
+        window: parse_duration(&args.older_than)?,
+        batch_size: args.batch_size,
+        pause: Duration::from_millis(args.pause_ms),
+        wait_for_lock: args.wait,
+        days_ahead: args.days_ahead,
+        max_batches: args.max_batches,
+    };
+    let bar = if args.db.json {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} pruning [{bar:40}] {pos}/{len} ids  {per_sec}  eta {eta}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar
+    };
+    let report = prune(&ops, &options, &mut |p| {
+        bar.set_length(p.expired_at_start.max(p.deleted));
+        bar.set_position(p.deleted);
+    })
+    .await?;
+    bar.finish_and_clear();
+    if args.db.json {
+        print_json(&report);
+    } else if !report.ran {
+        println!(
+            "another pruner holds the lock for {}; nothing done",
+            ops.table("inbox")
+        );
+    } else {
+        let rows = vec![
+            vec!["inbox".into(), ops.table("inbox")],
+            vec!["mode".into(), report.mode.to_owned()],
+            vec!["cutoff".into(), super::when(Some(report.cutoff_ms))],
+            vec!["ids deleted".into(), report.deleted.to_string()],
+            vec!["batches".into(), report.batches.to_string()],
+            vec![
+                "partitions dropped".into(),
+                report.partitions_dropped.join(", "),
+            ],
+            vec![
+                "partitions created".into(),
+                report.partitions_created.join(", "),
+            ],
+            vec!["prune lag".into(), format!("{:.0} s", report.lag_secs)],
+            vec!["took".into(), format!("{:.2} s", report.elapsed_secs)],
+        ];
+        print_table(&["", ""], &rows);
+    }
+    metrics.hold().await;
+    Ok(true)
+}

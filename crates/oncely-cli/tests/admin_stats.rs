@@ -1,0 +1,86 @@
+//! `oncely stats` against the demo's data, checked against counts read directly with SQL.
+
+mod admin_support;
+use admin_support::{Target, mysql_url, n, pg_url};
+
+async fn stats_match_the_tables(t: &Target) {
+    let report = t.seed_with_demo(400);
+    let s = t.json(&["stats"]);
+    let demo = s["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["consumer"] == "demo")
+        .unwrap_or_else(|| panic!("no demo consumer in {s}"))
+        .clone();
+    let held = t
+        .scalar(&format!("SELECT COUNT(*) FROM {}", t.table("inbox")))
+        .await;
+    let letters = t
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM {} WHERE consumer = 'demo'",
+            t.table("dead_letters")
+        ))
+        .await;
+    let oldest = t
+        .scalar(&format!(
+            "SELECT MIN(received_at) FROM {}",
+            t.table("inbox")
+        ))
+        .await;
+    assert!(held > 300, "demo left too few ids: {held}");
+    assert_eq!(n(&demo["ids_held"]), held, "{s}");
+    assert_eq!(n(&demo["oldest_ms"]), oldest, "{s}");
+    assert!(n(&demo["newest_ms"]) >= oldest);
+    assert_eq!(n(&demo["dead_letters"]), letters, "{s}");
+    assert_eq!(
+        n(&demo["dead_letters"]),
+        n(&report["dead_lettered"]),
+        "{s} vs {report}"
+    );
+    assert_eq!(
+        n(&demo["conflicts"]),
+        n(&report["dead_letters_by_reason"]["conflict"]),
+        "{s} vs {report}"
+    );
+    assert!(n(&demo["conflicts"]) > 0, "{report}");
+    assert_eq!(n(&s["ids_held"]), held);
+    if !t.url.starts_with("sqlite") {
+        assert!(n(&s["inbox_bytes"]) > 0, "{s}");
+    }
+    // The human-readable table names the consumer and its counts.
+    let mut args: Vec<String> = vec!["stats".into()];
+    args.extend(t.db_args());
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, text, err) = admin_support::oncely(&refs);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("CONSUMER") && text.contains("demo") && text.contains(&held.to_string()),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn stats_on_sqlite() {
+    stats_match_the_tables(&Target::sqlite()).await;
+}
+
+#[tokio::test]
+async fn stats_on_postgres() {
+    let Some(url) = pg_url("stats_on_postgres").await else {
+        return;
+    };
+    let t = Target::server(url, "stats");
+    stats_match_the_tables(&t).await;
+    t.cleanup().await;
+}
+
+#[tokio::test]
+async fn stats_on_mariadb() {
+    let Some(url) = mysql_url("stats_on_mariadb").await else {
+        return;
+    };
+    let t = Target::server(url, "stats");
+    stats_match_the_tables(&t).await;
+    t.cleanup().await;
+}

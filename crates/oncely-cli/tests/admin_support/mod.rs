@@ -1,0 +1,232 @@
+//! Shared helpers of the admin_* tests: run the built binary, find the servers, seed data.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+/// Runs `oncely ARGS` and returns (exit code, stdout, stderr).
+pub fn oncely(args: &[&str]) -> (i32, String, String) {
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(args)
+        .env_remove("ONCELY_DATABASE_URL")
+        .output()
+        .expect("run oncely");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs `oncely ARGS`, expects success and one JSON document on stdout.
+pub fn json(args: &[&str]) -> Value {
+    let (code, stdout, stderr) = oncely(args);
+    assert_eq!(code, 0, "oncely {args:?} failed: {stdout}\n{stderr}");
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("oncely {args:?}: no JSON ({e}): {stdout}\n{stderr}"))
+}
+
+/// A unique name for this test run.
+pub fn unique(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{tag}_{}_{nanos:x}", std::process::id())
+}
+
+fn required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
+}
+
+/// The PostgreSQL URL, or None (after a loud SKIPPED line) when the server is missing.
+pub async fn pg_url(test: &str) -> Option<String> {
+    let url = std::env::var("ONCELY_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    match oncely_sql::PgStore::connect(&url).await {
+        Ok(_) => Some(url),
+        Err(e) if required() => {
+            panic!("PostgreSQL is required (CI / ONCELY_REQUIRE_SERVICES) but unavailable: {e}")
+        }
+        Err(e) => {
+            eprintln!(
+                "\n*** SKIPPED {test}: PostgreSQL unavailable ({e}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// The MariaDB/MySQL URL, or None (after a loud SKIPPED line).
+pub async fn mysql_url(test: &str) -> Option<String> {
+    let url = std::env::var("ONCELY_TEST_MYSQL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+    match oncely_sql::MySqlStore::connect(&url).await {
+        Ok(_) => Some(url),
+        Err(e) if required() => {
+            panic!("MariaDB is required (CI / ONCELY_REQUIRE_SERVICES) but unavailable: {e}")
+        }
+        Err(e) => {
+            eprintln!(
+                "\n*** SKIPPED {test}: MariaDB unavailable ({e}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// A database to run admin commands against: URL plus the `--schema` flag (none for SQLite).
+pub struct Target {
+    pub url: String,
+    pub schema: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Target {
+    pub fn sqlite() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self {
+            url: format!("sqlite:{}", dir.path().join("admin.db").display()),
+            schema: None,
+            _dir: Some(dir),
+        }
+    }
+
+    pub fn server(url: String, tag: &str) -> Self {
+        Self {
+            url,
+            schema: Some(unique(tag)),
+            _dir: None,
+        }
+    }
+
+    /// `--database URL [--schema S]`.
+    pub fn db_args(&self) -> Vec<String> {
+        let mut v = vec!["--database".to_owned(), self.url.clone()];
+        if let Some(s) = &self.schema {
+            v.push("--schema".to_owned());
+            v.push(s.clone());
+        }
+        v
+    }
+
+    /// Runs `oncely CMD… --database … --json` and parses the output.
+    pub fn json(&self, cmd: &[&str]) -> Value {
+        let mut args: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
+        args.extend(self.db_args());
+        args.push("--json".to_owned());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        json(&refs)
+    }
+
+    /// Runs the demo on this database (it creates the tables, inbox rows and dead letters)
+    /// and returns its report.
+    pub fn seed_with_demo(&self, messages: usize) -> Value {
+        let messages = messages.to_string();
+        let mut args = vec![
+            "demo",
+            "--json",
+            "--messages",
+            &messages,
+            "--seed",
+            "11",
+            "--store",
+            &self.url,
+        ];
+        if let Some(s) = &self.schema {
+            args.extend(["--schema", s]);
+        }
+        let report = json(&args);
+        assert!(report["ok"].as_bool().unwrap(), "demo failed: {report}");
+        report
+    }
+
+    /// The oncely-sql tables of this target.
+    pub fn tables(&self) -> oncely_sql::Tables {
+        let t = oncely_sql::Tables::default();
+        match &self.schema {
+            Some(s) => t.with_schema(s).unwrap(),
+            None => t,
+        }
+    }
+
+    /// A qualified table name (`inbox`, `dead_letters`, `demo_ledger`, …). Demo tables have no prefix.
+    pub fn table(&self, name: &str) -> String {
+        let bare = if name.starts_with("demo_") {
+            name.to_owned()
+        } else {
+            format!("oncely_{name}")
+        };
+        match &self.schema {
+            Some(s) => format!("{s}.{bare}"),
+            None => bare,
+        }
+    }
+
+    /// Runs one scalar SQL query (an i64) against the target.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        use oncely_sql::sqlx::{self, AssertSqlSafe};
+        let sql = sql.to_owned();
+        if self.url.starts_with("sqlite:") {
+            let s = oncely_sql::SqliteStore::connect(&self.url).await.unwrap();
+            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
+                .fetch_one(s.pool())
+                .await
+                .unwrap()
+        } else if self.url.starts_with("postgres") {
+            let s = oncely_sql::PgStore::connect(&self.url).await.unwrap();
+            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
+                .fetch_one(s.pool())
+                .await
+                .unwrap()
+        } else {
+            let s = oncely_sql::MySqlStore::connect(&self.url).await.unwrap();
+            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
+                .fetch_one(s.pool())
+                .await
+                .unwrap()
+        }
+    }
+
+    /// Runs one statement against the target.
+    pub async fn exec(&self, sql: &str) {
+        use oncely_sql::sqlx::{self, AssertSqlSafe};
+        let sql = sql.to_owned();
+        if self.url.starts_with("sqlite:") {
+            let s = oncely_sql::SqliteStore::connect(&self.url).await.unwrap();
+            sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(s.pool())
+                .await
+                .unwrap();
+        } else if self.url.starts_with("postgres") {
+            let s = oncely_sql::PgStore::connect(&self.url).await.unwrap();
+            sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(s.pool())
+                .await
+                .unwrap();
+        } else {
+            let s = oncely_sql::MySqlStore::connect(&self.url).await.unwrap();
+            sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(s.pool())
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Drops the schema / database of a server target.
+    pub async fn cleanup(&self) {
+        match (&self.schema, self.url.starts_with("postgres")) {
+            (Some(s), true) => {
+                self.exec(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
+                    .await
+            }
+            (Some(s), false) => self.exec(&format!("DROP DATABASE IF EXISTS {s}")).await,
+            _ => {}
+        }
+    }
+}
+
+/// Number from a JSON value.
+pub fn n(v: &Value) -> i64 {
+    v.as_i64().unwrap_or_else(|| panic!("not a number: {v}"))
+}

@@ -1,0 +1,78 @@
+//! Shared helpers: databases for the tests (SKIPPED loudly when a server is missing).
+#![allow(dead_code)]
+
+use oncely_ops::Ops;
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables};
+
+fn required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
+}
+
+fn skip(test: &str, server: &str, e: impl std::fmt::Display) {
+    if required() {
+        panic!("{server} is required (CI / ONCELY_REQUIRE_SERVICES) but unavailable: {e}");
+    }
+    eprintln!("\n*** SKIPPED {test}: {server} unavailable ({e}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n");
+}
+
+pub fn unique(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{tag}_{}_{nanos:x}", std::process::id())
+}
+
+pub async fn sqlite(dir: &tempfile::TempDir) -> (SqliteStore, Ops) {
+    let url = format!("sqlite:{}", dir.path().join("ops.db").display());
+    let store = SqliteStore::connect(&url).await.unwrap();
+    store.migrate().await.unwrap();
+    let ops = Ops::from(&store);
+    (store, ops)
+}
+
+pub async fn postgres(test: &str, tag: &str) -> Option<(PgStore, Ops, String)> {
+    let url = std::env::var("ONCELY_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let schema = unique(tag);
+    let options = ConnectOptions { tables: Tables::default().with_schema(&schema).unwrap(), ..Default::default() };
+    match PgStore::connect_with(&url, &options).await {
+        Ok(store) => {
+            let ops = Ops::from(&store);
+            Some((store, ops, schema))
+        }
+        Err(e) => {
+            skip(test, "PostgreSQL", e);
+            None
+        }
+    }
+}
+
+pub async fn mysql(test: &str, tag: &str) -> Option<(MySqlStore, Ops, String)> {
+    let url = std::env::var("ONCELY_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
+    let schema = unique(tag);
+    let options = ConnectOptions { tables: Tables::default().with_schema(&schema).unwrap(), ..Default::default() };
+    match MySqlStore::connect_with(&url, &options).await {
+        Ok(store) => {
+            store.migrate().await.unwrap();
+            let ops = Ops::from(&store);
+            Some((store, ops, schema))
+        }
+        Err(e) => {
+            skip(test, "MariaDB", e);
+            None
+        }
+    }
+}
+
+/// Inserts `count` ids received `age_ms` ago into the inbox of `ops`.
+pub async fn fill(ops: &Ops, tag: &str, count: usize, age_ms: i64) {
+    let at = oncely_ops::now_ms() - age_ms;
+    let inbox = ops.table("inbox");
+    for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
+        let values: Vec<String> = chunk.iter().map(|i| format!("('c', '{tag}-{i}', 'h', {at})")).collect();
+        let sql = format!("INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}", values.join(", "));
+        match ops.pool() {
+            oncely_ops::OpsPool::Sqlite(p) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
+            oncely_ops::OpsPool::Postgres(p) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
+            oncely_ops::OpsPool::MySql(p) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
+        }
+    }
+}
