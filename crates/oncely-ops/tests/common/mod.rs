@@ -16,11 +16,13 @@ fn skip(test: &str, server: &str, e: impl std::fmt::Display) {
     eprintln!("\n*** SKIPPED {test}: {server} unavailable ({e}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n");
 }
 
+/// A unique schema name for this test.
 pub fn unique(tag: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("{tag}_{}_{nanos:x}", std::process::id())
 }
 
+/// A migrated SQLite store in `dir`.
 pub async fn sqlite(dir: &tempfile::TempDir) -> (SqliteStore, Ops) {
     let url = format!("sqlite:{}", dir.path().join("ops.db").display());
     let store = SqliteStore::connect(&url).await.unwrap();
@@ -29,6 +31,7 @@ pub async fn sqlite(dir: &tempfile::TempDir) -> (SqliteStore, Ops) {
     (store, ops)
 }
 
+/// A PostgreSQL store in a fresh schema (not migrated), or None when the server is missing.
 pub async fn postgres(test: &str, tag: &str) -> Option<(PgStore, Ops, String)> {
     let url = std::env::var("ONCELY_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let schema = unique(tag);
@@ -45,6 +48,7 @@ pub async fn postgres(test: &str, tag: &str) -> Option<(PgStore, Ops, String)> {
     }
 }
 
+/// A migrated MariaDB store in a fresh database, or None when the server is missing.
 pub async fn mysql(test: &str, tag: &str) -> Option<(MySqlStore, Ops, String)> {
     let url = std::env::var("ONCELY_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
     let schema = unique(tag);
