@@ -193,7 +193,11 @@ async fn late_message_is_quarantined_on_postgres() {
     // late check (which only guards fresh claims) does not quarantine it again.
     let again = t.json(&["dlq", "list", "--reason", "late"]);
     assert!(
-        again.as_array().unwrap().iter().all(|d| d["message_id"] != "late-2"),
+        again
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["message_id"] != "late-2"),
         "{again}"
     );
     assert_eq!(

@@ -45,7 +45,11 @@ impl Source for Endless {
 #[derive(Clone)]
 struct Effect(String);
 impl Handler<Transaction<'static, Postgres>> for Effect {
-    async fn handle(&self, tx: &mut Transaction<'static, Postgres>, m: &Envelope) -> Result<Handled> {
+    async fn handle(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        m: &Envelope,
+    ) -> Result<Handled> {
         sqlx::query(AssertSqlSafe(self.0.clone()))
             .bind(m.id().as_str())
             .execute(&mut **tx)
@@ -92,7 +96,10 @@ async fn fill(store: &PgStore, rows: i64) {
         span = 2 * DAY
     );
     let mut conn = store.pool().acquire().await.expect("conn");
-    sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *conn).await.expect("fill");
+    sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute(&mut *conn)
+        .await
+        .expect("fill");
 }
 
 struct Run {
@@ -107,21 +114,37 @@ struct Run {
 }
 
 async fn bench(url: &str, partitioned: bool, rows: i64, baseline: Duration) -> Run {
-    let path = if partitioned { "partitioned" } else { "batched" };
+    let path = if partitioned {
+        "partitioned"
+    } else {
+        "batched"
+    };
     let schema = format!("oncely_bench_{path}");
     let admin = PgPool::connect(url).await.expect("connect");
     exec(&admin, format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
     let tables = Tables::default().with_schema(&schema).expect("schema");
-    let options = ConnectOptions { tables, max_connections: 12, ..ConnectOptions::default() };
+    let options = ConnectOptions {
+        tables,
+        max_connections: 12,
+        ..ConnectOptions::default()
+    };
     let store = PgStore::connect_with(url, &options).await.expect("store");
     let ops = Ops::from(&store);
     if partitioned {
         partition::install(&ops, 3).await.expect("install");
-        partition::ensure(&ops, now_ms() - 11 * DAY, 3).await.expect("ensure");
+        partition::ensure(&ops, now_ms() - 11 * DAY, 3)
+            .await
+            .expect("ensure");
     }
     store.migrate().await.expect("migrate");
-    exec(&admin, format!("CREATE TABLE {schema}.effects (message_id TEXT PRIMARY KEY)")).await;
-    let effect = Effect(format!("INSERT INTO {schema}.effects (message_id) VALUES ($1)"));
+    exec(
+        &admin,
+        format!("CREATE TABLE {schema}.effects (message_id TEXT PRIMARY KEY)"),
+    )
+    .await;
+    let effect = Effect(format!(
+        "INSERT INTO {schema}.effects (message_id) VALUES ($1)"
+    ));
     let prune_options = PruneOptions {
         batch_size: 5_000,
         pause: Duration::from_millis(10),
@@ -133,14 +156,23 @@ async fn bench(url: &str, partitioned: bool, rows: i64, baseline: Duration) -> R
     exec(&admin, "CHECKPOINT".into()).await;
     let before = lsn(&admin).await;
     let started = Instant::now();
-    let report = prune(&ops, &prune_options, &mut |_| {}).await.expect("prune");
+    let report = prune(&ops, &prune_options, &mut |_| {})
+        .await
+        .expect("prune");
     let prune_secs = started.elapsed().as_secs_f64();
     let after = lsn(&admin).await;
     let wal = wal_bytes(&admin, &before, &after).await;
-    let deleted = if partitioned { rows as u64 } else { report.deleted };
+    let deleted = if partitioned {
+        rows as u64
+    } else {
+        report.deleted
+    };
     assert!(report.ran);
     if partitioned {
-        assert!(!report.partitions_dropped.is_empty(), "nothing dropped: {report:?}");
+        assert!(
+            !report.partitions_dropped.is_empty(),
+            "nothing dropped: {report:?}"
+        );
     } else {
         assert_eq!(report.deleted, rows as u64);
     }
@@ -155,8 +187,8 @@ async fn bench(url: &str, partitioned: bool, rows: i64, baseline: Duration) -> R
 
     // B: consumer alone. C: consumer while pruning a fresh million.
     fill(&store, rows).await;
-    let consumer = Consumer::new(ConsumerName::new("bench").unwrap(), store.clone(), effect)
-        .concurrency(4);
+    let consumer =
+        Consumer::new(ConsumerName::new("bench").unwrap(), store.clone(), effect).concurrency(4);
     let stats = consumer.stats();
     let stop = CancellationToken::new();
     let running = {
@@ -170,7 +202,9 @@ async fn bench(url: &str, partitioned: bool, rows: i64, baseline: Duration) -> R
     let baseline_rate = (stats.snapshot().applied - a0) as f64 / t0.elapsed().as_secs_f64();
     let a1 = stats.snapshot().applied;
     let t1 = Instant::now();
-    let during = prune(&ops, &prune_options, &mut |_| {}).await.expect("prune under load");
+    let during = prune(&ops, &prune_options, &mut |_| {})
+        .await
+        .expect("prune under load");
     assert!(during.ran);
     let floor = baseline.saturating_sub(t1.elapsed());
     tokio::time::sleep(floor).await; // a window at least as long as the baseline's
@@ -196,9 +230,14 @@ async fn main() {
     let url = std::env::var("ONCELY_BENCH_PG")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let mut args = std::env::args().skip(1);
-    let rows: i64 = args.next().map(|a| a.parse().expect("ROWS")).unwrap_or(1_000_000);
+    let rows: i64 = args
+        .next()
+        .map(|a| a.parse().expect("ROWS"))
+        .unwrap_or(1_000_000);
     let baseline = Duration::from_secs(args.next().map(|a| a.parse().expect("SECS")).unwrap_or(15));
-    println!("| path | ids pruned | prune time | WAL written | WAL per id | consumer msg/s without prune | consumer msg/s during prune (window) | change |");
+    println!(
+        "| path | ids pruned | prune time | WAL written | WAL per id | consumer msg/s without prune | consumer msg/s during prune (window) | change |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for partitioned in [false, true] {
         let r = bench(&url, partitioned, rows, baseline).await;

@@ -2,7 +2,7 @@
 
 use crate::db::{Ops, db, now_ms, with_pool};
 use oncely_core::{
-    Acker, Consumer, ConsumerName, Delivery, Error, Handler, Meta, MessageId, Outcome, RawEnvelope,
+    Acker, Consumer, ConsumerName, Delivery, Error, Handler, MessageId, Meta, Outcome, RawEnvelope,
     Result, Store,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
@@ -158,7 +158,10 @@ fn conditions(ops: &Ops, f: &Filter) -> (String, Vec<String>, Option<i64>) {
 /// Lists dead letters matching `filter`, oldest first.
 pub async fn list(ops: &Ops, filter: &Filter) -> Result<Vec<DeadLetterSummary>> {
     let (condition, binds, before) = conditions(ops, filter);
-    let limit = filter.limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+    let limit = filter
+        .limit
+        .map(|n| format!(" LIMIT {n}"))
+        .unwrap_or_default();
     let sql = format!(
         "SELECT {SUMMARY} FROM {} WHERE {condition} ORDER BY id{limit}",
         ops.table("dead_letters")
@@ -215,7 +218,11 @@ pub async fn show(ops: &Ops, id: i64) -> Result<Option<DeadLetterRow>> {
 
 /// Deletes one dead-letter row; returns whether it existed.
 pub async fn delete(ops: &Ops, id: i64) -> Result<bool> {
-    let sql = format!("DELETE FROM {} WHERE id = {}", ops.table("dead_letters"), ops.p(1));
+    let sql = format!(
+        "DELETE FROM {} WHERE id = {}",
+        ops.table("dead_letters"),
+        ops.p(1)
+    );
     let n = with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql)).bind(id).execute(p).await
         .map_err(|e| db("deleting a dead letter", e))?.rows_affected());
     Ok(n == 1)

@@ -80,8 +80,13 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
         }))
         .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
         .map_err(|e| db("decoding inbox rows", e))?);
-    let dead_letters =
-        summaries_where(ops, &format!("message_id = {}", ops.p(1)), Some(message_id), None).await?;
+    let dead_letters = summaries_where(
+        ops,
+        &format!("message_id = {}", ops.p(1)),
+        Some(message_id),
+        None,
+    )
+    .await?;
     Ok(Inspection {
         message_id: message_id.to_owned(),
         claimed,
@@ -124,7 +129,9 @@ async fn journal(ops: &Ops, id: &str) -> Result<Option<Vec<JournalRow>>> {
             updated_at: r.try_get("updated_at")?,
         })).collect::<std::result::Result<Vec<_>, sqlx::Error>>()));
     match rows {
-        Ok(decoded) => decoded.map(Some).map_err(|e| db("decoding journal rows", e)),
+        Ok(decoded) => decoded
+            .map(Some)
+            .map_err(|e| db("decoding journal rows", e)),
         Err(e) if is_missing_table(&e) => Ok(None),
         Err(e) => Err(db("reading the effect journal", e)),
     }

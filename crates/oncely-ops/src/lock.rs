@@ -8,7 +8,9 @@
 
 use crate::db::{Ops, OpsPool, db, now_ms};
 use oncely_core::{Error, Result};
-use oncely_sql::sqlx::{self, AssertSqlSafe, Connection, MySqlConnection, PgConnection, SqlitePool};
+use oncely_sql::sqlx::{
+    self, AssertSqlSafe, Connection, MySqlConnection, PgConnection, SqlitePool,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -55,7 +57,11 @@ impl OpsLock {
         let hash = fnv1a(&name);
         let inner = match ops.pool() {
             OpsPool::Postgres(pool) => {
-                let mut conn = pool.acquire().await.map_err(|e| db("connecting", e))?.detach();
+                let mut conn = pool
+                    .acquire()
+                    .await
+                    .map_err(|e| db("connecting", e))?
+                    .detach();
                 let sql = if wait {
                     "SELECT pg_advisory_lock($1, $2) IS NOT NULL"
                 } else {
@@ -74,7 +80,11 @@ impl OpsLock {
                 Held::Postgres(conn)
             }
             OpsPool::MySql(pool) => {
-                let mut conn = pool.acquire().await.map_err(|e| db("connecting", e))?.detach();
+                let mut conn = pool
+                    .acquire()
+                    .await
+                    .map_err(|e| db("connecting", e))?
+                    .detach();
                 let key = format!("oncely_{purpose}_{hash:016x}");
                 loop {
                     let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
@@ -151,8 +161,14 @@ impl OpsLock {
     /// Confirms the lock is still held (and extends a SQLite lease). Call between batches.
     pub async fn renew(&mut self) -> Result<()> {
         match &mut self.inner {
-            Held::Postgres(conn) => conn.ping().await.map_err(|e| db("checking the lock session", e)),
-            Held::MySql(conn) => conn.ping().await.map_err(|e| db("checking the lock session", e)),
+            Held::Postgres(conn) => conn
+                .ping()
+                .await
+                .map_err(|e| db("checking the lock session", e)),
+            Held::MySql(conn) => conn
+                .ping()
+                .await
+                .map_err(|e| db("checking the lock session", e)),
             Held::Sqlite {
                 pool,
                 table,

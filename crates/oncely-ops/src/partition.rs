@@ -14,8 +14,8 @@
 
 use crate::db::{Ops, OpsPool, db, now_ms};
 use oncely_core::{Error, Result};
-use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool};
 use oncely_sql::Tables;
+use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool};
 use tracing::{info, warn};
 
 /// Milliseconds in a day.
@@ -124,10 +124,12 @@ pub async fn is_partitioned(ops: &Ops) -> Result<bool> {
 pub async fn install(ops: &Ops, days_ahead: u32) -> Result<Vec<String>> {
     let pool = pg(ops)?;
     if let Some(schema) = ops.tables().schema() {
-        sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {schema}")))
-            .execute(pool)
-            .await
-            .map_err(|e| db("creating the schema", e))?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema}"
+        )))
+        .execute(pool)
+        .await
+        .map_err(|e| db("creating the schema", e))?;
     }
     if !is_partitioned(ops).await? {
         let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
@@ -201,13 +203,17 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
                  ALTER TABLE {inbox} ATTACH PARTITION {name} FOR VALUES FROM ({lo}) TO ({hi});"
             )
         } else {
-            format!("CREATE TABLE IF NOT EXISTS {name} PARTITION OF {inbox} FOR VALUES FROM ({lo}) TO ({hi})")
+            format!(
+                "CREATE TABLE IF NOT EXISTS {name} PARTITION OF {inbox} FOR VALUES FROM ({lo}) TO ({hi})"
+            )
         };
         let mut tx = pool.begin().await.map_err(|e| db("begin", e))?;
-        sqlx::raw_sql(AssertSqlSafe(format!("SET LOCAL lock_timeout = '5s'; {sql}")))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db(&format!("creating partition {name}"), e))?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET LOCAL lock_timeout = '5s'; {sql}"
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db(&format!("creating partition {name}"), e))?;
         tx.commit().await.map_err(|e| db("commit", e))?;
         created.push(name);
     }
@@ -282,7 +288,10 @@ mod tests {
         for day in [-1000, 0, 59, 60, 365, 11_016, 20_422, 30_000] {
             let (y, m, d) = civil(day);
             assert_eq!(days_from_civil(y, m, d), day);
-            assert_eq!(day_of_suffix(&format!("x_{}", suffix(day)), "x_"), Some(day));
+            assert_eq!(
+                day_of_suffix(&format!("x_{}", suffix(day)), "x_"),
+                Some(day)
+            );
         }
         assert_eq!(day_of_suffix("x_inbox_default", "x_"), None);
     }

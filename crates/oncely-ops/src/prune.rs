@@ -17,8 +17,8 @@ use crate::db::{Ops, db, now_ms, with_pool};
 use crate::lock::OpsLock;
 use crate::partition;
 use oncely_core::Result;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::Dialect;
+use oncely_sql::sqlx::{self, AssertSqlSafe};
 use std::time::{Duration, Instant};
 use tracing::info;
 
@@ -171,9 +171,9 @@ pub fn batch_sql(ops: &Ops, table: &str, batch: u32) -> String {
         Dialect::Postgres => format!(
             "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE received_at < $1 LIMIT {batch}))"
         ),
-        Dialect::MySql => format!(
-            "DELETE FROM {table} WHERE received_at < ? ORDER BY received_at LIMIT {batch}"
-        ),
+        Dialect::MySql => {
+            format!("DELETE FROM {table} WHERE received_at < ? ORDER BY received_at LIMIT {batch}")
+        }
         Dialect::Sqlite => format!(
             "DELETE FROM {table} WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM {table} WHERE received_at < ?1 LIMIT {batch})"
         ),

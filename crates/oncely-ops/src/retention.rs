@@ -76,20 +76,28 @@ pub fn parse_late_policy(text: &str) -> Result<LatePolicy> {
 /// assert!(parse_duration("7 parsecs").is_err());
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration> {
-    let bad = || Error::config(format!("duration {text:?}: use e.g. 7d, 36h, 90m, 30s, 500ms"));
+    let bad = || {
+        Error::config(format!(
+            "duration {text:?}: use e.g. 7d, 36h, 90m, 30s, 500ms"
+        ))
+    };
     let mut rest = text.trim();
     if rest.is_empty() {
         return Err(bad());
     }
     let mut total = Duration::ZERO;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         if digits == 0 {
             return Err(bad());
         }
         let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let ms = match &rest[..unit] {
             "ms" => 1,
             "s" => 1_000,

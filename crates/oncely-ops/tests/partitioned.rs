@@ -11,29 +11,56 @@ const DAY: i64 = 86_400_000;
 
 #[tokio::test]
 async fn partitioned_inbox_claims_once_across_partitions() {
-    let Some((store, ops, schema)) = common::postgres("partitioned_inbox_claims_once_across_partitions", "part").await else { return };
+    let Some((store, ops, schema)) =
+        common::postgres("partitioned_inbox_claims_once_across_partitions", "part").await
+    else {
+        return;
+    };
     let created = partition::install(&ops, 2).await.unwrap();
     assert_eq!(created.len(), 3);
     store.migrate().await.unwrap();
     assert!(partition::is_partitioned(&ops).await.unwrap());
-    partition::ensure(&ops, now_ms() - 9 * DAY, 2).await.unwrap();
+    partition::ensure(&ops, now_ms() - 9 * DAY, 2)
+        .await
+        .unwrap();
     let c = ConsumerName::new("billing").unwrap();
     let h = PayloadHash::of(b"x");
 
     // An id claimed 8 days ago sits in an old partition: today's claim is still a duplicate.
     let inbox = ops.table("inbox");
-    sqlx::query(AssertSqlSafe(format!("INSERT INTO {inbox} VALUES ('billing', 'old-1', $1, $2)")))
-        .bind(h.to_hex()).bind(now_ms() - 8 * DAY).execute(store.pool()).await.unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {inbox} VALUES ('billing', 'old-1', $1, $2)"
+    )))
+    .bind(h.to_hex())
+    .bind(now_ms() - 8 * DAY)
+    .execute(store.pool())
+    .await
+    .unwrap();
     let mut tx = store.begin().await.unwrap();
-    assert_eq!(store.claim(&mut tx, &c, &MessageId::new("old-1").unwrap(), h).await.unwrap(), Claim::Duplicate);
+    assert_eq!(
+        store
+            .claim(&mut tx, &c, &MessageId::new("old-1").unwrap(), h)
+            .await
+            .unwrap(),
+        Claim::Duplicate
+    );
     let other = PayloadHash::of(b"y");
-    assert_eq!(store.claim(&mut tx, &c, &MessageId::new("old-1").unwrap(), other).await.unwrap(), Claim::Conflict { stored: h });
+    assert_eq!(
+        store
+            .claim(&mut tx, &c, &MessageId::new("old-1").unwrap(), other)
+            .await
+            .unwrap(),
+        Claim::Conflict { stored: h }
+    );
     store.rollback(tx).await.unwrap();
 
     // Concurrent claims of one id: the second waits for the first, then sees Duplicate.
     let id = MessageId::new("race-1").unwrap();
     let mut first = store.begin().await.unwrap();
-    assert_eq!(store.claim(&mut first, &c, &id, h).await.unwrap(), Claim::Fresh);
+    assert_eq!(
+        store.claim(&mut first, &c, &id, h).await.unwrap(),
+        Claim::Fresh
+    );
     let second = {
         let (store, c, id) = (store.clone(), c.clone(), id.clone());
         tokio::spawn(async move {
@@ -49,46 +76,84 @@ async fn partitioned_inbox_claims_once_across_partitions() {
     // A rolled-back first claim lets the next one be Fresh.
     let id2 = MessageId::new("race-2").unwrap();
     let mut tx = store.begin().await.unwrap();
-    assert_eq!(store.claim(&mut tx, &c, &id2, h).await.unwrap(), Claim::Fresh);
+    assert_eq!(
+        store.claim(&mut tx, &c, &id2, h).await.unwrap(),
+        Claim::Fresh
+    );
     store.rollback(tx).await.unwrap();
     let mut tx = store.begin().await.unwrap();
-    assert_eq!(store.claim(&mut tx, &c, &id2, h).await.unwrap(), Claim::Fresh);
+    assert_eq!(
+        store.claim(&mut tx, &c, &id2, h).await.unwrap(),
+        Claim::Fresh
+    );
     let _ = store.commit(tx).await.unwrap();
     assert_eq!(store.claimed_hash(&c, "race-2").await.unwrap(), Some(h));
-    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {inbox} WHERE message_id LIKE 'race-%'")))
-        .fetch_one(store.pool()).await.unwrap();
+    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {inbox} WHERE message_id LIKE 'race-%'"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
     assert_eq!(rows, 2);
 
     // Under REPEATABLE READ the guard refuses rather than risk a double claim.
     let rr = store.clone().with_isolation(Isolation::RepeatableRead);
     let mut tx = rr.begin().await.unwrap();
-    assert!(rr.claim(&mut tx, &c, &MessageId::new("rr-1").unwrap(), h).await.is_err());
+    assert!(
+        rr.claim(&mut tx, &c, &MessageId::new("rr-1").unwrap(), h)
+            .await
+            .is_err()
+    );
 
     // Pruning with a 7-day window drops the old partitions, not today's.
-    let dropped = partition::drop_expired(&ops, now_ms() - 7 * DAY).await.unwrap();
+    let dropped = partition::drop_expired(&ops, now_ms() - 7 * DAY)
+        .await
+        .unwrap();
     assert!(dropped.len() >= 2, "{dropped:?}");
     assert_eq!(store.claimed_hash(&c, "old-1").await.unwrap(), None);
     assert_eq!(store.claimed_hash(&c, "race-1").await.unwrap(), Some(h));
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(store.pool()).await;
+    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+        .execute(store.pool())
+        .await;
 }
 
 #[tokio::test]
 async fn stray_rows_in_the_default_partition_move_into_a_new_partition() {
-    let Some((store, ops, schema)) = common::postgres("stray_rows_in_the_default_partition", "stray").await else { return };
+    let Some((store, ops, schema)) =
+        common::postgres("stray_rows_in_the_default_partition", "stray").await
+    else {
+        return;
+    };
     partition::install(&ops, 1).await.unwrap();
     store.migrate().await.unwrap();
     // Ten days ahead has no partition yet: the row lands in the default partition.
     let at = now_ms() + 10 * DAY;
     let inbox = ops.table("inbox");
-    sqlx::query(AssertSqlSafe(format!("INSERT INTO {inbox} VALUES ('c', 'future-1', 'h', $1)")))
-        .bind(at).execute(store.pool()).await.unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {inbox} VALUES ('c', 'future-1', 'h', $1)"
+    )))
+    .bind(at)
+    .execute(store.pool())
+    .await
+    .unwrap();
     let created = partition::ensure(&ops, now_ms(), 11).await.unwrap();
     assert!(!created.is_empty());
-    let in_default: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {}", ops.table("inbox_default"))))
-        .fetch_one(store.pool()).await.unwrap();
+    let in_default: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {}",
+        ops.table("inbox_default")
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
     assert_eq!(in_default, 0);
-    let total: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {inbox} WHERE message_id = 'future-1'")))
-        .fetch_one(store.pool()).await.unwrap();
+    let total: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {inbox} WHERE message_id = 'future-1'"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
     assert_eq!(total, 1);
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(store.pool()).await;
+    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+        .execute(store.pool())
+        .await;
 }

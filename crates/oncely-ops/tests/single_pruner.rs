@@ -24,7 +24,9 @@ async fn two_pruners(ops: &Ops, wait: bool) -> (Vec<usize>, Vec<PruneReport>) {
                 ..PruneOptions::default()
             };
             start.wait().await;
-            prune(&ops, &options, &mut |_| log.lock().unwrap().push(who)).await.unwrap()
+            prune(&ops, &options, &mut |_| log.lock().unwrap().push(who))
+                .await
+                .unwrap()
         }));
     }
     let mut reports = Vec::new();
@@ -47,7 +49,10 @@ async fn check(ops: &Ops) {
     let (log, reports) = two_pruners(ops, true).await;
     assert_not_interleaved(&log);
     assert_eq!(log.len(), 12, "{log:?}");
-    assert!(reports.iter().all(|r| r.ran && r.deleted == 300), "{reports:?}");
+    assert!(
+        reports.iter().all(|r| r.ran && r.deleted == 300),
+        "{reports:?}"
+    );
     // Not waiting: whoever comes second while the first runs does nothing.
     let (log, reports) = two_pruners(ops, false).await;
     assert_not_interleaved(&log);
@@ -67,15 +72,31 @@ async fn sqlite_lease_serializes_pruners() {
 
 #[tokio::test]
 async fn postgres_advisory_lock_serializes_pruners() {
-    let Some((store, ops, schema)) = common::postgres("postgres_advisory_lock_serializes_pruners", "lock").await else { return };
+    let Some((store, ops, schema)) =
+        common::postgres("postgres_advisory_lock_serializes_pruners", "lock").await
+    else {
+        return;
+    };
     store.migrate().await.unwrap();
     check(&ops).await;
-    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(store.pool()).await;
+    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {schema} CASCADE"
+    )))
+    .execute(store.pool())
+    .await;
 }
 
 #[tokio::test]
 async fn mariadb_named_lock_serializes_pruners() {
-    let Some((store, ops, schema)) = common::mysql("mariadb_named_lock_serializes_pruners", "lock").await else { return };
+    let Some((store, ops, schema)) =
+        common::mysql("mariadb_named_lock_serializes_pruners", "lock").await
+    else {
+        return;
+    };
     check(&ops).await;
-    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!("DROP DATABASE {schema}"))).execute(store.pool()).await;
+    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {schema}"
+    )))
+    .execute(store.pool())
+    .await;
 }

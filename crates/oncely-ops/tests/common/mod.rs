@@ -13,12 +13,17 @@ fn skip(test: &str, server: &str, e: impl std::fmt::Display) {
     if required() {
         panic!("{server} is required (CI / ONCELY_REQUIRE_SERVICES) but unavailable: {e}");
     }
-    eprintln!("\n*** SKIPPED {test}: {server} unavailable ({e}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n");
+    eprintln!(
+        "\n*** SKIPPED {test}: {server} unavailable ({e}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
+    );
 }
 
 /// A unique schema name for this test.
 pub fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     format!("{tag}_{}_{nanos:x}", std::process::id())
 }
 
@@ -33,9 +38,13 @@ pub async fn sqlite(dir: &tempfile::TempDir) -> (SqliteStore, Ops) {
 
 /// A PostgreSQL store in a fresh schema (not migrated), or None when the server is missing.
 pub async fn postgres(test: &str, tag: &str) -> Option<(PgStore, Ops, String)> {
-    let url = std::env::var("ONCELY_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = std::env::var("ONCELY_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let schema = unique(tag);
-    let options = ConnectOptions { tables: Tables::default().with_schema(&schema).unwrap(), ..Default::default() };
+    let options = ConnectOptions {
+        tables: Tables::default().with_schema(&schema).unwrap(),
+        ..Default::default()
+    };
     match PgStore::connect_with(&url, &options).await {
         Ok(store) => {
             let ops = Ops::from(&store);
@@ -50,9 +59,13 @@ pub async fn postgres(test: &str, tag: &str) -> Option<(PgStore, Ops, String)> {
 
 /// A migrated MariaDB store in a fresh database, or None when the server is missing.
 pub async fn mysql(test: &str, tag: &str) -> Option<(MySqlStore, Ops, String)> {
-    let url = std::env::var("ONCELY_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
+    let url = std::env::var("ONCELY_TEST_MYSQL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
     let schema = unique(tag);
-    let options = ConnectOptions { tables: Tables::default().with_schema(&schema).unwrap(), ..Default::default() };
+    let options = ConnectOptions {
+        tables: Tables::default().with_schema(&schema).unwrap(),
+        ..Default::default()
+    };
     match MySqlStore::connect_with(&url, &options).await {
         Ok(store) => {
             store.migrate().await.unwrap();
@@ -71,12 +84,24 @@ pub async fn fill(ops: &Ops, tag: &str, count: usize, age_ms: i64) {
     let at = oncely_ops::now_ms() - age_ms;
     let inbox = ops.table("inbox");
     for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
-        let values: Vec<String> = chunk.iter().map(|i| format!("('c', '{tag}-{i}', 'h', {at})")).collect();
-        let sql = format!("INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}", values.join(", "));
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|i| format!("('c', '{tag}-{i}', 'h', {at})"))
+            .collect();
+        let sql = format!(
+            "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}",
+            values.join(", ")
+        );
         match ops.pool() {
-            oncely_ops::OpsPool::Sqlite(p) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
-            oncely_ops::OpsPool::Postgres(p) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
-            oncely_ops::OpsPool::MySql(p) => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap(); }
+            oncely_ops::OpsPool::Sqlite(p) => {
+                sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
+            }
+            oncely_ops::OpsPool::Postgres(p) => {
+                sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
+            }
+            oncely_ops::OpsPool::MySql(p) => {
+                sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
+            }
         }
     }
 }
