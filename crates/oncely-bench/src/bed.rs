@@ -165,7 +165,12 @@ pub(crate) trait Effect {
 macro_rules! credits_handler {
     ($db:ty, $many:path) => {
         impl Effect for Transaction<'static, $db> {
-            async fn credit(&mut self, sql: &Sql, id: &str, credit: &Credit) -> oncely_core::Result<()> {
+            async fn credit(
+                &mut self,
+                sql: &Sql,
+                id: &str,
+                credit: &Credit,
+            ) -> oncely_core::Result<()> {
                 sqlx::query(sql.insert_ledger.clone())
                     .bind(id)
                     .bind(credit.account.as_str())
@@ -182,7 +187,11 @@ macro_rules! credits_handler {
                 Ok(())
             }
 
-            async fn credit_many(&mut self, sql: &Sql, rows: &[(&str, &Credit)]) -> oncely_core::Result<()> {
+            async fn credit_many(
+                &mut self,
+                sql: &Sql,
+                rows: &[(&str, &Credit)],
+            ) -> oncely_core::Result<()> {
                 $many(sql, self, rows).await
             }
         }
@@ -252,8 +261,11 @@ pub trait Ops: Clone + Send + Sync + 'static {
     /// Empties the inbox, dead letters, ledger and accounts.
     fn reset(&self) -> impl Future<Output = Result<()>> + Send;
     /// The plain consumer's unit of work: one transaction with the effect, no dedup.
-    fn plain(&self, id: &str, credit: &Credit)
-    -> impl Future<Output = oncely_core::Result<()>> + Send;
+    fn plain(
+        &self,
+        id: &str,
+        credit: &Credit,
+    ) -> impl Future<Output = oncely_core::Result<()>> + Send;
     /// The raw reference: one transaction claiming and applying `items` with hand-written SQL
     /// (single-row statements for one item, multi-row statements for more).
     fn raw(

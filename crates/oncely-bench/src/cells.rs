@@ -181,7 +181,12 @@ fn source_of(msgs: &[RawEnvelope]) -> MemorySource {
 }
 
 /// Runs `spec`'s consumer over `msgs` once; returns the elapsed time.
-async fn consume<B: Ops>(bed: &B, name: &ConsumerName, spec: Spec, msgs: &[RawEnvelope]) -> Result<Duration>
+async fn consume<B: Ops>(
+    bed: &B,
+    name: &ConsumerName,
+    spec: Spec,
+    msgs: &[RawEnvelope],
+) -> Result<Duration>
 where
     Credits: Handler<<SqlStore<B::Db> as Store>::Tx>,
     SqlStore<B::Db>: Store,

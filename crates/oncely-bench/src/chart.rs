@@ -7,7 +7,11 @@ use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use std::path::Path;
 
-const COLORS: [RGBColor; 3] = [RGBColor(90, 90, 90), RGBColor(31, 119, 180), RGBColor(214, 39, 40)];
+const COLORS: [RGBColor; 3] = [
+    RGBColor(90, 90, 90),
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+];
 
 fn backends(report: &Report) -> Vec<String> {
     let mut seen: Vec<String> = Vec::new();
@@ -65,7 +69,9 @@ fn panel(
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
             .map_err(|e| err(e.to_string()))?
             .label(*name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
         chart
             .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
             .map_err(|e| err(e.to_string()))?;
@@ -80,24 +86,37 @@ fn panel(
     Ok(())
 }
 
-fn draw(report: &Report, path: &Path, x_desc: &str, series: impl Fn(&str) -> Vec<Series>) -> Result<()> {
+fn draw(
+    report: &Report,
+    path: &Path,
+    x_desc: &str,
+    series: impl Fn(&str) -> Vec<Series>,
+) -> Result<()> {
     let backends = backends(report);
     let n = backends.len().max(1);
     let root = SVGBackend::new(path, (420 * n as u32, 380)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("drawing a chart: {e}"))?;
+    root.fill(&WHITE)
+        .map_err(|e| anyhow!("drawing a chart: {e}"))?;
     for (area, backend) in root.split_evenly((1, n)).iter().zip(&backends) {
         panel(area, backend, x_desc, &series(backend))?;
     }
-    root.present().map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+    root.present()
+        .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
     Ok(())
 }
 
-fn points(report: &Report, backend: &str, pick: impl Fn(Mode, usize, usize) -> Option<f64>) -> Vec<(f64, f64)> {
+fn points(
+    report: &Report,
+    backend: &str,
+    pick: impl Fn(Mode, usize, usize) -> Option<f64>,
+) -> Vec<(f64, f64)> {
     let mut pts: Vec<(f64, f64)> = report
         .cells
         .iter()
         .filter(|c| c.backend == backend)
-        .filter_map(|c| pick(c.spec.mode, c.spec.batch, c.spec.concurrency).map(|x| (x, c.msgs_per_sec)))
+        .filter_map(|c| {
+            pick(c.spec.mode, c.spec.batch, c.spec.concurrency).map(|x| (x, c.msgs_per_sec))
+        })
         .collect();
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     pts
@@ -106,25 +125,42 @@ fn points(report: &Report, backend: &str, pick: impl Fn(Mode, usize, usize) -> O
 /// Messages/s vs. consumers, per-message mode: plain, oncely, raw SQL.
 pub(crate) fn concurrency(report: &Report, path: &Path) -> Result<()> {
     draw(report, path, "consumers (log)", |backend| {
-        [("plain consumer", Mode::Plain), ("oncely per-message", Mode::Oncely), ("raw SQL", Mode::Raw)]
-            .into_iter()
-            .map(|(name, mode)| {
-                let pts = points(report, backend, |m, b, c| (m == mode && b == 1).then_some(c as f64));
-                (name, pts)
-            })
-            .collect()
+        [
+            ("plain consumer", Mode::Plain),
+            ("oncely per-message", Mode::Oncely),
+            ("raw SQL", Mode::Raw),
+        ]
+        .into_iter()
+        .map(|(name, mode)| {
+            let pts = points(report, backend, |m, b, c| {
+                (m == mode && b == 1).then_some(c as f64)
+            });
+            (name, pts)
+        })
+        .collect()
     })
 }
 
 /// Messages/s vs. batch size, one consumer: oncely and raw SQL (B = 1 is per-message mode).
 pub(crate) fn batch(report: &Report, path: &Path) -> Result<()> {
-    draw(report, path, "batch size B (log), one consumer", |backend| {
-        [("plain consumer (B=1)", Mode::Plain), ("oncely", Mode::Oncely), ("raw SQL", Mode::Raw)]
+    draw(
+        report,
+        path,
+        "batch size B (log), one consumer",
+        |backend| {
+            [
+                ("plain consumer (B=1)", Mode::Plain),
+                ("oncely", Mode::Oncely),
+                ("raw SQL", Mode::Raw),
+            ]
             .into_iter()
             .map(|(name, mode)| {
-                let pts = points(report, backend, |m, b, c| (m == mode && c == 1).then_some(b as f64));
+                let pts = points(report, backend, |m, b, c| {
+                    (m == mode && c == 1).then_some(b as f64)
+                });
                 (name, pts)
             })
             .collect()
-    })
+        },
+    )
 }

@@ -62,10 +62,13 @@ pub struct BenchArgs {
 /// every cell of a group alike).
 pub(crate) fn matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
     let quick = args.quick;
-    let conc = args
-        .concurrency
-        .clone()
-        .unwrap_or_else(|| if quick { vec![1, 16] } else { vec![1, 4, 16, 32] });
+    let conc = args.concurrency.clone().unwrap_or_else(|| {
+        if quick {
+            vec![1, 16]
+        } else {
+            vec![1, 4, 16, 32]
+        }
+    });
     let batches = args.batches.clone().unwrap_or_else(|| vec![10, 100, 1000]);
     let base = args.messages.unwrap_or(if quick { 150 } else { 500 });
     // More consumers go faster: give them more messages so each cell lasts long enough.
@@ -140,7 +143,11 @@ async fn postgres(args: &BenchArgs, schema: &str) -> Result<Bed<Postgres>> {
     Ok(bed)
 }
 
-async fn sqlite(args: &BenchArgs, dir: &std::path::Path, durability: Durability) -> Result<Bed<Sqlite>> {
+async fn sqlite(
+    args: &BenchArgs,
+    dir: &std::path::Path,
+    durability: Durability,
+) -> Result<Bed<Sqlite>> {
     let file = dir.join(format!("bench-{durability:?}.db").to_lowercase());
     let url = format!("sqlite:{}", file.display());
     let options = ConnectOptions {
@@ -172,10 +179,20 @@ where
     SqlStore<B::Db>: Store,
 {
     // Warm-up (not recorded): opens the pool's connections and prepares the statements.
-    let top = groups.iter().flatten().map(|s| s.concurrency).max().unwrap_or(1);
+    let top = groups
+        .iter()
+        .flatten()
+        .map(|s| s.concurrency)
+        .max()
+        .unwrap_or(1);
     for mode in [Mode::Plain, Mode::Oncely, Mode::Raw] {
         for (batch, concurrency) in [(1, top), (100, 1)] {
-            let spec = Spec { mode, batch, concurrency, messages: top * 8 };
+            let spec = Spec {
+                mode,
+                batch,
+                concurrency,
+                messages: top * 8,
+            };
             if mode != Mode::Plain || batch == 1 {
                 run_cell(bed, backend, spec, "warm").await?;
             }
@@ -229,9 +246,13 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
                 backends.push("postgres");
             }
             Err(e) if !services_required() => {
-                eprintln!("SKIPPED: PostgreSQL cells ({e:#}); set CI or ONCELY_REQUIRE_SERVICES to fail instead");
+                eprintln!(
+                    "SKIPPED: PostgreSQL cells ({e:#}); set CI or ONCELY_REQUIRE_SERVICES to fail instead"
+                );
             }
-            Err(e) => return Err(e.context("PostgreSQL is required (CI / ONCELY_REQUIRE_SERVICES)")),
+            Err(e) => {
+                return Err(e.context("PostgreSQL is required (CI / ONCELY_REQUIRE_SERVICES)"));
+            }
         }
     }
     let dir = tempfile::tempdir().context("creating a temporary directory for SQLite")?;
@@ -247,13 +268,18 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     );
     if let Some(bed) = &pg {
         let result = sweep(bed, "postgres", &groups, rounds, &bar).await;
-        let _ = sqlx::query(AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
-            .execute(&bed.pool)
-            .await;
+        let _ = sqlx::query(AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE"
+        )))
+        .execute(&bed.pool)
+        .await;
         cells.extend(result?);
     }
     if !args.no_sqlite {
-        for (name, durability) in [("sqlite_full", Durability::Full), ("sqlite_normal", Durability::Normal)] {
+        for (name, durability) in [
+            ("sqlite_full", Durability::Full),
+            ("sqlite_normal", Durability::Normal),
+        ] {
             let bed = sqlite(&args, dir.path(), durability).await?;
             machine.sqlite = sqlx::query_scalar("SELECT sqlite_version()")
                 .fetch_one(&bed.pool)

@@ -118,7 +118,10 @@ impl Report {
     /// The cell of `backend`, `mode`, batch `b`, concurrency `c`, if it ran.
     pub fn find(&self, backend: &str, mode: Mode, b: usize, c: usize) -> Option<&Cell> {
         self.cells.iter().find(|x| {
-            x.backend == backend && x.spec.mode == mode && x.spec.batch == b && x.spec.concurrency == c
+            x.backend == backend
+                && x.spec.mode == mode
+                && x.spec.batch == b
+                && x.spec.concurrency == c
         })
     }
 
@@ -174,7 +177,10 @@ impl Report {
             t(
                 "sqlite_full_vs_normal_b1000",
                 "SQLite batch B=1000: synchronous=FULL / NORMAL",
-                self.ratio(("sqlite_full", Oncely, 1000, 1), ("sqlite_normal", Oncely, 1000, 1)),
+                self.ratio(
+                    ("sqlite_full", Oncely, 1000, 1),
+                    ("sqlite_normal", Oncely, 1000, 1),
+                ),
                 0.75,
             ),
         ]
@@ -231,8 +237,14 @@ impl Report {
         top.insert("msgs_per_sec".into(), Value::Object(rates));
         top.insert("targets".into(), json!(targets));
         top.insert("other_ratios".into(), Value::Object(self.extras()));
-        top.insert("double".into(), json!(self.cells.iter().map(|c| c.check.double).sum::<u64>()));
-        top.insert("lost".into(), json!(self.cells.iter().map(|c| c.check.lost).sum::<u64>()));
+        top.insert(
+            "double".into(),
+            json!(self.cells.iter().map(|c| c.check.double).sum::<u64>()),
+        );
+        top.insert(
+            "lost".into(),
+            json!(self.cells.iter().map(|c| c.check.lost).sum::<u64>()),
+        );
         top.insert("ok".into(), json!(self.all_ok()));
         top.insert("cells".into(), json!(self.cells));
         top.insert("machine".into(), json!(self.machine));
@@ -255,7 +267,9 @@ impl Report {
                 c.spec.messages,
                 c.seconds,
                 c.msgs_per_sec,
-                c.first_msgs_per_sec.map(|f| format!("{f:.1}")).unwrap_or_default(),
+                c.first_msgs_per_sec
+                    .map(|f| format!("{f:.1}"))
+                    .unwrap_or_default(),
                 c.check.effect_rows,
                 c.check.double,
                 c.check.lost,
@@ -303,7 +317,10 @@ impl Report {
                 if c.check.ok { "yes" } else { "NO" }
             );
         }
-        let _ = writeln!(out, "\nxP: vs the plain consumer at the same concurrency; xR: vs raw SQL at the same B; x1st: vs the first delivery\n");
+        let _ = writeln!(
+            out,
+            "\nxP: vs the plain consumer at the same concurrency; xR: vs raw SQL at the same B; x1st: vs the first delivery\n"
+        );
         for t in self.targets() {
             let value = t.value.map_or("not run".to_owned(), |v| format!("{v:.2}"));
             let verdict = match t.holds {
@@ -311,7 +328,11 @@ impl Report {
                 Some(false) => "MISSED",
                 None => "-",
             };
-            let _ = writeln!(out, "{:<32} {:>8}  (target >= {:<5}) {verdict}", t.key, value, t.target);
+            let _ = writeln!(
+                out,
+                "{:<32} {:>8}  (target >= {:<5}) {verdict}",
+                t.key, value, t.target
+            );
         }
         let _ = writeln!(
             out,

@@ -6,8 +6,8 @@ use crate::bed::{Credit, Item, Ops};
 use anyhow::{Result, anyhow};
 use futures::FutureExt;
 use oncely_core::{
-    BatchConsumer, BatchStats, Committed, Consumer, ConsumerName, Delivery, MemorySource, PayloadHash, RetryPolicy, Source,
-    StatsSnapshot,
+    BatchConsumer, BatchStats, Committed, Consumer, ConsumerName, Delivery, MemorySource,
+    PayloadHash, RetryPolicy, Source, StatsSnapshot,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -33,7 +33,8 @@ pub(crate) async fn oncely<B: Ops>(
     concurrency: usize,
 ) -> Result<StatsSnapshot>
 where
-    crate::bed::Credits: oncely_core::Handler<<oncely_sql::SqlStore<B::Db> as oncely_core::Store>::Tx>,
+    crate::bed::Credits:
+        oncely_core::Handler<<oncely_sql::SqlStore<B::Db> as oncely_core::Store>::Tx>,
     oncely_sql::SqlStore<B::Db>: oncely_core::Store,
 {
     let consumer = Consumer::new(name.clone(), bed.store(), bed.handler())
@@ -52,7 +53,8 @@ pub(crate) async fn oncely_batch<B: Ops>(
     batch: usize,
 ) -> Result<(StatsSnapshot, BatchStats)>
 where
-    crate::bed::Credits: oncely_core::Handler<<oncely_sql::SqlStore<B::Db> as oncely_core::Store>::Tx>,
+    crate::bed::Credits:
+        oncely_core::Handler<<oncely_sql::SqlStore<B::Db> as oncely_core::Store>::Tx>,
     oncely_sql::SqlStore<B::Db>: oncely_core::Store,
 {
     let consumer = BatchConsumer::new(name.clone(), bed.store(), bed.handler())

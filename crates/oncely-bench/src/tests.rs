@@ -5,8 +5,8 @@ use crate::bed::{Bed, Ops};
 use crate::cells::{Check, workload};
 use crate::runners;
 use oncely_core::{ConsumerName, MemorySource};
-use oncely_sql::{ConnectOptions, Durability, SqliteStore, Tables};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Sqlite};
+use oncely_sql::{ConnectOptions, Durability, SqliteStore, Tables};
 
 async fn sqlite_bed(dir: &std::path::Path) -> Bed<Sqlite> {
     let url = format!("sqlite:{}", dir.join("check.db").display());
@@ -19,7 +19,10 @@ async fn sqlite_bed(dir: &std::path::Path) -> Bed<Sqlite> {
     store.migrate().await.unwrap();
     let bed = Bed::make(store.pool().clone(), Tables::default(), false);
     for sql in bed.ddl(false) {
-        sqlx::query(AssertSqlSafe(sql)).execute(&bed.pool).await.unwrap();
+        sqlx::query(AssertSqlSafe(sql))
+            .execute(&bed.pool)
+            .await
+            .unwrap();
     }
     bed
 }
@@ -57,7 +60,9 @@ async fn the_checker_catches_a_plain_consumer_doubling_effects_and_passes_oncely
 
     bed.reset().await.unwrap();
     let (source, total) = twice(n);
-    let (stats, _) = runners::oncely_batch(&bed, &name, source, 16).await.unwrap();
+    let (stats, _) = runners::oncely_batch(&bed, &name, source, 16)
+        .await
+        .unwrap();
     assert_eq!(stats.duplicates, n as u64, "{stats:?}");
     let check = Check::new(n as u64, total, bed.counts().await.unwrap(), true);
     assert!(check.ok, "{check:?}");

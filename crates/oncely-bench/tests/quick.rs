@@ -21,7 +21,9 @@ async fn quick_bench_completes_with_zero_double_and_zero_lost() {
         "--out",
         out.path().to_str().unwrap(),
     ]);
-    let ok = oncely_bench::run(cli.args).await.expect("the quick bench runs");
+    let ok = oncely_bench::run(cli.args)
+        .await
+        .expect("the quick bench runs");
     assert!(ok, "a checker found double or lost effects");
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.path().join("bench.json")).unwrap()).unwrap();
@@ -37,7 +39,11 @@ async fn quick_bench_completes_with_zero_double_and_zero_lost() {
         assert!(json.get(key).is_some(), "missing {key}");
     }
     assert!(json["sqlite_full_vs_normal_b1000"].is_number());
-    for file in ["bench.csv", "throughput_vs_concurrency.svg", "throughput_vs_batch.svg"] {
+    for file in [
+        "bench.csv",
+        "throughput_vs_concurrency.svg",
+        "throughput_vs_batch.svg",
+    ] {
         assert!(out.path().join(file).exists(), "missing {file}");
     }
 }
