@@ -109,7 +109,9 @@ struct Run {
     prune_secs: f64,
     wal_bytes: i64,
     baseline_rate: f64,
+    control_rate: f64,
     during_rate: f64,
+    loaded_prune_secs: f64,
     window_secs: f64,
 }
 
@@ -196,18 +198,26 @@ async fn bench(url: &str, partitioned: bool, rows: i64, baseline: Duration) -> R
         tokio::spawn(async move { c.run(Endless(0), stop).await })
     };
     tokio::time::sleep(Duration::from_secs(2)).await; // warm-up
-    let a0 = stats.snapshot().applied;
-    let t0 = Instant::now();
-    tokio::time::sleep(baseline).await;
-    let baseline_rate = (stats.snapshot().applied - a0) as f64 / t0.elapsed().as_secs_f64();
+    // Two windows without pruning (the second shows the drift of an unpruned run), then
+    // a window of the same length that starts with the prune.
+    let mut rates = Vec::new();
+    for _ in 0..2 {
+        let a = stats.snapshot().applied;
+        let t = Instant::now();
+        tokio::time::sleep(baseline).await;
+        rates.push((stats.snapshot().applied - a) as f64 / t.elapsed().as_secs_f64());
+    }
     let a1 = stats.snapshot().applied;
     let t1 = Instant::now();
     let during = prune(&ops, &prune_options, &mut |_| {})
         .await
         .expect("prune under load");
     assert!(during.ran);
-    let floor = baseline.saturating_sub(t1.elapsed());
-    tokio::time::sleep(floor).await; // a window at least as long as the baseline's
+    if partitioned {
+        eprintln!("under load: dropped {:?}", during.partitions_dropped);
+    }
+    let loaded_prune_secs = t1.elapsed().as_secs_f64();
+    tokio::time::sleep(baseline.saturating_sub(t1.elapsed())).await;
     let window_secs = t1.elapsed().as_secs_f64();
     let during_rate = (stats.snapshot().applied - a1) as f64 / window_secs;
     stop.cancel();
@@ -219,8 +229,10 @@ async fn bench(url: &str, partitioned: bool, rows: i64, baseline: Duration) -> R
         deleted,
         prune_secs,
         wal_bytes: wal,
-        baseline_rate,
+        baseline_rate: rates[0],
+        control_rate: rates[1],
         during_rate,
+        loaded_prune_secs,
         window_secs,
     }
 }
@@ -236,22 +248,28 @@ async fn main() {
         .unwrap_or(1_000_000);
     let baseline = Duration::from_secs(args.next().map(|a| a.parse().expect("SECS")).unwrap_or(15));
     println!(
-        "| path | ids pruned | prune time | WAL written | WAL per id | consumer msg/s without prune | consumer msg/s during prune (window) | change |"
+        "| path | ids pruned | prune time alone | WAL written | WAL per id | consumer msg/s, window 1 (no prune) | window 2 (no prune) | window 3 (starts with the prune) | prune time under load | window 3 vs 2 |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let only = args.next();
     for partitioned in [false, true] {
+        if only.as_deref().is_some_and(|o| o != if partitioned { "partitioned" } else { "batched" }) {
+            continue;
+        }
         let r = bench(&url, partitioned, rows, baseline).await;
         println!(
-            "| {} | {} | {:.2} s | {:.1} MiB | {:.0} B | {:.0} | {:.0} ({:.1} s) | {:+.1}% |",
+            "| {} | {} | {:.2} s | {:.1} MiB | {:.0} B | {:.0} | {:.0} | {:.0} ({:.1} s) | {:.2} s | {:+.1}% |",
             r.path,
             r.deleted,
             r.prune_secs,
             r.wal_bytes as f64 / 1_048_576.0,
             r.wal_bytes as f64 / r.rows as f64,
             r.baseline_rate,
+            r.control_rate,
             r.during_rate,
             r.window_secs,
-            (r.during_rate / r.baseline_rate - 1.0) * 100.0
+            r.loaded_prune_secs,
+            (r.during_rate / r.control_rate - 1.0) * 100.0
         );
     }
 }

@@ -259,7 +259,8 @@ pub async fn drop_expired(ops: &Ops, cutoff_ms: i64) -> Result<Vec<String>> {
         }
         let mut tx = pool.begin().await.map_err(|e| db("begin", e))?;
         let result = sqlx::raw_sql(AssertSqlSafe(format!(
-            "SET LOCAL lock_timeout = '5s'; DROP TABLE IF EXISTS {}",
+            "SET LOCAL lock_timeout = '5s'; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE; DROP TABLE IF EXISTS {}",
+            ops.table("inbox"),
             p.name
         )))
         .execute(&mut *tx)

@@ -104,6 +104,7 @@ async fn partitioned_inbox_claims_once_across_partitions() {
             .await
             .is_err()
     );
+    rr.rollback(tx).await.unwrap();
 
     // Pruning with a 7-day window drops the old partitions, not today's.
     let dropped = partition::drop_expired(&ops, now_ms() - 7 * DAY)
