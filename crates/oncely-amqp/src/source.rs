@@ -91,7 +91,14 @@ pub struct AmqpSource {
 
 struct Live {
     connection: Connection,
+    channel: Channel,
     consumer: lapin::Consumer,
+}
+
+impl Live {
+    fn healthy(&self) -> bool {
+        self.connection.status().connected() && self.channel.status().connected()
+    }
 }
 
 impl AmqpSource {
@@ -165,6 +172,7 @@ async fn open(url: &str, options: &AmqpOptions) -> Result<Live> {
         .map_err(|e| amqp_err("basic.consume", e))?;
     Ok(Live {
         connection,
+        channel,
         consumer,
     })
 }
@@ -200,7 +208,22 @@ impl Source for AmqpSource {
                     self.live.insert(live)
                 }
             };
-            match live.consumer.next().await {
+            // The consumer stream does not always end when the broker closes the connection:
+            // check the connection's state while waiting.
+            let next = tokio::select! {
+                next = live.consumer.next() => Some(next),
+                _ = tokio::time::sleep(Duration::from_secs(1)) => None,
+            };
+            let next = match next {
+                Some(next) => next,
+                None if live.healthy() => continue,
+                None => {
+                    warn!("RabbitMQ: connection or channel closed; reconnecting");
+                    self.live = None;
+                    continue;
+                }
+            };
+            match next {
                 Some(Ok(d)) => {
                     let attempt = attempt_of(&d.properties, d.redelivered);
                     let raw = envelope_of(&d.properties, d.data);

@@ -83,7 +83,9 @@ async fn amqp_connection_closed_by_server_mid_stream() {
         &workload,
         source,
         || rabbitmq_close_connections(&name),
-        Duration::from_secs(3),
+        // Long enough that the connection is still there to cut when a loaded machine
+        // makes rabbitmqctl slow.
+        Duration::from_secs(10),
     )
     .await;
 }

@@ -59,7 +59,7 @@ async fn redis_connection_killed_by_server_mid_stream() {
         &workload,
         source,
         || redis_kill_clients(&name),
-        Duration::from_secs(4),
+        Duration::from_secs(8),
     )
     .await;
 }
