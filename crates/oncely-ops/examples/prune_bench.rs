@@ -253,7 +253,13 @@ async fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let only = args.next();
     for partitioned in [false, true] {
-        if only.as_deref().is_some_and(|o| o != if partitioned { "partitioned" } else { "batched" }) {
+        if only.as_deref().is_some_and(|o| {
+            o != if partitioned {
+                "partitioned"
+            } else {
+                "batched"
+            }
+        }) {
             continue;
         }
         let r = bench(&url, partitioned, rows, baseline).await;
