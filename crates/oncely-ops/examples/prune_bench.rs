@@ -190,7 +190,9 @@ async fn bench(url: &str, partitioned: bool, rows: i64, baseline: Duration) -> R
     // B: consumer alone. C: consumer while pruning a fresh million (recreating the old
     // days' partitions first, or the refill would land in the default partition).
     if partitioned {
-        partition::ensure(&ops, now_ms() - 11 * DAY, 3).await.expect("ensure");
+        partition::ensure(&ops, now_ms() - 11 * DAY, 3)
+            .await
+            .expect("ensure");
     }
     fill(&store, rows).await;
     let consumer =
@@ -218,7 +220,10 @@ async fn bench(url: &str, partitioned: bool, rows: i64, baseline: Duration) -> R
         .expect("prune under load");
     assert!(during.ran);
     if partitioned {
-        assert!(!during.partitions_dropped.is_empty(), "nothing dropped under load: {during:?}");
+        assert!(
+            !during.partitions_dropped.is_empty(),
+            "nothing dropped under load: {during:?}"
+        );
         assert_eq!(during.deleted, 0, "{during:?}");
     }
     let loaded_prune_secs = t1.elapsed().as_secs_f64();
