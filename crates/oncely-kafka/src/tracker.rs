@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(t.register(&tp(0), 2), Registered::AlreadyDone);
         let c2 = track(&mut t, 0, 3);
         t.ack(&a2);
-        assert_eq!(t.take_dirty()[0].1, 2);
+        assert_eq!(t.take_dirty()[0].1, 3, "1 and 2 are done; 3 is in flight");
         t.ack(&c2);
         assert_eq!(t.take_dirty()[0].1, 4);
         assert_eq!(t.register(&tp(0), 3), Registered::AlreadyDone);

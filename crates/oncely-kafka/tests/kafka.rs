@@ -35,6 +35,7 @@ async fn kafka_conformance() {
         "kafka",
         source,
         |m| async move { oncely_kafka::publish(&publish_url, &m).await },
+        2, // a record without the header and one with a control character in the id
         // The source ends itself after 3 s idle; this outer bound also covers the group join.
         Duration::from_secs(120),
     )
