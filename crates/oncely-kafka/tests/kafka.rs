@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known failure: partitions stall after seek-backs against tansu (docs/kafka.md, issue 6 open)"]
 async fn kafka_conformance() {
     if !up("kafka_conformance") {
         return;
