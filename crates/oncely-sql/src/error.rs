@@ -28,8 +28,10 @@ pub(crate) fn kind_of(code: &str, mysql_number: Option<u16>) -> ErrorKind {
     }
 }
 
-/// Wraps a sqlx error with what oncely was doing.
-pub(crate) fn db(doing: &str, e: sqlx::Error) -> Error {
+/// Wraps a sqlx error with what was being done, classified transient (deadlock, lock
+/// timeout, serialization failure, lost connection, SQLite busy) or permanent. Handlers
+/// writing their effects through sqlx can use it so the runtime retries the right errors.
+pub fn db(doing: &str, e: sqlx::Error) -> Error {
     let kind = match &e {
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut

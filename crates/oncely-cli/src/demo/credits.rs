@@ -127,14 +127,7 @@ impl Credits {
 }
 
 fn db(e: sqlx::Error) -> Error {
-    let transient = matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001" | "40P01" | "1213" | "1205" | "5" | "6" | "517")))
-        || matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut);
-    let kind = if transient {
-        oncely_core::ErrorKind::Transient
-    } else {
-        oncely_core::ErrorKind::Permanent
-    };
-    Error::new(kind, "credit write failed").with_source(e)
+    oncely_sql::db_error("credit write", e)
 }
 
 macro_rules! credits_handler {
