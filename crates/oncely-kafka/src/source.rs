@@ -5,12 +5,13 @@ use crate::mapping::envelope_of;
 use crate::options::KafkaOptions;
 use crate::tracker::{Registered, Ticket, Tp, Tracker};
 use futures::future::BoxFuture;
-use oncely_core::{Acker, Delivery, Error, Result, Source};
+use oncely_core::{Acker, Delivery, Error, RawEnvelope, Result, Source};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use tokio::runtime::{Handle, RuntimeFlavor};
@@ -24,6 +25,12 @@ pub(crate) fn kafka_err(what: &str, e: rdkafka::error::KafkaError) -> Error {
 /// State shared by the source, its ackers, its committer and the rebalance callbacks.
 struct Shared {
     tracker: Mutex<Tracker>,
+    /// Given-back records waiting to be handed out again, with their contents (Kafka has
+    /// no per-record nack; seeking back would refetch the whole partition). Locked only
+    /// while `tracker` is held, so the two always agree.
+    parked: Mutex<VecDeque<(Ticket, RawEnvelope)>>,
+    /// Woken when a record was parked.
+    parked_ready: Notify,
     /// Signalled whenever a delivery is settled (rebalances wait on it).
     settled: Condvar,
     /// Woken when a commit position moved.
@@ -34,6 +41,22 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Tracker> {
         self.tracker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn parked(&self) -> MutexGuard<'_, VecDeque<(Ticket, RawEnvelope)>> {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next parked record that still needs a delivery, with its attempt number.
+    fn unpark(&self) -> Option<(Ticket, RawEnvelope, u32)> {
+        let mut tracker = self.lock();
+        let mut parked = self.parked();
+        while let Some((ticket, raw)) = parked.pop_front() {
+            if let Some(attempt) = tracker.redeliver(&ticket) {
+                return Some((ticket, raw, attempt));
+            }
+        }
+        None
     }
 
     /// Waits (up to `revoke_wait`) until no delivery of `tps` is in flight.
@@ -194,9 +217,9 @@ type Inner = StreamConsumer<KafkaContext>;
 /// - Acks are gathered for [`KafkaOptions::commit_interval`] and committed together by a
 ///   background task (a crash before that commit redelivers them; they are then skipped
 ///   as `Duplicate`).
-/// - A nack — or a delivery dropped unsettled, as by a crashed task — seeks its
-///   partition back to the lowest given-back offset, so the record is delivered again
-///   (with `attempt` + 1); later records that were done meanwhile are not handed out twice.
+/// - A nack — or a delivery dropped unsettled, as by a crashed task — hands the record
+///   out again from a copy kept by its delivery (with `attempt` + 1), without seeking:
+///   the partition's later records keep flowing and are not fetched twice.
 /// - On a rebalance, the revoked partitions' in-flight deliveries are waited for (up to
 ///   [`KafkaOptions::revoke_wait`], on a multi-thread runtime), their offsets committed,
 ///   and only then are the partitions released.
@@ -218,6 +241,8 @@ impl KafkaSource {
     pub async fn connect(options: KafkaOptions) -> Result<Self> {
         let shared = Arc::new(Shared {
             tracker: Mutex::new(Tracker::default()),
+            parked: Mutex::new(VecDeque::new()),
+            parked_ready: Notify::new(),
             settled: Condvar::new(),
             commit_wanted: Notify::new(),
             revoke_wait: options.revoke_wait,
@@ -278,26 +303,59 @@ impl KafkaSource {
         self.shared.lock().total_in_flight()
     }
 
-    /// True when the source may end: records were seen, none is in flight and none
-    /// waits for redelivery (those are sought to again instead).
+    /// True when the source may end: partitions were assigned (or records seen), none is
+    /// in flight and none waits to be handed out again.
     fn idle(&self) -> bool {
-        if !self.seen_any {
+        if !self.seen_any && !self.shared.lock().ever_assigned() {
             return false;
         }
         let tracker = self.shared.lock();
-        if tracker.total_in_flight() > 0 {
-            return false;
+        tracker.total_in_flight() == 0 && self.shared.parked().is_empty()
+    }
+
+    /// Hands out a record: tracked under `ticket`, settled through the returned delivery.
+    fn deliver(&mut self, ticket: Ticket, raw: RawEnvelope, attempt: u32) -> Delivery {
+        self.seen_any = true;
+        let acker = KafkaAcker {
+            shared: self.shared.clone(),
+            ticket: Some(ticket),
+            copy: Some(raw.clone()),
+        };
+        Delivery::new(raw, attempt, Box::new(acker))
+    }
+
+    /// Waits for the next record from the broker, or for a parked one.
+    async fn receive(&self) -> Option<rdkafka::error::KafkaResult<RawReceived>> {
+        tokio::select! {
+            biased;
+            _ = self.shared.parked_ready.notified() => None,
+            m = self.consumer.recv() => Some(m.map(|m| RawReceived::of(&m))),
         }
-        let given_back = tracker.given_back();
-        for ((topic, partition), offset) in &given_back {
-            if let Err(e) =
-                self.consumer
-                    .seek(topic, *partition, Offset::Offset(*offset), Duration::ZERO)
-            {
-                warn!(error = %e, topic, partition, offset, "Kafka: seek back failed");
-            }
+    }
+}
+
+/// A received record, detached from the consumer.
+struct RawReceived {
+    tp: Tp,
+    offset: i64,
+    raw: RawEnvelope,
+}
+
+impl RawReceived {
+    fn of(message: &rdkafka::message::BorrowedMessage<'_>) -> Self {
+        let headers: Vec<(&str, Option<&[u8]>)> = message
+            .headers()
+            .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
+            .unwrap_or_default();
+        Self {
+            tp: (message.topic().to_owned(), message.partition()),
+            offset: message.offset(),
+            raw: envelope_of(
+                headers,
+                message.payload().unwrap_or_default().to_vec(),
+                message.timestamp().to_millis(),
+            ),
         }
-        given_back.is_empty()
     }
 }
 
@@ -332,74 +390,58 @@ impl Drop for KafkaSource {
 impl Source for KafkaSource {
     async fn next(&mut self) -> Result<Option<Delivery>> {
         loop {
+            if let Some((ticket, raw, attempt)) = self.shared.unpark() {
+                return Ok(Some(self.deliver(ticket, raw, attempt)));
+            }
             let received = match self.options.idle_exit {
-                None => Some(self.consumer.recv().await),
-                Some(idle) => tokio::time::timeout(idle, self.consumer.recv()).await.ok(),
+                None => self.receive().await,
+                Some(idle) => match tokio::time::timeout(idle, self.receive()).await {
+                    Ok(received) => received,
+                    Err(_) if self.idle() => return Ok(None),
+                    Err(_) => continue,
+                },
             };
             let Some(received) = received else {
-                if self.idle() {
-                    return Ok(None);
-                }
-                continue;
+                continue; // a record was parked
             };
-            let message = received.map_err(|e| kafka_err("receive", e))?;
-            let tp = (message.topic().to_owned(), message.partition());
-            let registered = self.shared.lock().register(&tp, message.offset());
-            let Registered::Track { ticket, attempt } = registered else {
-                continue;
-            };
-            self.seen_any = true;
-            let headers: Vec<(&str, Option<&[u8]>)> = message
-                .headers()
-                .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
-                .unwrap_or_default();
-            let raw = envelope_of(
-                headers,
-                message.payload().unwrap_or_default().to_vec(),
-                message.timestamp().to_millis(),
-            );
-            let acker = KafkaAcker {
-                shared: self.shared.clone(),
-                consumer: Arc::downgrade(&self.consumer),
-                ticket: Some(ticket),
-            };
-            return Ok(Some(Delivery::new(raw, attempt, Box::new(acker))));
+            let r = received.map_err(|e| kafka_err("receive", e))?;
+            let registered = self.shared.lock().register(&r.tp, r.offset);
+            if let Registered::Track { ticket, attempt } = registered {
+                return Ok(Some(self.deliver(ticket, r.raw, attempt)));
+            }
         }
     }
 }
 
 struct KafkaAcker {
     shared: Arc<Shared>,
-    consumer: Weak<Inner>,
     ticket: Option<Ticket>,
+    /// The record's contents, parked for redelivery if the delivery is given back.
+    copy: Option<RawEnvelope>,
 }
 
 impl KafkaAcker {
-    /// Gives the delivery back: seeks its partition to the lowest given-back offset.
+    /// Gives the delivery back: parks the record to be handed out again (unless it is
+    /// done or its partition is gone).
     fn give_back(&mut self) {
-        let Some(ticket) = self.ticket.take() else {
+        let (Some(ticket), Some(copy)) = (self.ticket.take(), self.copy.take()) else {
             return;
         };
-        let consumer = self.consumer.upgrade();
         {
             let mut tracker = self.shared.lock();
-            if let (Some(offset), Some(c)) = (tracker.nack(&ticket), &consumer) {
-                let (topic, partition) = &ticket.tp;
-                match c.seek(topic, *partition, Offset::Offset(offset), Duration::ZERO) {
-                    Ok(()) => debug!(topic, partition, offset, "Kafka: seeking back to redeliver"),
-                    Err(e) => {
-                        warn!(error = %e, topic, partition, offset, "Kafka: seek back failed; the record comes again after a restart or rebalance")
-                    }
-                }
+            if tracker.nack(&ticket) {
+                debug!(topic = ticket.tp.0, partition = ticket.tp.1, offset = ticket.offset, "Kafka: record given back; redelivering");
+                self.shared.parked().push_back((ticket, copy));
+                self.shared.parked_ready.notify_one();
             }
         }
         self.shared.settled.notify_all();
-        // `consumer` is dropped here, after the tracker lock was released.
     }
 }
 
 impl Acker for KafkaAcker {
     fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        self.copy = None;
         if let Some(ticket) = self.ticket.take() {
             let moved = self.shared.lock().ack(&ticket);
             self.shared.settled.notify_all();

@@ -56,14 +56,6 @@ impl Part {
     fn in_flight(&self) -> u32 {
         self.pending.values().map(|e| e.in_flight).sum()
     }
-
-    /// Offsets given back (nacked or dropped) and not handed out again, lowest first.
-    fn given_back(&self) -> Option<i64> {
-        self.pending
-            .iter()
-            .find(|(_, e)| !e.done && e.in_flight == 0)
-            .map(|(o, _)| *o)
-    }
 }
 
 /// A handed-out delivery's place in the tracker.
@@ -80,7 +72,8 @@ pub(crate) enum Registered {
     /// Hand it out; settle it with this ticket. `attempt` counts deliveries of the offset
     /// seen by this process (1 for the first).
     Track { ticket: Ticket, attempt: u32 },
-    /// Already done in this assignment (a re-fetch after a seek back): skip it.
+    /// Already done in this assignment (fetched again, e.g. after the client reset its
+    /// fetch position): skip it.
     AlreadyDone,
 }
 
@@ -89,6 +82,7 @@ pub(crate) enum Registered {
 pub(crate) struct Tracker {
     parts: HashMap<Tp, Part>,
     next_generation: u64,
+    ever_assigned: bool,
 }
 
 impl Tracker {
@@ -100,10 +94,16 @@ impl Tracker {
     /// Partitions were assigned: fresh state for each (a new generation, so late
     /// settlements from an earlier assignment are ignored).
     pub fn assign(&mut self, tps: impl IntoIterator<Item = Tp>) {
+        self.ever_assigned = true;
         for tp in tps {
             let generation = self.new_generation();
             self.parts.insert(tp, Part::new(generation));
         }
+    }
+
+    /// True once partitions were assigned to this consumer (any time so far).
+    pub fn ever_assigned(&self) -> bool {
+        self.ever_assigned
     }
 
     /// A message at `offset` was received.
@@ -154,15 +154,33 @@ impl Tracker {
         part.done_upto != before
     }
 
-    /// The delivery was given back. Returns the offset to seek the partition to — the
-    /// lowest given-back offset of the partition, so that a later seek never jumps over
-    /// an earlier given-back message — or `None` if nothing needs redelivering (the
-    /// offset is done through another delivery, or the partition is no longer ours).
-    pub fn nack(&mut self, ticket: &Ticket) -> Option<i64> {
+    /// The delivery was given back (nacked, or dropped by a crashed task). Returns true if
+    /// the record must be handed out again: it is not done through another delivery and
+    /// the partition is still ours in the same assignment. Until it is done, no later
+    /// offset of its partition is committed.
+    pub fn nack(&mut self, ticket: &Ticket) -> bool {
+        let Some(part) = self.part_of(ticket) else {
+            return false;
+        };
+        let Some(entry) = part.pending.get_mut(&ticket.offset) else {
+            return false;
+        };
+        entry.in_flight = entry.in_flight.saturating_sub(1);
+        !entry.done
+    }
+
+    /// A given-back record is handed out again. Returns its attempt number, or `None` if
+    /// it no longer needs a delivery (done meanwhile, or its partition was revoked or
+    /// re-assigned since).
+    pub fn redeliver(&mut self, ticket: &Ticket) -> Option<u32> {
         let part = self.part_of(ticket)?;
         let entry = part.pending.get_mut(&ticket.offset)?;
-        entry.in_flight = entry.in_flight.saturating_sub(1);
-        part.given_back()
+        if entry.done {
+            return None;
+        }
+        entry.in_flight += 1;
+        entry.deliveries += 1;
+        Some(entry.deliveries)
     }
 
     /// Deliveries of `tp` still in flight.
@@ -173,15 +191,6 @@ impl Tracker {
     /// Deliveries in flight over all partitions.
     pub fn total_in_flight(&self) -> u32 {
         self.parts.values().map(Part::in_flight).sum()
-    }
-
-    /// Partitions with given-back deliveries not handed out again, with the offset to
-    /// seek each to.
-    pub fn given_back(&self) -> Vec<(Tp, i64)> {
-        self.parts
-            .iter()
-            .filter_map(|(tp, p)| p.given_back().map(|o| (tp.clone(), o)))
-            .collect()
     }
 
     /// Positions to commit: partitions whose done position moved past the last commit.
@@ -267,31 +276,40 @@ mod tests {
     }
 
     #[test]
-    fn nack_blocks_and_seeks_to_the_lowest_given_back_offset() {
+    fn nack_blocks_commits_until_the_redelivery_is_done() {
         let mut t = Tracker::default();
         let a = track(&mut t, 0, 1);
         let b = track(&mut t, 0, 2);
         let c = track(&mut t, 0, 3);
-        assert_eq!(t.nack(&c), Some(3));
-        assert_eq!(t.nack(&a), Some(1));
+        assert!(t.nack(&c));
+        assert!(t.nack(&a));
         t.ack(&b);
         assert!(t.take_dirty().is_empty(), "offset 1 is not done");
-        // The seek redelivers 1, 2 (done: skipped) and 3.
-        let Registered::Track {
-            ticket: a2,
-            attempt,
-        } = t.register(&tp(0), 1)
-        else {
-            panic!("1 must be redelivered");
-        };
-        assert_eq!(attempt, 2);
+        assert_eq!(t.total_in_flight(), 0);
+        assert_eq!(t.redeliver(&a), Some(2), "second delivery of offset 1");
         assert_eq!(t.register(&tp(0), 2), Registered::AlreadyDone);
-        let c2 = track(&mut t, 0, 3);
-        t.ack(&a2);
+        assert_eq!(t.redeliver(&c), Some(2));
+        t.ack(&a);
         assert_eq!(t.take_dirty()[0].1, 3, "1 and 2 are done; 3 is in flight");
-        t.ack(&c2);
+        t.ack(&c);
         assert_eq!(t.take_dirty()[0].1, 4);
+        assert_eq!(t.redeliver(&c), None, "done: nothing to hand out");
         assert_eq!(t.register(&tp(0), 3), Registered::AlreadyDone);
+    }
+
+    #[test]
+    fn nack_of_a_done_or_revoked_record_asks_for_no_redelivery() {
+        let mut t = Tracker::default();
+        let a = track(&mut t, 0, 1);
+        let Registered::Track { ticket: a2, .. } = t.register(&tp(0), 1) else {
+            panic!("a second delivery of an unfinished offset is tracked");
+        };
+        t.ack(&a2);
+        assert!(!t.nack(&a), "done through the other delivery");
+        let b = track(&mut t, 0, 2);
+        assert_eq!(t.revoke(&tp(0)), Some(2));
+        assert!(!t.nack(&b), "the partition is no longer ours");
+        assert_eq!(t.redeliver(&b), None);
     }
 
     #[test]
@@ -308,7 +326,7 @@ mod tests {
             !t.ack(&b),
             "a settlement from the old assignment changes nothing"
         );
-        assert_eq!(t.nack(&b), None);
+        assert!(!t.nack(&b));
         assert!(t.take_dirty().is_empty());
         assert_eq!(t.total_in_flight(), 0);
     }

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known failure: partitions stall after seek-backs against tansu (docs/kafka.md, issue 6 open)"]
 async fn kafka_conformance() {
     if !up("kafka_conformance") {
         return;
@@ -72,7 +71,7 @@ async fn send(topic: &str, ids: &[&str]) {
         .expect("publish");
 }
 
-/// A nack seeks back and redelivers with attempt 2 (done records are not handed out
+/// A nack redelivers with attempt 2 (done records are not handed out
 /// again); a later offset is not committed while an earlier one is in flight, so after a
 /// crash with a record in flight, the next consumer starts at that record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
