@@ -21,6 +21,8 @@ pub struct Report {
     pub double: usize,
     /// Unique ids with neither an effect nor a dead letter.
     pub lost: usize,
+    /// Up to ten of the lost ids, sorted (to start a diagnosis from).
+    pub lost_sample: Vec<String>,
     /// Valid ids that were dead-lettered instead of applied (none expected in these tests).
     pub valid_dead_lettered: usize,
     /// Bad-id messages published.
@@ -70,10 +72,14 @@ impl Report {
             .map(|(id, n)| if expected.contains(id) { n - 1 } else { *n })
             .sum();
         let dead_ids: HashSet<&str> = dead.iter().filter_map(|(id, _, _)| id.as_deref()).collect();
-        let lost = expected
+        let mut lost_ids: Vec<&str> = expected
             .iter()
             .filter(|id| !per_id.contains_key(*id) && !dead_ids.contains(*id))
-            .count();
+            .copied()
+            .collect();
+        lost_ids.sort_unstable();
+        let lost = lost_ids.len();
+        let lost_sample = lost_ids.iter().take(10).map(|s| s.to_string()).collect();
         let valid_dead_lettered = expected.iter().filter(|id| dead_ids.contains(*id)).count();
         let bad_payloads: HashSet<&[u8]> = dead
             .iter()
@@ -92,6 +98,7 @@ impl Report {
             ledger_ids: per_id.len(),
             double,
             lost,
+            lost_sample,
             valid_dead_lettered,
             bad_expected: workload.bad.len(),
             bad_dead_lettered,

@@ -124,6 +124,10 @@ fn tpl_of(positions: impl IntoIterator<Item = (Tp, i64)>) -> Result<TopicPartiti
     Ok(tpl)
 }
 
+fn tpl_positions(batch: &[(Ticket, i64)]) -> Vec<(i32, i64)> {
+    batch.iter().map(|(t, o)| (t.tp.1, *o)).collect()
+}
+
 /// Commits every partition's done position that moved since the last commit.
 fn commit_dirty<C: Consumer<KafkaContext>>(shared: &Shared, consumer: &C) -> Result<usize> {
     let batch = shared.lock().take_dirty();
@@ -133,7 +137,7 @@ fn commit_dirty<C: Consumer<KafkaContext>>(shared: &Shared, consumer: &C) -> Res
     let tpl = tpl_of(batch.iter().map(|(t, o)| (t.tp.clone(), *o)))?;
     match consumer.commit(&tpl, CommitMode::Sync) {
         Ok(()) => {
-            debug!(partitions = batch.len(), "Kafka: offsets committed");
+            debug!(positions = ?tpl_positions(&batch), "Kafka: offsets committed");
             Ok(batch.len())
         }
         Err(e) => {
@@ -182,12 +186,24 @@ impl ConsumerContext for KafkaContext {
         }
     }
 
-    fn post_rebalance(&self, _base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
                 let tps = tps_of(tpl);
                 info!(partitions = ?tps, "Kafka: partitions assigned");
                 self.shared.lock().assign(tps);
+                // Where each partition should resume, to catch a broker that skips records.
+                match blocking(|| base.committed_offsets((*tpl).clone(), Duration::from_secs(10))) {
+                    Ok(committed) => {
+                        let mut tracker = self.shared.lock();
+                        for e in committed.elements() {
+                            if let Offset::Offset(o) = e.offset() {
+                                tracker.expect_start(&(e.topic().to_owned(), e.partition()), o);
+                            }
+                        }
+                    }
+                    Err(e) => debug!(error = %e, "Kafka: reading committed offsets failed"),
+                }
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => warn!(error = %e, "Kafka: rebalance error"),
@@ -405,9 +421,25 @@ impl Source for KafkaSource {
                 continue; // a record was parked
             };
             let r = received.map_err(|e| kafka_err("receive", e))?;
-            let registered = self.shared.lock().register(&r.tp, r.offset);
-            if let Registered::Track { ticket, attempt } = registered {
-                return Ok(Some(self.deliver(ticket, r.raw, attempt)));
+            let registered = {
+                let mut tracker = self.shared.lock();
+                if let Some((from, to)) = tracker.gap_before(&r.tp, r.offset) {
+                    warn!(
+                        topic = r.tp.0, partition = r.tp.1, committed = from, first_received = to,
+                        "Kafka: the broker skipped {} offset(s) after the committed one; a few are normal \
+                         (transaction markers, compaction), more mean the broker lost records", to - from
+                    );
+                }
+                tracker.register(&r.tp, r.offset)
+            };
+            match registered {
+                Registered::Track { ticket, attempt } => {
+                    return Ok(Some(self.deliver(ticket, r.raw, attempt)));
+                }
+                Registered::NotAssigned => {
+                    warn!(topic = r.tp.0, partition = r.tp.1, offset = r.offset, "Kafka: record of a partition not assigned to this consumer; left to its owner");
+                }
+                Registered::AlreadyDone => {}
             }
         }
     }

@@ -25,6 +25,9 @@ struct Entry {
 #[derive(Debug)]
 struct Part {
     generation: u64,
+    /// Where consumption should start (the committed offset), when known: the first
+    /// record received is checked against it.
+    expected_start: Option<i64>,
     pending: BTreeMap<i64, Entry>,
     /// Next offset to commit: every delivered offset below it is done.
     done_upto: Option<i64>,
@@ -36,6 +39,7 @@ impl Part {
     fn new(generation: u64) -> Self {
         Self {
             generation,
+            expected_start: None,
             pending: BTreeMap::new(),
             done_upto: None,
             committed: None,
@@ -72,6 +76,8 @@ pub(crate) enum Registered {
     /// Hand it out; settle it with this ticket. `attempt` counts deliveries of the offset
     /// seen by this process (1 for the first).
     Track { ticket: Ticket, attempt: u32 },
+    /// The partition is not assigned to this consumer: do not hand it out.
+    NotAssigned,
     /// Already done in this assignment (fetched again, e.g. after the client reset its
     /// fetch position): skip it.
     AlreadyDone,
@@ -106,13 +112,32 @@ impl Tracker {
         self.ever_assigned
     }
 
-    /// A message at `offset` was received.
-    pub fn register(&mut self, tp: &Tp, offset: i64) -> Registered {
-        if !self.parts.contains_key(tp) {
-            let generation = self.new_generation();
-            self.parts.insert(tp.clone(), Part::new(generation));
+    /// The committed offset of an assigned partition, where its first record should be.
+    pub fn expect_start(&mut self, tp: &Tp, offset: i64) {
+        if let Some(part) = self.parts.get_mut(tp) {
+            part.expected_start = Some(offset);
         }
-        let part = self.parts.get_mut(tp).expect("inserted above");
+    }
+
+    /// For the first record received after an assignment: the offsets the broker skipped
+    /// between the committed offset and this record (`Some((from, to))`, `to` exclusive),
+    /// if any. A few are normal (transaction markers, compaction); many mean the broker
+    /// lost records, which no consumer can recover.
+    pub fn gap_before(&mut self, tp: &Tp, offset: i64) -> Option<(i64, i64)> {
+        let part = self.parts.get_mut(tp)?;
+        let start = part.expected_start.take()?;
+        (offset > start).then_some((start, offset))
+    }
+
+    /// A message at `offset` was received.
+    ///
+    /// A partition that is not assigned (any more) gives [`Registered::NotAssigned`]: the
+    /// record is left to whoever owns the partition. Tracking it would start a fresh state
+    /// at this offset and let a later commit jump over the records before it.
+    pub fn register(&mut self, tp: &Tp, offset: i64) -> Registered {
+        let Some(part) = self.parts.get_mut(tp) else {
+            return Registered::NotAssigned;
+        };
         if part.done_upto.is_some_and(|d| offset < d) {
             return Registered::AlreadyDone;
         }
@@ -268,6 +293,7 @@ mod tests {
     #[test]
     fn gaps_in_offsets_do_not_block() {
         let mut t = Tracker::default();
+        t.assign([tp(0)]);
         let a = track(&mut t, 0, 5);
         let b = track(&mut t, 0, 9); // 6..8 were control records: never delivered
         t.ack(&b);
@@ -278,6 +304,7 @@ mod tests {
     #[test]
     fn nack_blocks_commits_until_the_redelivery_is_done() {
         let mut t = Tracker::default();
+        t.assign([tp(0)]);
         let a = track(&mut t, 0, 1);
         let b = track(&mut t, 0, 2);
         let c = track(&mut t, 0, 3);
@@ -300,6 +327,7 @@ mod tests {
     #[test]
     fn nack_of_a_done_or_revoked_record_asks_for_no_redelivery() {
         let mut t = Tracker::default();
+        t.assign([tp(0)]);
         let a = track(&mut t, 0, 1);
         let Registered::Track { ticket: a2, .. } = t.register(&tp(0), 1) else {
             panic!("a second delivery of an unfinished offset is tracked");
@@ -332,8 +360,35 @@ mod tests {
     }
 
     #[test]
+    fn records_of_unassigned_partitions_are_not_tracked() {
+        let mut t = Tracker::default();
+        assert_eq!(t.register(&tp(0), 7), Registered::NotAssigned);
+        t.assign([tp(0)]);
+        let a = track(&mut t, 0, 7);
+        t.ack(&a);
+        assert_eq!(t.revoke(&tp(0)), Some(8));
+        // A record fetched before the revoke and received after it must not start a
+        // fresh state at offset 9: committing 10 would skip offset 8.
+        assert_eq!(t.register(&tp(0), 9), Registered::NotAssigned);
+        assert!(t.take_dirty().is_empty());
+    }
+
+    #[test]
+    fn a_gap_after_the_committed_offset_is_reported_once() {
+        let mut t = Tracker::default();
+        t.assign([tp(0), tp(1)]);
+        t.expect_start(&tp(0), 2024);
+        t.expect_start(&tp(1), 5);
+        assert_eq!(t.gap_before(&tp(0), 2230), Some((2024, 2230)));
+        assert_eq!(t.gap_before(&tp(0), 2231), None, "only the first record");
+        assert_eq!(t.gap_before(&tp(1), 5), None, "started where committed");
+        assert_eq!(t.gap_before(&tp(2), 9), None, "not assigned");
+    }
+
+    #[test]
     fn failed_commit_is_retried() {
         let mut t = Tracker::default();
+        t.assign([tp(3)]);
         let a = track(&mut t, 3, 0);
         t.ack(&a);
         let batch = t.take_dirty();

@@ -39,7 +39,6 @@ fn consumer_binary() -> PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "unfinished: a clean run after the kills can hang without partitions (docs/kafka.md, issue 6 open)"]
 async fn kafka_sigkill_crash_10k() {
     if !up("kafka_sigkill_crash_10k") {
         return;
