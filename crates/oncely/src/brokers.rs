@@ -1,5 +1,5 @@
 //! One URL-driven entry over the broker crates enabled by features:
-//! `amqp://`, `nats://`, `redis://`, `mqtt://`.
+//! `amqp://`, `nats://`, `redis://`, `mqtt://`, `kafka://`.
 
 use oncely_core::{Delivery, Error, RawEnvelope, Result, Source};
 
@@ -18,6 +18,9 @@ pub enum AnySource {
     /// MQTT.
     #[cfg(feature = "mqtt")]
     Mqtt(Box<oncely_mqtt::MqttSource>),
+    /// Kafka.
+    #[cfg(feature = "kafka")]
+    Kafka(Box<oncely_kafka::KafkaSource>),
 }
 
 impl Source for AnySource {
@@ -31,6 +34,8 @@ impl Source for AnySource {
             Self::Redis(s) => s.next().await,
             #[cfg(feature = "mqtt")]
             Self::Mqtt(s) => s.next().await,
+            #[cfg(feature = "kafka")]
+            Self::Kafka(s) => s.next().await,
             #[allow(unreachable_patterns)]
             _ => Err(Error::config("no broker feature enabled")),
         }
@@ -44,7 +49,7 @@ pub fn scheme(url: &str) -> &str {
 
 fn unknown(url: &str) -> Error {
     Error::config(format!(
-        "unsupported source {:?}: use amqp://, nats://, redis:// or mqtt:// (with the matching oncely feature)",
+        "unsupported source {:?}: use amqp://, nats://, redis://, mqtt:// or kafka:// (with the matching oncely feature)",
         scheme(url)
     ))
 }
@@ -66,6 +71,8 @@ pub async fn connect_source(url: &str, consumer: &str) -> Result<AnySource> {
         "mqtt" | "tcp" => {
             AnySource::Mqtt(Box::new(oncely_mqtt::connect_source(url, consumer).await?))
         }
+        #[cfg(feature = "kafka")]
+        "kafka" => AnySource::Kafka(Box::new(oncely_kafka::connect_source(url, consumer).await?)),
         _ => {
             let _ = consumer;
             return Err(unknown(url));
@@ -84,6 +91,8 @@ pub async fn publish(url: &str, messages: &[RawEnvelope]) -> Result<()> {
         "redis" | "rediss" => oncely_redis::publish(url, messages).await,
         #[cfg(feature = "mqtt")]
         "mqtt" | "tcp" => oncely_mqtt::publish(url, messages).await,
+        #[cfg(feature = "kafka")]
+        "kafka" => oncely_kafka::publish(url, messages).await,
         _ => {
             let _ = messages;
             Err(unknown(url))

@@ -9,7 +9,7 @@
 //!
 //! This facade re-exports [`oncely_core`] at the root and the other crates as modules,
 //! behind features: `sql` (default: SQLite, PostgreSQL, MySQL/MariaDB stores), `effects`,
-//! `amqp`, `nats`, `redis`, `mqtt`, `testkit`. See the README and `docs/` for the contract.
+//! `amqp`, `nats`, `redis`, `mqtt`, `kafka`, `testkit`. See the README and `docs/` for the contract.
 //!
 //! ```
 //! use oncely::{ConsumerName, MessageId};
@@ -37,6 +37,9 @@ pub use oncely_redis as redis;
 #[cfg(feature = "mqtt")]
 pub use oncely_mqtt as mqtt;
 
+#[cfg(feature = "kafka")]
+pub use oncely_kafka as kafka;
+
 #[cfg(feature = "testkit")]
 pub use oncely_testkit as testkit;
 
@@ -44,6 +47,7 @@ pub use oncely_testkit as testkit;
     feature = "amqp",
     feature = "nats",
     feature = "redis",
-    feature = "mqtt"
+    feature = "mqtt",
+    feature = "kafka"
 ))]
 pub mod brokers;

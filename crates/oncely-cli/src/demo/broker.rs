@@ -25,11 +25,31 @@ pub fn with_duplicates(messages: &[RawEnvelope], args: &DemoArgs) -> Vec<RawEnve
     copies
 }
 
+/// The URL to consume from: a `kafka://` URL gets `idle_exit_ms` (from `--idle-exit`)
+/// unless it names one, so that the source itself can tell "assigned and drained" from
+/// "still joining the group".
+pub fn consume_url(url: &str, args: &DemoArgs) -> String {
+    if !url.starts_with("kafka://") || url.contains("idle_exit_ms=") {
+        return url.to_owned();
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}idle_exit_ms={}", args.idle_exit * 1000)
+}
+
 /// Acks and discards whatever an earlier run left in the queue, so that the checker compares
 /// this run's messages only. Returns how many were discarded.
-pub async fn drain<S: Source>(source: &mut S) -> Result<u64> {
+///
+/// Waits up to 1 s per message; for Kafka the first wait also covers the group join (up
+/// to 30 s), and the source ends the drain itself once its partitions are assigned and idle.
+pub async fn drain<S: Source>(source: &mut S, url: &str) -> Result<u64> {
     let mut discarded = 0;
-    while let Ok(next) = tokio::time::timeout(Duration::from_secs(1), source.next()).await {
+    let mut wait = if url.starts_with("kafka://") {
+        Duration::from_secs(30)
+    } else {
+        Duration::from_secs(1)
+    };
+    while let Ok(next) = tokio::time::timeout(wait, source.next()).await {
+        wait = Duration::from_secs(1);
         let Some(delivery) = next? else { break };
         // Deliberately dropped without processing: not part of this run.
         delivery.ack(Committed::after_durable_commit()).await?;

@@ -75,7 +75,7 @@ pub struct DemoArgs {
     /// TESTING ONLY: ack before commit, breaking the contract, to show the checker catches it.
     #[arg(long, hide = true)]
     pub unsafe_ack_before_commit: bool,
-    /// Broker URL (amqp://, nats://, redis://, mqtt://) to publish and consume through;
+    /// Broker URL (amqp://, nats://, redis://, mqtt://, kafka://) to publish and consume through;
     /// default: the in-process broker. Duplicates are then published by the demo itself.
     #[arg(long, env = "ONCELY_DEMO_SOURCE")]
     pub source: Option<String>,
@@ -146,8 +146,14 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             (stats, source.stats(), started.elapsed())
         }
         Some(broker) => {
-            let mut source = connect_source(broker, name.as_str()).await?;
-            let discarded = broker::drain(&mut source).await?;
+            let url = broker::consume_url(broker, &args);
+            if url.starts_with("kafka://") {
+                // Creates the topic, so the consumer does not subscribe to a missing one
+                // (librdkafka would only notice it at its next metadata refresh).
+                publish(&url, &[]).await?;
+            }
+            let mut source = connect_source(&url, name.as_str()).await?;
+            let discarded = broker::drain(&mut source, &url).await?;
             if discarded > 0 && !args.json {
                 eprintln!("discarded {discarded} leftover message(s) from earlier runs");
             }
