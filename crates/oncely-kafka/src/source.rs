@@ -425,9 +425,13 @@ impl Source for KafkaSource {
                 let mut tracker = self.shared.lock();
                 if let Some((from, to)) = tracker.gap_before(&r.tp, r.offset) {
                     warn!(
-                        topic = r.tp.0, partition = r.tp.1, committed = from, first_received = to,
+                        topic = r.tp.0,
+                        partition = r.tp.1,
+                        committed = from,
+                        first_received = to,
                         "Kafka: the broker skipped {} offset(s) after the committed one; a few are normal \
-                         (transaction markers, compaction), more mean the broker lost records", to - from
+                         (transaction markers, compaction), more mean the broker lost records",
+                        to - from
                     );
                 }
                 tracker.register(&r.tp, r.offset)
@@ -437,7 +441,12 @@ impl Source for KafkaSource {
                     return Ok(Some(self.deliver(ticket, r.raw, attempt)));
                 }
                 Registered::NotAssigned => {
-                    warn!(topic = r.tp.0, partition = r.tp.1, offset = r.offset, "Kafka: record of a partition not assigned to this consumer; left to its owner");
+                    warn!(
+                        topic = r.tp.0,
+                        partition = r.tp.1,
+                        offset = r.offset,
+                        "Kafka: record of a partition not assigned to this consumer; left to its owner"
+                    );
                 }
                 Registered::AlreadyDone => {}
             }
@@ -462,7 +471,12 @@ impl KafkaAcker {
         {
             let mut tracker = self.shared.lock();
             if tracker.nack(&ticket) {
-                debug!(topic = ticket.tp.0, partition = ticket.tp.1, offset = ticket.offset, "Kafka: record given back; redelivering");
+                debug!(
+                    topic = ticket.tp.0,
+                    partition = ticket.tp.1,
+                    offset = ticket.offset,
+                    "Kafka: record given back; redelivering"
+                );
                 self.shared.parked().push_back((ticket, copy));
                 self.shared.parked_ready.notify_one();
             }
