@@ -50,15 +50,19 @@
 //! how much is redelivered. Both can be combined: the inbox for correctness, offsets in
 //! Kafka for progress. See `docs/kafka.md` for the table layout of the alternative.
 
+mod acker;
+mod context;
 mod mapping;
 mod options;
 mod producer;
+mod shared;
 mod source;
 mod tracker;
 
+pub use context::KafkaContext;
 pub use mapping::{
     ENTITY_HEADER, ID_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER, envelope_of, headers_of, key_of,
 };
 pub use options::{DEFAULT_TOPIC, KafkaOptions};
 pub use producer::{KafkaProducer, create_topic, publish};
-pub use source::{KafkaContext, KafkaSource, connect_source};
+pub use source::{KafkaSource, connect_source};

@@ -2,7 +2,7 @@
 
 use crate::mapping::{headers_of, key_of};
 use crate::options::KafkaOptions;
-use crate::source::kafka_err;
+use crate::shared::kafka_err;
 use oncely_core::{Error, RawEnvelope, Result};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
