@@ -26,29 +26,16 @@
 //!
 //! ## Offsets in Kafka, or offsets in the database?
 //!
-//! This crate keeps the offsets in Kafka and relies on the inbox: the database commit
-//! (claim + effect) comes first, the offset commit second. A crash between the two
-//! redelivers records whose effect is already committed; their claim finds the id and
-//! they are skipped as `Duplicate`. That is at-least-once delivery made exactly-once in
-//! effect, and it needs nothing but the inbox table.
+//! By default ([`IdFrom::Header`]) the id is the producer's `message-id` header: the
+//! inbox row in the effect's transaction catches Kafka's redeliveries *and* the copies a
+//! producer wrote twice; the Kafka offset commit only decides where a restart resumes.
 //!
-//! Kafka's own advice for exactly-once into a database is the other way: store the
-//! offset *in the database, in the same transaction* as the effect, and on assignment
-//! seek each partition to the stored offset (ignoring Kafka's committed offsets). Then
-//! no record is ever redelivered after its transaction committed, and no inbox is needed
-//! for Kafka-internal redelivery. Use it when
-//!
-//! - one topic partition maps to one consumer and you want no redelivery at all (e.g. a
-//!   very high rate where inbox lookups matter), or
-//! - the producer cannot set stable ids (then the offset *is* the only stable identity —
-//!   but note that a producer retry that writes a record twice gives two offsets, which
-//!   the offset table cannot catch; only a producer id catches that).
-//!
-//! Keep the inbox (this crate's default) when producers set ids: it also catches
-//! duplicates the *producer* created (retries, replays, re-published topics, a second
-//! source), which offsets cannot, and the offset commit is then only an optimisation of
-//! how much is redelivered. Both can be combined: the inbox for correctness, offsets in
-//! Kafka for progress. See `docs/kafka.md` for the table layout of the alternative.
+//! Kafka's own advice for exactly-once into a database is to store the offset *in the
+//! database, in the same transaction* as the effect. With [`IdFrom::Offset`] (`?id=offset`)
+//! the id is `TOPIC/PARTITION/OFFSET`, so the inbox row *is* that stored offset — one row
+//! per offset, which stays correct under concurrent processing where a single
+//! "next offset" per partition would not. Use it when producers set no ids; it cannot
+//! catch a record the producer wrote twice (two offsets). See `docs/kafka.md`.
 
 mod acker;
 mod context;
@@ -63,6 +50,6 @@ pub use context::KafkaContext;
 pub use mapping::{
     ENTITY_HEADER, ID_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER, envelope_of, headers_of, key_of,
 };
-pub use options::{DEFAULT_TOPIC, KafkaOptions};
+pub use options::{DEFAULT_TOPIC, IdFrom, KafkaOptions};
 pub use producer::{KafkaProducer, create_topic, publish};
 pub use source::{KafkaSource, connect_source};

@@ -6,6 +6,21 @@ use std::time::Duration;
 /// Topic used when the URL names none.
 pub const DEFAULT_TOPIC: &str = "oncely";
 
+/// Where a record's message id comes from (URL parameter `id=header|offset`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IdFrom {
+    /// The `message-id` header the producer set (default). Catches every duplicate with
+    /// that id: Kafka's redeliveries and the copies a producer wrote twice.
+    #[default]
+    Header,
+    /// The record's position, `TOPIC/PARTITION/OFFSET`, for producers that set no id. The
+    /// inbox then stores offsets in the effect's transaction (Kafka's advice for
+    /// exactly-once into a database). It catches Kafka's redeliveries only: a record the
+    /// producer wrote twice has two offsets and is applied twice, and a topic deleted and
+    /// re-created starts its offsets at 0 again (use a new consumer name for it).
+    Offset,
+}
+
 /// Settings of a [`KafkaSource`](crate::KafkaSource) (and of the producer, which uses
 /// `brokers`, `topics[0]` and `client`).
 #[derive(Debug, Clone)]
@@ -25,9 +40,11 @@ pub struct KafkaOptions {
     /// that finish later are redelivered to the new owner (and skipped there as
     /// `Duplicate` if they committed).
     pub revoke_wait: Duration,
-    /// End the source (`next()` returns `Ok(None)`) once no record arrived for this long
-    /// and nothing is in flight, counted from the first record (default: never).
+    /// End the source (`next()` returns `Ok(None)`) once partitions were assigned, no record
+    /// arrived for this long and nothing is in flight (default: never).
     pub idle_exit: Option<Duration>,
+    /// Where message ids come from (default: the `message-id` header).
+    pub id_from: IdFrom,
     /// Partitions for topics the producer creates (default 1).
     pub partitions: i32,
     /// Further librdkafka settings (e.g. `session.timeout.ms`), applied last.
@@ -43,6 +60,7 @@ impl Default for KafkaOptions {
             commit_interval: Duration::from_millis(50),
             revoke_wait: Duration::from_secs(30),
             idle_exit: None,
+            id_from: IdFrom::Header,
             partitions: 1,
             client: Vec::new(),
         }
@@ -59,7 +77,7 @@ fn millis(key: &str, value: &str) -> Result<Duration> {
 impl KafkaOptions {
     /// Options for consumer `consumer` from a URL:
     ///
-    /// `kafka://HOST:PORT[,HOST:PORT…]/TOPIC[,TOPIC…]?group=G&partitions=N&commit_interval_ms=50&revoke_wait_ms=30000&idle_exit_ms=3000&session.timeout.ms=6000`
+    /// `kafka://HOST:PORT[,HOST:PORT…]/TOPIC[,TOPIC…]?group=G&partitions=N&commit_interval_ms=50&revoke_wait_ms=30000&idle_exit_ms=3000&id=header&session.timeout.ms=6000`
     ///
     /// The group defaults to the consumer name and the topic to `oncely`. Parameters with a
     /// dot in their name are librdkafka settings, passed through.
@@ -97,6 +115,17 @@ impl KafkaOptions {
                 "commit_interval_ms" => options.commit_interval = millis(k, v)?,
                 "revoke_wait_ms" => options.revoke_wait = millis(k, v)?,
                 "idle_exit_ms" => options.idle_exit = Some(millis(k, v)?),
+                "id" => {
+                    options.id_from = match v {
+                        "header" => IdFrom::Header,
+                        "offset" => IdFrom::Offset,
+                        _ => {
+                            return Err(Error::config(format!(
+                                "id={v:?}: use id=header (the message-id header) or id=offset"
+                            )));
+                        }
+                    }
+                }
                 key if key.contains('.') => options.client.push((key.to_owned(), v.to_owned())),
                 other => {
                     return Err(Error::config(format!(
@@ -141,6 +170,10 @@ mod tests {
             ("g", DEFAULT_TOPIC)
         );
         assert!(KafkaOptions::from_url("kafka://h:1/t?nope=1", "c").is_err());
+        assert_eq!(o.id_from, IdFrom::Header);
+        let o = KafkaOptions::from_url("kafka://h:1/t?id=offset", "c").unwrap();
+        assert_eq!(o.id_from, IdFrom::Offset);
+        assert!(KafkaOptions::from_url("kafka://h:1/t?id=key", "c").is_err());
         assert!(KafkaOptions::from_url("amqp://h", "c").is_err());
     }
 }

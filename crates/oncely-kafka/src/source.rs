@@ -4,7 +4,7 @@
 use crate::acker::KafkaAcker;
 use crate::context::KafkaContext;
 use crate::mapping::envelope_of;
-use crate::options::KafkaOptions;
+use crate::options::{IdFrom, KafkaOptions};
 use crate::shared::{Shared, blocking, commit_dirty, kafka_err};
 use crate::tracker::{Registered, Ticket, Tp, Tracker};
 use oncely_core::{Delivery, Error, RawEnvelope, Result, Source};
@@ -141,7 +141,7 @@ impl KafkaSource {
         tokio::select! {
             biased;
             _ = self.shared.parked_ready.notified() => None,
-            m = self.consumer.recv() => Some(m.map(|m| RawReceived::of(&m))),
+            m = self.consumer.recv() => Some(m.map(|m| RawReceived::of(&m, self.options.id_from))),
         }
     }
 }
@@ -154,21 +154,34 @@ struct RawReceived {
 }
 
 impl RawReceived {
-    fn of(message: &rdkafka::message::BorrowedMessage<'_>) -> Self {
+    fn of(message: &rdkafka::message::BorrowedMessage<'_>, id_from: IdFrom) -> Self {
         let headers: Vec<(&str, Option<&[u8]>)> = message
             .headers()
             .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
             .unwrap_or_default();
+        let mut raw = envelope_of(
+            headers,
+            message.payload().unwrap_or_default().to_vec(),
+            message.timestamp().to_millis(),
+        );
+        if id_from == IdFrom::Offset {
+            raw.id = Some(offset_id(
+                message.topic(),
+                message.partition(),
+                message.offset(),
+            ));
+        }
         Self {
             tp: (message.topic().to_owned(), message.partition()),
             offset: message.offset(),
-            raw: envelope_of(
-                headers,
-                message.payload().unwrap_or_default().to_vec(),
-                message.timestamp().to_millis(),
-            ),
+            raw,
         }
     }
+}
+
+/// The message id of a record under [`IdFrom::Offset`]: `TOPIC/PARTITION/OFFSET`.
+fn offset_id(topic: &str, partition: i32, offset: i64) -> Vec<u8> {
+    format!("{topic}/{partition}/{offset}").into_bytes()
 }
 
 async fn committer(shared: Arc<Shared>, consumer: Weak<Inner>, interval: Duration) {
