@@ -21,6 +21,8 @@ pub enum Mode {
     Raw,
     /// oncely: every message delivered twice; the figure is the redelivery's rate.
     Duplicate,
+    /// As `Duplicate`, with `Consumer::check_inbox_first` (per-message only).
+    DuplicateChecked,
 }
 
 impl Mode {
@@ -31,6 +33,7 @@ impl Mode {
             Self::Oncely => "oncely",
             Self::Raw => "raw",
             Self::Duplicate => "duplicate",
+            Self::DuplicateChecked => "duplicate_checked",
         }
     }
 }
@@ -196,13 +199,14 @@ where
     match (spec.mode, spec.batch) {
         (Mode::Plain, _) => runners::plain(bed, source, spec.concurrency).await?,
         (Mode::Raw, b) => runners::raw(bed, name.as_str(), source, b, spec.concurrency).await?,
-        (Mode::Oncely | Mode::Duplicate, 1) => {
-            let stats = runners::oncely(bed, name, source, spec.concurrency).await?;
+        (Mode::Oncely | Mode::Duplicate | Mode::DuplicateChecked, 1) => {
+            let check_first = spec.mode == Mode::DuplicateChecked;
+            let stats = runners::oncely(bed, name, source, spec.concurrency, check_first).await?;
             if stats.nacked + stats.dead_lettered > 0 {
                 bail!("oncely gave up on deliveries: {stats:?}");
             }
         }
-        (Mode::Oncely | Mode::Duplicate, b) => {
+        (Mode::Oncely | Mode::Duplicate | Mode::DuplicateChecked, b) => {
             let (stats, batches) = runners::oncely_batch(bed, name, source, b).await?;
             if stats.nacked + stats.dead_lettered + batches.fallbacks > 0 {
                 bail!("oncely batch mode fell back or gave up: {stats:?} {batches:?}");
@@ -226,7 +230,7 @@ where
     let name = ConsumerName::new("bench")?;
     let (msgs, total) = workload(spec.messages, tag);
     let mut first = None;
-    if spec.mode == Mode::Duplicate {
+    if matches!(spec.mode, Mode::Duplicate | Mode::DuplicateChecked) {
         let t = consume(bed, &name, spec, &msgs).await?;
         first = Some(rate(msgs.len(), t));
     }

@@ -97,7 +97,10 @@ pub(crate) fn matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
             spec(Mode::Raw, b, 1, batched(b)),
         ]);
     }
-    let mut dups = vec![spec(Mode::Duplicate, 1, 1, base)];
+    let mut dups = vec![
+        spec(Mode::Duplicate, 1, 1, base),
+        spec(Mode::DuplicateChecked, 1, 1, base),
+    ];
     if batches.contains(&100) {
         dups.push(spec(Mode::Duplicate, 100, 1, batched(100)));
     }

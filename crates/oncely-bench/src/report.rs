@@ -134,7 +134,11 @@ impl Report {
     }
 
     fn dup_speedup(&self, backend: &str, b: usize) -> Option<f64> {
-        let cell = self.find(backend, Mode::Duplicate, b, 1)?;
+        self.dup_speedup_of(backend, Mode::Duplicate, b)
+    }
+
+    fn dup_speedup_of(&self, backend: &str, mode: Mode, b: usize) -> Option<f64> {
+        let cell = self.find(backend, mode, b, 1)?;
         Some(cell.msgs_per_sec / cell.first_msgs_per_sec?)
     }
 
@@ -206,6 +210,10 @@ impl Report {
             m.insert(
                 format!("{backend}_duplicate_speedup"),
                 json!(self.dup_speedup(backend, 1)),
+            );
+            m.insert(
+                format!("{backend}_duplicate_speedup_inbox_check"),
+                json!(self.dup_speedup_of(backend, Mode::DuplicateChecked, 1)),
             );
             m.insert(
                 format!("{backend}_duplicate_speedup_batch100"),
@@ -297,7 +305,7 @@ impl Report {
                 (Mode::Oncely, b) => self
                     .rate(&c.backend, Mode::Raw, b, s.concurrency)
                     .map(|r| format!("{:.2}xR", c.msgs_per_sec / r)),
-                (Mode::Duplicate, _) => c
+                (Mode::Duplicate | Mode::DuplicateChecked, _) => c
                     .first_msgs_per_sec
                     .map(|f| format!("{:.1}x1st", c.msgs_per_sec / f)),
                 _ => None,

@@ -25,12 +25,14 @@ pub(crate) fn retry_policy() -> RetryPolicy {
         .max_delay(Duration::from_millis(50))
 }
 
-/// oncely per-message mode: [`oncely_core::Consumer`] with `concurrency` deliveries at once.
+/// oncely per-message mode: [`oncely_core::Consumer`] with `concurrency` deliveries at once
+/// (reading the inbox before each transaction when `check_first`).
 pub(crate) async fn oncely<B: Ops>(
     bed: &B,
     name: &ConsumerName,
     source: MemorySource,
     concurrency: usize,
+    check_first: bool,
 ) -> Result<StatsSnapshot>
 where
     crate::bed::Credits:
@@ -39,6 +41,7 @@ where
 {
     let consumer = Consumer::new(name.clone(), bed.store(), bed.handler())
         .concurrency(concurrency)
+        .check_inbox_first(check_first)
         .retry(retry_policy());
     Ok(consumer.run(source, CancellationToken::new()).await?)
 }

@@ -53,10 +53,19 @@ async fn the_checker_catches_a_plain_consumer_doubling_effects_and_passes_oncely
     bed.reset().await.unwrap();
     let (source, total) = twice(n);
     let name = ConsumerName::new("t").unwrap();
-    runners::oncely(&bed, &name, source, 2).await.unwrap();
+    runners::oncely(&bed, &name, source, 2, false)
+        .await
+        .unwrap();
     let check = Check::new(n as u64, total, bed.counts().await.unwrap(), true);
     assert_eq!((check.double, check.lost), (0, 0), "{check:?}");
     assert!(check.ok, "{check:?}");
+
+    bed.reset().await.unwrap();
+    let (source, total) = twice(n);
+    let stats = runners::oncely(&bed, &name, source, 2, true).await.unwrap();
+    assert_eq!(stats.duplicates, n as u64, "{stats:?}");
+    let check = Check::new(n as u64, total, bed.counts().await.unwrap(), true);
+    assert_eq!((check.double, check.lost), (0, 0), "{check:?}");
 
     bed.reset().await.unwrap();
     let (source, total) = twice(n);

@@ -37,6 +37,7 @@ pub struct ConsumerConfig {
     late_window: Option<Duration>,
     late_policy: LatePolicy,
     unsafe_ack_before_commit: bool,
+    check_inbox_first: bool,
 }
 
 impl Default for ConsumerConfig {
@@ -47,6 +48,7 @@ impl Default for ConsumerConfig {
             late_window: None,
             late_policy: LatePolicy::default(),
             unsafe_ack_before_commit: false,
+            check_inbox_first: false,
         }
     }
 }
@@ -109,6 +111,24 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// Deliveries processed at once (default 4).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n.max(1);
+        self
+    }
+
+    /// Reads the inbox before opening a transaction (default off): a delivery whose id is
+    /// already claimed with the same payload hash is acked as `Duplicate` without a write
+    /// transaction ([`Store::committed_claim`]). Costs one read per fresh message; pays off
+    /// where duplicates are common (redelivery after crashes, replays) and on SQLite, where
+    /// every claim takes the database's write lock.
+    ///
+    /// ```
+    /// # use oncely_core::{Consumer, ConsumerName};
+    /// # fn f<S: oncely_core::Store, H: oncely_core::Handler<S::Tx>>(store: S, handler: H) {
+    /// let consumer = Consumer::new(ConsumerName::new("billing").unwrap(), store, handler)
+    ///     .check_inbox_first(true);
+    /// # }
+    /// ```
+    pub fn check_inbox_first(mut self, on: bool) -> Self {
+        self.config.check_inbox_first = on;
         self
     }
 
@@ -313,6 +333,18 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             error,
             in_handler: false,
         };
+        let hash = envelope.payload_hash();
+        if self.config.check_inbox_first {
+            match self
+                .store
+                .committed_claim(&self.name, envelope.id(), hash)
+                .await
+            {
+                Ok(Some(proof)) => return Attempt::Done(Outcome::Duplicate, proof),
+                Ok(None) => {}
+                Err(e) => return store_err(e),
+            }
+        }
         let mut tx = match self.store.begin().await {
             Ok(tx) => tx,
             Err(e) => return store_err(e),
@@ -320,7 +352,6 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         if self.crash(Step::Begun, d) {
             return Attempt::Crashed(Step::Begun);
         }
-        let hash = envelope.payload_hash();
         let claim = match self
             .store
             .claim(&mut tx, &self.name, envelope.id(), hash)

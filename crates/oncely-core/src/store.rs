@@ -124,6 +124,22 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 
+    /// Looks `(consumer, id)` up outside any transaction, before a claim. `Some(proof)` when
+    /// the inbox already holds it with this `hash`: a committed claim, so the delivery is a
+    /// duplicate and may be acked with the proof. `None` when it is absent or held with
+    /// another hash (the claim then decides, as always). The default finds nothing.
+    ///
+    /// Used by [`crate::Consumer::check_inbox_first`].
+    fn committed_claim(
+        &self,
+        consumer: &ConsumerName,
+        id: &crate::MessageId,
+        hash: PayloadHash,
+    ) -> impl Future<Output = Result<Option<Committed>>> + Send {
+        let _ = (consumer, id, hash);
+        async { Ok(None) }
+    }
+
     /// Commits durably and returns the proof an ack needs.
     fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<Committed>> + Send;
 

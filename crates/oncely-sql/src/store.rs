@@ -162,6 +162,23 @@ macro_rules! sql_store {
                 .map_err(|e| db("begin", e))
             }
 
+            async fn committed_claim(
+                &self,
+                consumer: &ConsumerName,
+                id: &MessageId,
+                hash: PayloadHash,
+            ) -> Result<Option<Committed>> {
+                let stored: Option<String> = sqlx::query_scalar(self.queries.stored_hash.clone())
+                    .bind(consumer.as_str())
+                    .bind(id.as_str())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| db("reading the inbox", e))?;
+                let stored = stored.as_deref().map(stored_hash_of).transpose()?;
+                // A row read outside a transaction was committed (with this store's durability).
+                Ok((stored == Some(hash)).then(Committed::after_durable_commit))
+            }
+
             async fn claim(
                 &self,
                 tx: &mut Self::Tx,

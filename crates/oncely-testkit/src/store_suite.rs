@@ -4,8 +4,8 @@ use crate::check::tally;
 use crate::harness::StoreHarness;
 use crate::ledger::{LedgerHandler, Script};
 use oncely_core::{
-    Consumer, ConsumerName, CrashPlan, Inspect, LatePolicy, MemorySource, Outcome, RawEnvelope,
-    RetryPolicy, Source, SourceFaults, Step,
+    Consumer, ConsumerName, CrashPlan, Inspect, LatePolicy, MemorySource, MessageId, Outcome,
+    PayloadHash, RawEnvelope, RetryPolicy, Source, SourceFaults, Step, Store,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -125,6 +125,59 @@ pub async fn conflict_is_dead_lettered<H: StoreHarness>(h: &H) -> CaseResult {
         l.detail.contains(&stored) && l.detail.contains(&l.payload_hash),
         "detail names both hashes: {}",
         l.detail
+    );
+    Ok(())
+}
+
+/// With `check_inbox_first`, the read before the transaction finds committed claims only
+/// with the same hash: duplicates end there, a conflicting copy and a fresh id still go
+/// through the claim.
+pub async fn inbox_check_first<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    let c = consumer("billing", &store, &handler).check_inbox_first(true);
+    let name = ConsumerName::new("billing").expect("valid name");
+    let id = MessageId::new("m-1").expect("valid id");
+    let found = store.committed_claim(&name, &id, PayloadHash::of(b"10"));
+    ensure!(
+        found.await.map_err(err)?.is_none(),
+        "found a claim before any"
+    );
+    let outcomes = [
+        deliver(&c, RawEnvelope::new("m-1", "10")).await,
+        deliver(&c, RawEnvelope::new("m-1", "10")).await,
+        deliver(&c, RawEnvelope::new("m-1", "99")).await,
+        deliver(&c, RawEnvelope::new("m-2", "5")).await,
+    ];
+    ensure!(
+        matches!(
+            outcomes,
+            [
+                Outcome::Applied,
+                Outcome::Duplicate,
+                Outcome::Conflict { .. },
+                Outcome::Applied
+            ]
+        ),
+        "outcomes {outcomes:?}, want Applied, Duplicate, Conflict, Applied"
+    );
+    let same = store.committed_claim(&name, &id, PayloadHash::of(b"10"));
+    ensure!(
+        same.await.map_err(err)?.is_some(),
+        "committed claim not found"
+    );
+    let other = store.committed_claim(&name, &id, PayloadHash::of(b"99"));
+    ensure!(
+        other.await.map_err(err)?.is_none(),
+        "another hash must not match"
+    );
+    let effects = H::effects(&store).await.map_err(err)?;
+    let want = vec![("m-1".to_owned(), 10), ("m-2".to_owned(), 5)];
+    ensure!(effects == want, "effects {effects:?}, want {want:?}");
+    let letters = store.dead_letters(None).await.map_err(err)?;
+    ensure!(
+        letters.len() == 1 && letters[0].reason == "conflict",
+        "dead letters {letters:?}, want one conflict"
     );
     Ok(())
 }
