@@ -43,7 +43,6 @@ pub struct KafkaSource {
     shared: Arc<Shared>,
     options: KafkaOptions,
     committer: tokio::task::JoinHandle<()>,
-    seen_any: bool,
 }
 
 impl KafkaSource {
@@ -92,7 +91,6 @@ impl KafkaSource {
             shared,
             options,
             committer,
-            seen_any: false,
         })
     }
 
@@ -115,19 +113,15 @@ impl KafkaSource {
         self.shared.lock().total_in_flight()
     }
 
-    /// True when the source may end: partitions were assigned (or records seen), none is
-    /// in flight and none waits to be handed out again.
+    /// True when the source may end: partitions were assigned (every record handed out
+    /// belongs to one), none is in flight and none waits to be handed out again.
     fn idle(&self) -> bool {
-        if !self.seen_any && !self.shared.lock().ever_assigned() {
-            return false;
-        }
         let tracker = self.shared.lock();
-        tracker.total_in_flight() == 0 && self.shared.parked().is_empty()
+        tracker.ever_assigned() && tracker.total_in_flight() == 0 && self.shared.parked().is_empty()
     }
 
     /// Hands out a record: tracked under `ticket`, settled through the returned delivery.
-    fn deliver(&mut self, ticket: Ticket, raw: RawEnvelope, attempt: u32) -> Delivery {
-        self.seen_any = true;
+    fn deliver(&self, ticket: Ticket, raw: RawEnvelope, attempt: u32) -> Delivery {
         let acker = KafkaAcker {
             shared: self.shared.clone(),
             ticket: Some(ticket),
