@@ -168,13 +168,7 @@ macro_rules! sql_store {
                 id: &MessageId,
                 hash: PayloadHash,
             ) -> Result<Option<Committed>> {
-                let stored: Option<String> = sqlx::query_scalar(self.queries.stored_hash.clone())
-                    .bind(consumer.as_str())
-                    .bind(id.as_str())
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(|e| db("reading the inbox", e))?;
-                let stored = stored.as_deref().map(stored_hash_of).transpose()?;
+                let stored = self.claimed_hash(consumer, id.as_str()).await?;
                 // A row read outside a transaction was committed (with this store's durability).
                 Ok((stored == Some(hash)).then(Committed::after_durable_commit))
             }
