@@ -5,29 +5,18 @@
 //! A broker that does not answer fails the test under `CI` / `ONCELY_REQUIRE_SERVICES`, and
 //! is reported as SKIPPED otherwise.
 
+mod admin_support;
+
+use admin_support::{oncely, required, unique};
 use serde_json::Value;
 use std::net::TcpStream;
-use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-fn required() -> bool {
-    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
-}
+use std::time::Duration;
 
 fn answers(addr: &str) -> bool {
     let Ok(addr) = addr.parse() else {
         return false;
     };
     TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
-}
-
-/// A name no earlier run used (queues, topics and streams outlive a run).
-fn fresh(prefix: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos();
-    format!("{prefix}{}x{}", std::process::id(), nanos % 1_000_000_000)
 }
 
 fn n(report: &Value, key: &str) -> i64 {
@@ -47,19 +36,23 @@ fn broker_demo(name: &str, addr: &str, source: &str, messages: u32) {
         eprintln!("=== SKIPPED demo via {name}: nothing answers on {addr} (set CI=1 to fail) ===");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
-        .args(["demo", "--json", "--idle-exit", "5", "--seed", "11"])
-        .args(["--messages", &messages.to_string(), "--source", source])
-        .output()
-        .expect("run oncely demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let messages_arg = messages.to_string();
+    let (code, stdout, stderr) = oncely(&[
+        "demo",
+        "--json",
+        "--idle-exit",
+        "5",
+        "--seed",
+        "11",
+        "--messages",
+        &messages_arg,
+        "--source",
+        source,
+    ]);
     let r: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "demo via {name} printed no JSON report ({e}); stdout: {stdout}; stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
+        panic!("demo via {name} printed no JSON report ({e}); stdout: {stdout}; stderr: {stderr}")
     });
-    assert_eq!(out.status.code(), Some(0), "demo via {name} failed: {r}");
+    assert_eq!(code, 0, "demo via {name} failed: {r}");
     assert_eq!(n(&r, "messages"), i64::from(messages), "{r}");
     assert_eq!(n(&r, "double_effects"), 0, "{name}: {r}");
     assert_eq!(n(&r, "lost"), 0, "{name}: {r}");
@@ -84,7 +77,7 @@ fn demo_via_kafka() {
     let brokers =
         std::env::var("ONCELY_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
     let first = brokers.split(',').next().unwrap_or_default().to_owned();
-    let url = format!("kafka://{brokers}/{}?partitions=4", fresh("demo"));
+    let url = format!("kafka://{brokers}/{}?partitions=4", unique("demo"));
     broker_demo("Kafka", &first, &url, 2000);
 }
 
@@ -92,14 +85,14 @@ fn demo_via_kafka() {
 fn demo_via_rabbitmq() {
     let url = format!(
         "amqp://guest:guest@127.0.0.1:5672/%2f?queue={}",
-        fresh("demo")
+        unique("demo")
     );
     broker_demo("RabbitMQ", "127.0.0.1:5672", &url, 1000);
 }
 
 #[test]
 fn demo_via_nats() {
-    let name = fresh("demo");
+    let name = unique("demo");
     let url = format!(
         "nats://127.0.0.1:4222?stream={}&subject={name}&ack_wait_ms=3000",
         name.to_uppercase()
@@ -111,7 +104,7 @@ fn demo_via_nats() {
 fn demo_via_redis() {
     let url = format!(
         "redis://127.0.0.1:6379/?stream={}&reclaim_ms=1000",
-        fresh("demo")
+        unique("demo")
     );
     broker_demo("Redis", "127.0.0.1:6379", &url, 1000);
 }
@@ -120,7 +113,7 @@ fn demo_via_redis() {
 /// beyond it for a subscriber, and the demo publishes everything before consuming.
 #[test]
 fn demo_via_mqtt() {
-    let name = fresh("demo");
+    let name = unique("demo");
     let url = format!(
         "mqtt://127.0.0.1:1883?topic=oncely-demo/{name}&client_id={name}&session_expiry=600"
     );

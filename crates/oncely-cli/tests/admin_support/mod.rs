@@ -1,4 +1,5 @@
-//! Shared helpers of the admin_* tests: run the built binary, find the servers, seed data.
+//! Shared helpers of the admin_* and demo_brokers tests: run the built binary, find the
+//! servers, seed data.
 #![allow(dead_code)]
 
 use serde_json::Value;
@@ -35,7 +36,8 @@ pub fn unique(tag: &str) -> String {
     format!("{tag}_{}_{nanos:x}", std::process::id())
 }
 
-fn required() -> bool {
+/// True when a missing server must fail the test (`CI` or `ONCELY_REQUIRE_SERVICES` set).
+pub fn required() -> bool {
     std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
 }
 
