@@ -25,11 +25,16 @@ pub fn with_duplicates(messages: &[RawEnvelope], args: &DemoArgs) -> Vec<RawEnve
     copies
 }
 
+/// True for a `kafka://` URL.
+pub fn is_kafka(url: &str) -> bool {
+    oncely::brokers::scheme(url) == "kafka"
+}
+
 /// The URL to consume from: a `kafka://` URL gets `idle_exit_ms` (from `--idle-exit`)
 /// unless it names one, so that the source itself can tell "assigned and drained" from
 /// "still joining the group".
 pub fn consume_url(url: &str, args: &DemoArgs) -> String {
-    if !url.starts_with("kafka://") || url.contains("idle_exit_ms=") {
+    if !is_kafka(url) || url.contains("idle_exit_ms=") {
         return url.to_owned();
     }
     let sep = if url.contains('?') { '&' } else { '?' };
@@ -43,7 +48,7 @@ pub fn consume_url(url: &str, args: &DemoArgs) -> String {
 /// to 30 s), and the source ends the drain itself once its partitions are assigned and idle.
 pub async fn drain<S: Source>(source: &mut S, url: &str) -> Result<u64> {
     let mut discarded = 0;
-    let mut wait = if url.starts_with("kafka://") {
+    let mut wait = if is_kafka(url) {
         Duration::from_secs(30)
     } else {
         Duration::from_secs(1)

@@ -147,7 +147,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         }
         Some(broker) => {
             let url = broker::consume_url(broker, &args);
-            if url.starts_with("kafka://") {
+            if broker::is_kafka(&url) {
                 // Creates the topic, so the consumer does not subscribe to a missing one
                 // (librdkafka would only notice it at its next metadata refresh).
                 publish(&url, &[]).await?;
