@@ -219,11 +219,12 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
             let message = MessageId::parse_optional(raw.id.as_deref())
                 .map(|id| Envelope::from_parts(id, raw.payload.clone(), raw.meta.clone()));
             match message {
-                Ok(message) if !self.is_late(&message) => {
+                Ok(message) if !self.is_late(&message) && delivery.defect().is_none() => {
                     valid.push(message);
                     pending.push((at, delivery));
                 }
-                // Bad ids and late messages: the per-message path dead-letters them.
+                // Bad ids, undecodable envelopes and late messages: the per-message path
+                // dead-letters them.
                 _ => outcomes[at] = Some(self.single.process(delivery).await),
             }
         }

@@ -256,6 +256,10 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         if self.crash(Step::Received, &delivery) {
             return Outcome::Crashed(Step::Received);
         }
+        if let Some(why) = delivery.defect() {
+            let reason = DeadLetterReason::UndecodableEnvelope(why.to_owned());
+            return self.dead_letter(delivery, reason, 1).await;
+        }
         let raw = delivery.message();
         let id = match MessageId::parse_optional(raw.id.as_deref()) {
             Ok(id) => id,
@@ -474,7 +478,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     }
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

@@ -15,6 +15,11 @@ pub enum ErrorKind {
     Permanent,
     /// The configuration is wrong (bad URL, bad table name): fix and restart.
     Config,
+    /// The store (or another dependency) is not available at all: read-only after a failover,
+    /// shutting down, disk full, out of connections, connection refused or reset. No message
+    /// is at fault, so the runtime holds the delivery, backs off and pauses intake instead of
+    /// retrying, dead-lettering or handing it back to the broker.
+    Unavailable,
 }
 
 /// An oncely error: a kind, a message, and an optional source.
@@ -51,6 +56,16 @@ impl Error {
         Self::new(ErrorKind::Permanent, message.to_string())
     }
 
+    /// The store or a dependency is not available (see [`ErrorKind::Unavailable`]).
+    ///
+    /// ```
+    /// let e = oncely_core::Error::unavailable("database is read-only");
+    /// assert!(e.is_unavailable());
+    /// ```
+    pub fn unavailable(message: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::Unavailable, message.to_string())
+    }
+
     /// A configuration error.
     pub fn config(message: impl fmt::Display) -> Self {
         Self::new(ErrorKind::Config, message.to_string())
@@ -70,6 +85,11 @@ impl Error {
     /// True for [`ErrorKind::Transient`].
     pub fn is_transient(&self) -> bool {
         self.kind == ErrorKind::Transient
+    }
+
+    /// True for [`ErrorKind::Unavailable`].
+    pub fn is_unavailable(&self) -> bool {
+        self.kind == ErrorKind::Unavailable
     }
 
     /// The message, without the source chain.

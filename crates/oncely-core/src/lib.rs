@@ -31,6 +31,7 @@ mod store;
 pub use batch::{BatchConsumer, BatchStats};
 pub use chaos::{Chaos, CrashPlan};
 pub use consumer::{Consumer, LatePolicy};
+pub(crate) use consumer::panic_message;
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use handler::Handler;
@@ -38,6 +39,6 @@ pub use id::{ConsumerName, IdError, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTE
 pub use memory::{MemorySource, MemoryStats, SourceFaults};
 pub use outcome::{DeadLetterReason, Handled, Outcome, Step};
 pub use retry::RetryPolicy;
-pub use source::{Acker, Delivery, Source, StopWhenIdle};
+pub use source::{Acker, Delivery, Source, StopWhenIdle, map_envelope};
 pub use stats::{Stats, StatsSnapshot};
 pub use store::{Claim, Committed, DeadLetter, Inspect, Store, StoredDeadLetter};

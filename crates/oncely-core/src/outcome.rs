@@ -66,6 +66,9 @@ pub enum DeadLetterReason {
         /// The retention window it exceeded.
         window: Duration,
     },
+    /// The broker's envelope could not be mapped (a header or property the source could not
+    /// read, or a panic while reading it): the payload is kept as delivered.
+    UndecodableEnvelope(String),
 }
 
 impl DeadLetterReason {
@@ -78,6 +81,7 @@ impl DeadLetterReason {
             Self::AttemptsExhausted { .. } => "attempts_exhausted",
             Self::Panicked(_) => "panic",
             Self::Late { .. } => "late",
+            Self::UndecodableEnvelope(_) => "undecodable_envelope",
         }
     }
 }
@@ -102,6 +106,7 @@ impl fmt::Display for DeadLetterReason {
                 age.as_secs(),
                 window.as_secs()
             ),
+            Self::UndecodableEnvelope(why) => write!(f, "undecodable envelope: {why}"),
         }
     }
 }

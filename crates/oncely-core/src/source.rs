@@ -20,6 +20,7 @@ pub struct Delivery {
     message: RawEnvelope,
     attempt: u32,
     acker: Box<dyn Acker>,
+    defect: Option<String>,
 }
 
 impl Delivery {
@@ -29,7 +30,28 @@ impl Delivery {
             message,
             attempt,
             acker,
+            defect: None,
         }
+    }
+
+    /// A delivery whose broker envelope could not be mapped: `message` holds what could be
+    /// kept (at least the payload), `why` says what failed. The runtime dead-letters it with
+    /// reason `undecodable_envelope` and acks it; it is never processed.
+    pub fn undecodable(
+        message: RawEnvelope,
+        attempt: u32,
+        acker: Box<dyn Acker>,
+        why: impl Into<String>,
+    ) -> Self {
+        Self {
+            defect: Some(why.into()),
+            ..Self::new(message, attempt, acker)
+        }
+    }
+
+    /// Why the envelope could not be mapped, for deliveries made with [`Delivery::undecodable`].
+    pub fn defect(&self) -> Option<&str> {
+        self.defect.as_deref()
     }
 
     /// The message as delivered.
@@ -61,6 +83,22 @@ impl std::fmt::Debug for Delivery {
             .field("attempt", &self.attempt)
             .finish()
     }
+}
+
+/// Runs a broker mapping and turns a panic inside it into an error message, so one hostile
+/// envelope can never take the source loop down. Sources pass the error to
+/// [`Delivery::undecodable`].
+///
+/// ```
+/// use oncely_core::{RawEnvelope, map_envelope};
+/// let ok = map_envelope(|| RawEnvelope::new("m-1", "5"));
+/// assert!(ok.is_ok());
+/// let err = map_envelope(|| -> RawEnvelope { panic!("timestamp out of range") });
+/// assert!(err.unwrap_err().contains("timestamp out of range"));
+/// ```
+pub fn map_envelope(map: impl FnOnce() -> RawEnvelope) -> std::result::Result<RawEnvelope, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(map))
+        .map_err(|panic| format!("mapping panicked: {}", crate::panic_message(&*panic)))
 }
 
 /// A stream of deliveries. `Ok(None)` means the source is exhausted (for finite sources).
