@@ -49,9 +49,14 @@ async fn admin(sql: String) {
 
 async fn read_only(database: &str, on: bool) {
     let on = if on { "on" } else { "off" };
+    // Two statements, not one multi-statement query: that would run in one implicit
+    // transaction, so the backends would reconnect before the ALTER is committed.
     admin(format!(
-        "ALTER DATABASE {database} SET default_transaction_read_only = {on}; \
-         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' AND pid <> pg_backend_pid()"
+        "ALTER DATABASE {database} SET default_transaction_read_only = {on}"
+    ))
+    .await;
+    admin(format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'"
     ))
     .await;
 }
@@ -104,7 +109,9 @@ async fn pg_read_only_failover_holds_deliveries() {
     read_only(&database, true).await;
     let before = source.stats();
     let (probes, failures) = (health.probes(), health.failures());
-    tokio::time::sleep(READ_ONLY_FOR).await;
+    tokio::time::sleep(READ_ONLY_FOR / 2).await;
+    let held = health.in_flight();
+    tokio::time::sleep(READ_ONLY_FOR / 2).await;
     let during = source.stats();
     let (probes, failures) = (health.probes() - probes, health.failures() - failures);
     let was_healthy = health.is_healthy();
@@ -132,7 +139,7 @@ async fn pg_read_only_failover_holds_deliveries() {
     let nacks_during = during.requeued - before.requeued;
     let deliveries_during = during.deliveries - before.deliveries;
     println!(
-        "read-only {READ_ONLY_FOR:?}: deliveries during outage {deliveries_during}, nacks during outage {nacks_during}, \
+        "read-only {READ_ONLY_FOR:?}: held {held}, deliveries during outage {deliveries_during}, nacks during outage {nacks_during}, \
          probes {probes}, store failures {failures}, outages {}, recoveries {}; \
          total deliveries {} for {MESSAGES} messages ({:.3} per message); double {double}, lost {lost}; {stats:?}",
         health.outages(),
