@@ -505,12 +505,14 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         backoff: &mut Backoff,
         stop: &CancellationToken,
     ) -> Option<Probe<'_>> {
-        self.stats.store_retried();
         if error.is_transient() {
             let delay = backoff.next_delay();
             debug!(error = %error, ?delay, "transient store failure; retrying");
+            self.stats.retried();
+            crate::metrics::retry(&self.name);
             return self.health.pause(delay, stop).await.then_some(None);
         }
+        self.stats.store_retried();
         self.health.failed(error);
         match self.health.turn(stop).await {
             Turn::Retry(probe) => Some(probe),

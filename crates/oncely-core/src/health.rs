@@ -194,6 +194,7 @@ impl StoreHealth {
     /// failure): the store works, so the breaker stays closed. False if `stop` came first.
     pub(crate) async fn pause(&self, delay: Duration, stop: &CancellationToken) -> bool {
         self.failures.fetch_add(1, Relaxed);
+        crate::metrics::store_failure(&self.consumer);
         tokio::select! {
             _ = stop.cancelled() => false,
             _ = tokio::time::sleep(delay) => true,
