@@ -166,3 +166,70 @@ async fn pg_read_only_failover_holds_deliveries() {
     assert_eq!(health.outages(), 1);
     assert_eq!(health.recoveries(), 1);
 }
+
+/// The classifier on real servers' read-only errors: PostgreSQL 25006, MariaDB 1792 and
+/// `SQLITE_READONLY` are all `Unavailable` (the downcasts to each driver's error work).
+#[tokio::test]
+async fn read_only_errors_of_each_server_are_unavailable() {
+    use oncely_core::ErrorKind;
+    use oncely_sql::error_kind;
+    const TEST: &str = "read_only_errors_of_each_server_are_unavailable";
+    let pg = pg_url();
+    if let Err(e) = probe(&pg).await {
+        missing("PostgreSQL", TEST, &e);
+    } else {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&pg)
+            .await
+            .expect("connect");
+        let e = sqlx::raw_sql("BEGIN READ ONLY; CREATE TEMP TABLE oncely_ro_probe (x int); COMMIT")
+            .execute(&mut conn)
+            .await
+            .expect_err("read-only transaction refuses writes");
+        assert_eq!(error_kind(&e), ErrorKind::Unavailable, "{e}");
+    }
+    let my = common::mysql_url();
+    if let Err(e) = probe(&my).await {
+        missing("MariaDB", TEST, &e);
+    } else {
+        let mut conn = <sqlx::MySqlConnection as sqlx::Connection>::connect(&my)
+            .await
+            .expect("connect");
+        let table = unique("ro_probe");
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE TABLE {table} (x INT)")))
+            .execute(&mut conn)
+            .await
+            .expect("create");
+        sqlx::raw_sql("START TRANSACTION READ ONLY")
+            .execute(&mut conn)
+            .await
+            .expect("start");
+        let e = sqlx::raw_sql(AssertSqlSafe(format!("INSERT INTO {table} VALUES (1)")))
+            .execute(&mut conn)
+            .await
+            .expect_err("read-only transaction refuses writes");
+        assert_eq!(error_kind(&e), ErrorKind::Unavailable, "{e}");
+        sqlx::raw_sql(AssertSqlSafe(format!("ROLLBACK; DROP TABLE {table}")))
+            .execute(&mut conn)
+            .await
+            .expect("drop");
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("ro.db");
+    let rw = format!("sqlite:{}?mode=rwc", file.display());
+    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&rw)
+        .await
+        .expect("create");
+    sqlx::raw_sql("CREATE TABLE t (x INT)")
+        .execute(&mut conn)
+        .await
+        .expect("create table");
+    let ro = format!("sqlite:{}?mode=ro", file.display());
+    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&ro)
+        .await
+        .expect("open read-only");
+    let e = sqlx::raw_sql("INSERT INTO t VALUES (1)")
+        .execute(&mut conn)
+        .await
+        .expect_err("read-only database refuses writes");
+    assert_eq!(error_kind(&e), ErrorKind::Unavailable, "{e}");
+}
