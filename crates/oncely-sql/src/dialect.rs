@@ -59,7 +59,9 @@ impl Dialect {
     pub fn now_ms_sql(self) -> &'static str {
         match self {
             Self::Postgres => "(extract(epoch from clock_timestamp())*1000)::bigint",
-            Self::MySql => "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)",
+            Self::MySql => {
+                "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
+            }
             Self::Sqlite => "CAST((julianday('now') - 2440587.5)*86400000 AS INTEGER)",
         }
     }

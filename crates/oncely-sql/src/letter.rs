@@ -296,7 +296,10 @@ mod tests {
         let shown = row.message_id.unwrap();
         assert!(shown.len() <= DISPLAY_ID_MAX);
         assert!(
-            shown.ends_with(&format!("[truncated {} bytes]", 70_000 - shown.find('…').unwrap())),
+            shown.ends_with(&format!(
+                "[truncated {} bytes]",
+                70_000 - shown.find('…').unwrap()
+            )),
             "{shown}"
         );
         assert_eq!(row.raw_id.unwrap().len(), 70_000);
@@ -313,7 +316,10 @@ mod tests {
         assert!(total + PACKET_OVERHEAD <= 16 * 1024 * 1024);
         assert_eq!(row.raw_id.unwrap().len(), 70_000, "the id stays whole");
         assert!(row.payload.ends_with(b" bytes]"));
-        assert_eq!(row.payload_hash, PayloadHash::of(&l.message.payload).to_hex());
+        assert_eq!(
+            row.payload_hash,
+            PayloadHash::of(&l.message.payload).to_hex()
+        );
         let small = letter(Some(vec![1; 10]), vec![2; 1000]);
         let row = LetterRow::new(&small, Dialect::MySql, Some(16 * 1024 * 1024));
         assert_eq!(row.payload.len(), 1000);

@@ -298,7 +298,11 @@ mod tests {
             assert!(script.contains("-- version 2 (dead_letter_key)"), "{d:?}");
             assert!(script.contains("dead_letters_key"), "{d:?}");
             let sql = migrations(d)[1].sql(&Tables::default());
-            assert_eq!(split_backfill(&sql).1.is_some(), d == Dialect::Sqlite, "{d:?}");
+            assert_eq!(
+                split_backfill(&sql).1.is_some(),
+                d == Dialect::Sqlite,
+                "{d:?}"
+            );
         }
     }
 }

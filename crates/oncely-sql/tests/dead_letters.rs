@@ -106,7 +106,10 @@ async fn received_at_is_now<S: TestStore>(fx: common::Fx<S>) {
     assert_eq!(rows.len(), 2);
     for (id, at, _) in rows {
         let at: i64 = at.parse().unwrap();
-        assert!((before - 5..=after + 5).contains(&at), "{id}: {at} not in {before}..{after}");
+        assert!(
+            (before - 5..=after + 5).contains(&at),
+            "{id}: {at} not in {before}..{after}"
+        );
     }
     fx.cleanup().await;
 }

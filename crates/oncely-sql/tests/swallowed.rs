@@ -7,8 +7,8 @@ mod common;
 
 use common::{Fx, TestStore, mysql, pg, sqlite};
 use oncely_core::{
-    Consumer, ConsumerName, Envelope, Handled, Handler, MemorySource, Outcome, RawEnvelope,
-    Result, RetryPolicy, Source,
+    Consumer, ConsumerName, Envelope, Handled, Handler, MemorySource, Outcome, RawEnvelope, Result,
+    RetryPolicy, Source,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
 use std::collections::BTreeMap;
@@ -132,6 +132,7 @@ async fn pg_swallowed_unique_violation_loses_nothing() {
         return;
     };
     let t = swallowed_violation_loses_nothing(fx).await;
+    eprintln!("PostgreSQL, handler swallows a unique violation: {t:?}");
     assert!(t.lost.is_empty() && t.double.is_empty(), "{t:?}");
     // The plain ones apply; the swallowing ones are never applied: their transaction
     // aborted. They are retried, then dead-lettered or handed back to the broker.
@@ -184,7 +185,10 @@ async fn pg_commit_of_an_aborted_transaction_fails_transient() {
     let mut tx = s.begin().await.unwrap();
     let h = PayloadHash::of(b"p");
     assert_eq!(s.claim(&mut tx, &c, &id, h).await.unwrap(), Claim::Fresh);
-    let _ = sqlx::raw_sql("SELECT 1/0").execute(&mut *tx).await.unwrap_err();
+    let _ = sqlx::raw_sql("SELECT 1/0")
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
     let e = s.commit(tx).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
     assert!(e.to_string().contains("aborted"), "{e}");
@@ -195,5 +199,54 @@ async fn pg_commit_of_an_aborted_transaction_fails_transient() {
         assert_eq!(s.claim(&mut tx, &c, &id, h).await.unwrap(), Claim::Fresh);
         s.rollback(tx).await.unwrap();
     }
+    fx.cleanup().await;
+}
+
+/// What the check before `COMMIT` costs: claim + commit through the store (with the check)
+/// against the same through sqlx's own commit. Run with `--ignored --nocapture`.
+#[tokio::test]
+#[ignore = "measurement, prints figures"]
+async fn pg_commit_check_cost() {
+    let Some(fx) = pg("pg_commit_cost").await else {
+        return;
+    };
+    use oncely_core::{MessageId, PayloadHash, Store};
+    let s = &fx.store;
+    let c = ConsumerName::new("c").unwrap();
+    let h = PayloadHash::of(b"p");
+    let n = 2000;
+    for round in 0..2 {
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            let mut tx = s.begin().await.unwrap();
+            let id = MessageId::new(format!("checked-{round}-{i}")).unwrap();
+            s.claim(&mut tx, &c, &id, h).await.unwrap();
+            let _ = s.commit(tx).await.unwrap();
+        }
+        let checked = started.elapsed();
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            let mut tx = s.begin().await.unwrap();
+            let id = MessageId::new(format!("plain-{round}-{i}")).unwrap();
+            s.claim(&mut tx, &c, &id, h).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        let plain = started.elapsed();
+        eprintln!(
+            "round {round}: {n} claim+commit with the check {:.1} µs each, without {:.1} µs each",
+            checked.as_micros() as f64 / n as f64,
+            plain.as_micros() as f64 / n as f64
+        );
+    }
+    let mut tx = s.begin().await.unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..n {
+        sqlx::raw_sql("SELECT 1").execute(&mut *tx).await.unwrap();
+    }
+    eprintln!(
+        "the check alone (SELECT 1 in a transaction): {:.1} µs each",
+        started.elapsed().as_micros() as f64 / n as f64
+    );
+    s.rollback(tx).await.unwrap();
     fx.cleanup().await;
 }

@@ -480,6 +480,9 @@ pub async fn shutdown_then_resume<H: StoreHarness>(h: &H) -> CaseResult {
     Ok(())
 }
 
+/// (consumer, display id, reason, payload, deliveries) of a dead-letter row.
+type LetterKey = (String, Option<String>, String, Vec<u8>, u32);
+
 /// Repeats of one dead letter leave one row: the same conflicting copy delivered three times
 /// is one `conflict` row with `deliveries` 3, an id-less message twice is one `bad_id` row;
 /// another payload, another reason or another consumer is another row.
@@ -492,7 +495,10 @@ pub async fn dead_letters_are_deduplicated<H: StoreHarness>(h: &H) -> CaseResult
     deliver(&billing, RawEnvelope::new("m-1", "10")).await;
     for _ in 0..3 {
         let o = deliver(&billing, RawEnvelope::new("m-1", "99")).await;
-        ensure!(matches!(o, Outcome::Conflict { .. }), "conflict copy: {o:?}");
+        ensure!(
+            matches!(o, Outcome::Conflict { .. }),
+            "conflict copy: {o:?}"
+        );
     }
     deliver(&billing, RawEnvelope::new("m-1", "98")).await;
     let id_less = RawEnvelope {
@@ -511,10 +517,13 @@ pub async fn dead_letters_are_deduplicated<H: StoreHarness>(h: &H) -> CaseResult
     let o = deliver(&billing, RawEnvelope::new("perm", "5")).await;
     ensure!(matches!(o, Outcome::DeadLettered(_)), "permanent: {o:?}");
     let o = deliver(&billing, RawEnvelope::new("perm", "5")).await;
-    ensure!(matches!(o, Outcome::DeadLettered(_)), "permanent again: {o:?}");
+    ensure!(
+        matches!(o, Outcome::DeadLettered(_)),
+        "permanent again: {o:?}"
+    );
 
     let letters = store.dead_letters(None).await.map_err(err)?;
-    let rows: Vec<(String, Option<String>, String, Vec<u8>, u32)> = letters
+    let rows: Vec<LetterKey> = letters
         .iter()
         .map(|l| {
             (

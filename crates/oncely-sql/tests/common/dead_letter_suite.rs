@@ -3,7 +3,7 @@
 
 use super::{Fx, TestStore};
 use oncely_core::{
-    ConsumerName, DeadLetter, DeadLetterReason, Meta, MessageId, PayloadHash, RawEnvelope,
+    ConsumerName, DeadLetter, DeadLetterReason, MessageId, Meta, PayloadHash, RawEnvelope,
     StoredDeadLetter,
 };
 use oncely_sql::{Dialect, Tables, migrations};
@@ -65,9 +65,7 @@ pub async fn worst_cases_are_stored<S: TestStore>(fx: Fx<S>) {
         entity_key: Some("ent\0key".into()),
         ..Meta::default()
     };
-    nul_meta
-        .headers
-        .insert("k\0ey".into(), "va\0lue".into());
+    nul_meta.headers.insert("k\0ey".into(), "va\0lue".into());
     nul_meta.headers.insert("plain".into(), "ok".into());
     let big_key = "é".repeat(5_000); // 10 KB
     let huge_key = "k".repeat(100_000);
@@ -120,7 +118,8 @@ pub async fn worst_cases_are_stored<S: TestStore>(fx: Fx<S>) {
         ("16mib", raw(Some(b"16mib"), pattern(MIB16)), bad_id()),
     ];
     for (what, message, reason) in &cases {
-        let _ = s.dead_letter(&letter("worst", message.clone(), reason.clone()))
+        let _ = s
+            .dead_letter(&letter("worst", message.clone(), reason.clone()))
             .await
             .unwrap_or_else(|e| panic!("{}: dead-lettering {what} failed: {e}", S::SERVER));
     }
@@ -135,11 +134,18 @@ pub async fn worst_cases_are_stored<S: TestStore>(fx: Fx<S>) {
         nul.meta.entity_key.as_deref(),
         Some(as_stored("ent\0key", d).as_str())
     );
-    assert_eq!(nul.meta.headers, nul_meta.headers, "headers keep NUL (JSON)");
+    assert_eq!(
+        nul.meta.headers, nul_meta.headers,
+        "headers keep NUL (JSON)"
+    );
     assert_eq!(rows[3].meta.entity_key.as_deref(), Some(big_key.as_str()));
     let huge = &rows[4];
     let key = huge.meta.entity_key.as_deref().unwrap();
-    assert!(key.len() <= 65_535 && key.ends_with(" bytes]"), "{}", key.len());
+    assert!(
+        key.len() <= 65_535 && key.ends_with(" bytes]"),
+        "{}",
+        key.len()
+    );
     assert!(huge.detail.len() <= 64 * 1024 && huge.detail.ends_with(" bytes]"));
     assert!(huge.meta.headers.contains_key("oncely.dropped_headers"));
     let cut = &rows[6];
@@ -177,7 +183,11 @@ fn check_row(d: Dialect, what: &str, message: &RawEnvelope, row: &StoredDeadLett
         assert!(row.payload == message.payload, "{what}: payload kept whole");
     }
     let shown = row.message_id.as_deref().unwrap_or_default();
-    assert!(shown.len() <= 255, "{what}: display id {} bytes", shown.len());
+    assert!(
+        shown.len() <= 255,
+        "{what}: display id {} bytes",
+        shown.len()
+    );
     assert!(!shown.contains('\0'), "{what}: display id escapes NUL");
     if message.id.as_ref().is_some_and(|id| id.len() > 255) {
         assert!(shown.ends_with(" bytes]"), "{what}: {shown}");
@@ -186,11 +196,22 @@ fn check_row(d: Dialect, what: &str, message: &RawEnvelope, row: &StoredDeadLett
     assert_eq!(row.last_seen, row.dead_lettered_at, "{what}");
 }
 
+/// (consumer, raw id, reason, payload, deliveries).
+type Summary = (String, Option<Vec<u8>>, String, Vec<u8>, u32);
+/// (consumer, raw id, payload, reason, dead_lettered_at) of a version-1 row.
+type OldRow<'a> = (&'a str, Option<&'a [u8]>, &'a [u8], &'a str, i64);
+/// (row id, consumer, deliveries, first seen ms, last seen ms).
+type Folded = (i64, String, u32, i64, i64);
+
 /// The same dead letter five times is one row with `deliveries` 5; another reason, another
 /// payload or another consumer (case counts) is another row.
 pub async fn repeats_are_one_row<S: TestStore>(fx: Fx<S>) {
     let s = &fx.store;
-    let same = letter("billing", raw(Some(b"m-1"), b"new".to_vec()), conflict(b"old", b"new"));
+    let same = letter(
+        "billing",
+        raw(Some(b"m-1"), b"new".to_vec()),
+        conflict(b"old", b"new"),
+    );
     let before = db_now(&fx).await;
     for attempts in [1, 3, 2, 1, 1] {
         let l = DeadLetter {
@@ -203,9 +224,21 @@ pub async fn repeats_are_one_row<S: TestStore>(fx: Fx<S>) {
     let after = db_now(&fx).await;
     let others = [
         letter("billing", raw(Some(b"m-1"), b"new".to_vec()), bad_id()),
-        letter("billing", raw(Some(b"m-1"), b"newer".to_vec()), conflict(b"old", b"newer")),
-        letter("Billing", raw(Some(b"m-1"), b"new".to_vec()), conflict(b"old", b"new")),
-        letter("billing", raw(Some(b"M-1"), b"new".to_vec()), conflict(b"old", b"new")),
+        letter(
+            "billing",
+            raw(Some(b"m-1"), b"newer".to_vec()),
+            conflict(b"old", b"newer"),
+        ),
+        letter(
+            "Billing",
+            raw(Some(b"m-1"), b"new".to_vec()),
+            conflict(b"old", b"new"),
+        ),
+        letter(
+            "billing",
+            raw(Some(b"M-1"), b"new".to_vec()),
+            conflict(b"old", b"new"),
+        ),
         letter("billing", raw(None, b"new".to_vec()), bad_id()),
         letter("billing", raw(None, b"new".to_vec()), bad_id()),
         letter("billing", raw(Some(b""), b"new".to_vec()), bad_id()),
@@ -214,7 +247,7 @@ pub async fn repeats_are_one_row<S: TestStore>(fx: Fx<S>) {
         let _ = s.dead_letter(l).await.unwrap();
     }
     let rows = s.dead_letters(None).await.unwrap();
-    let summary: Vec<(String, Option<Vec<u8>>, String, Vec<u8>, u32)> = rows
+    let summary: Vec<Summary> = rows
         .iter()
         .map(|r| {
             (
@@ -227,7 +260,13 @@ pub async fn repeats_are_one_row<S: TestStore>(fx: Fx<S>) {
         })
         .collect();
     let row = |c: &str, id: Option<&[u8]>, reason: &str, p: &[u8], n: u32| {
-        (c.to_owned(), id.map(<[u8]>::to_vec), reason.to_owned(), p.to_vec(), n)
+        (
+            c.to_owned(),
+            id.map(<[u8]>::to_vec),
+            reason.to_owned(),
+            p.to_vec(),
+            n,
+        )
     };
     assert_eq!(
         summary,
@@ -259,7 +298,11 @@ pub async fn repeats_are_one_row<S: TestStore>(fx: Fx<S>) {
         );
     }
     let billing = s.dead_letters(Some(&name("billing"))).await.unwrap();
-    assert_eq!(billing.len(), 6, "consumer match is exact: 'Billing' is another");
+    assert_eq!(
+        billing.len(),
+        6,
+        "consumer match is exact: 'Billing' is another"
+    );
     assert!(billing.iter().all(|r| r.consumer == "billing"));
     fx.cleanup().await;
 }
@@ -310,7 +353,7 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
     let store = S::open(fx.url(), tables.clone()).await.unwrap();
     store.exec(migrations(d)[0].sql(&tables)).await.unwrap();
     let (p1, p2) = (b"p1".as_slice(), b"p2".as_slice());
-    let old: [(&str, Option<&[u8]>, &[u8], &str, i64); 9] = [
+    let old: [OldRow; 9] = [
         ("billing", Some(b"a"), p1, "conflict", 1000),
         ("billing", Some(b"a"), p1, "conflict", 3000),
         ("billing", Some(b"a"), p1, "conflict", 2000),
@@ -323,7 +366,9 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
     ];
     let dl = tables.table("dead_letters");
     for (consumer, id, payload, reason, at) in old {
-        let shown = id.map_or("NULL".into(), |i| format!("'{}'", String::from_utf8_lossy(i)));
+        let shown = id.map_or("NULL".into(), |i| {
+            format!("'{}'", String::from_utf8_lossy(i))
+        });
         store
             .exec(format!(
                 "INSERT INTO {dl} (consumer, message_id, raw_id, payload, payload_hash, stored_hash, reason, detail, attempts, entity_key, version, source_time, headers, dead_lettered_at) \
@@ -336,16 +381,27 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
             .unwrap();
     }
     let applied = store.migrate_now().await.unwrap();
-    assert_eq!(applied, migrations(d).len(), "0001 again (a no-op) and 0002");
+    assert_eq!(
+        applied,
+        migrations(d).len(),
+        "0001 again (a no-op) and 0002"
+    );
     let rows = store.dead_letters(None).await.unwrap();
-    let got: Vec<(i64, String, u32, i64, i64)> = rows
+    let got: Vec<Folded> = rows
         .iter()
         .map(|r| {
-            let ms = |t: std::time::SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
-            (r.id, r.consumer.clone(), r.deliveries, ms(r.dead_lettered_at), ms(r.last_seen))
+            let ms =
+                |t: std::time::SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+            (
+                r.id,
+                r.consumer.clone(),
+                r.deliveries,
+                ms(r.dead_lettered_at),
+                ms(r.last_seen),
+            )
         })
         .collect();
-    let want: Vec<(i64, String, u32, i64, i64)> = vec![
+    let want: Vec<Folded> = vec![
         (1, "billing".into(), 3, 1000, 3000),
         (4, "Billing".into(), 1, 1500, 1500),
         (5, "billing".into(), 1, 1000, 1000),
@@ -375,7 +431,11 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
     }
     // New writes of old dead letters land on the folded rows.
     let _ = store
-        .dead_letter(&letter("billing", raw(Some(b"a"), p1.to_vec()), conflict(b"x", p1)))
+        .dead_letter(&letter(
+            "billing",
+            raw(Some(b"a"), p1.to_vec()),
+            conflict(b"x", p1),
+        ))
         .await
         .unwrap();
     let _ = store
