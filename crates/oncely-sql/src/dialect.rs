@@ -51,14 +51,17 @@ impl Dialect {
     /// `received_at` and the dead letters' `dead_lettered_at` / `last_seen`, so that pruning
     /// compares times from one clock.
     ///
-    /// - PostgreSQL: `clock_timestamp()` (the wall clock, not the transaction's start).
+    /// - PostgreSQL: `statement_timestamp()`: the wall clock when the statement arrived, not
+    ///   the transaction's start (`now()`), and one value for the whole statement (unlike
+    ///   `clock_timestamp()`, which can differ between two columns of one row), as SQLite's
+    ///   and MySQL's "now" are.
     /// - MySQL / MariaDB: `UTC_TIMESTAMP(3)` measured from the epoch with `TIMESTAMPDIFF`, which
     ///   involves no time-zone conversion (`UNIX_TIMESTAMP(NOW(3))` converts the session's
     ///   local time back to UTC and is ambiguous in the hour a DST change repeats).
     /// - SQLite: `julianday('now')` (millisecond resolution; SQLite's clock is the host's).
     pub fn now_ms_sql(self) -> &'static str {
         match self {
-            Self::Postgres => "(extract(epoch from clock_timestamp())*1000)::bigint",
+            Self::Postgres => "(extract(epoch from statement_timestamp())*1000)::bigint",
             Self::MySql => {
                 "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
             }
