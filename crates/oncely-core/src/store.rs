@@ -52,30 +52,44 @@ pub struct DeadLetter {
 }
 
 /// A dead-letter row as stored.
+///
+/// One row per `(consumer, message id, payload hash, reason)`: writing the same dead letter
+/// again (a redelivery of the same conflicting copy, the same bad message) does not add a
+/// row but counts it in [`deliveries`](Self::deliveries) and moves
+/// [`last_seen`](Self::last_seen). Every message can be stored: text that a column cannot
+/// take is cut and ends with `…[truncated N bytes]`; the raw id and the payload are kept
+/// whole (on MySQL, a payload larger than the server's `max_allowed_packet` is cut the same
+/// way; [`payload_hash`](Self::payload_hash) is always the hash of the whole payload).
 #[derive(Debug, Clone)]
 pub struct StoredDeadLetter {
     /// Row id.
     pub id: i64,
     /// Consumer name.
     pub consumer: String,
-    /// The id as shown for humans (lossy), if the message had one.
+    /// The id as shown for humans (lossy, control characters escaped, at most 255 bytes), if
+    /// the message had one. Display only: [`raw_id`](Self::raw_id) holds the bytes.
     pub message_id: Option<String>,
     /// The raw id bytes, if any.
     pub raw_id: Option<Vec<u8>>,
     /// Payload bytes.
     pub payload: Vec<u8>,
-    /// SHA-256 of the payload.
+    /// SHA-256 of the payload as delivered (lower-case hex).
     pub payload_hash: String,
     /// The hash the inbox held, for conflicts.
     pub stored_hash: Option<String>,
     /// Reason code, see [`DeadLetterReason::code`].
     pub reason: String,
-    /// Human-readable detail.
+    /// Human-readable detail (of the latest write).
     pub detail: String,
-    /// Attempts made.
+    /// Attempts made (the most any write reported).
     pub attempts: u32,
-    /// When it was stored.
+    /// First seen: when this dead letter was first stored (the database's clock).
     pub dead_lettered_at: SystemTime,
+    /// Last seen: when this same dead letter was last written again (the database's clock);
+    /// equal to [`dead_lettered_at`](Self::dead_lettered_at) for a letter seen once.
+    pub last_seen: SystemTime,
+    /// How many times it was dead-lettered (1 the first time).
+    pub deliveries: u32,
     /// Entity key, version, source time, headers of the message.
     pub meta: Meta,
 }
@@ -146,7 +160,10 @@ pub trait Store: Send + Sync + 'static {
     /// Rolls back (dropping the transaction must do the same).
     fn rollback(&self, tx: Self::Tx) -> impl Future<Output = Result<()>> + Send;
 
-    /// Stores a dead letter in its own transaction and commits it.
+    /// Stores a dead letter in its own transaction and commits it. Storing the same dead
+    /// letter again (same consumer, raw id, payload and reason code) updates the stored row
+    /// (see [`StoredDeadLetter::deliveries`]) instead of adding one. It must not fail because
+    /// of the message's content (sizes, NUL bytes, invalid UTF-8).
     fn dead_letter(&self, letter: &DeadLetter) -> impl Future<Output = Result<Committed>> + Send;
 }
 

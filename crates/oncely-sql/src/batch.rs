@@ -9,13 +9,15 @@
 //! - PostgreSQL: `INSERT … SELECT … FROM unnest($2::text[], $3::text[]) ON CONFLICT DO NOTHING
 //!   RETURNING message_id`; the ids not returned are read back with `= ANY($2)`.
 //! - SQLite: a multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING message_id`.
+//! - `received_at` is the database's clock ([`Dialect::now_ms_sql`]), like the single claim.
 //! - MySQL / MariaDB: a plain read finds the ids already claimed, then one multi-row
 //!   `INSERT IGNORE` claims the rest inside a savepoint. If it inserted all of them, they are
 //!   fresh; if not (a concurrent consumer claimed one meanwhile), the savepoint is rolled back
 //!   and those ids are claimed one at a time, which tells exactly which ones are fresh.
 
+use crate::dialect::Dialect;
 use crate::error::db;
-use crate::store::{SqlStore, now_ms};
+use crate::store::SqlStore;
 use oncely_core::{Claim, ConsumerName, Error, MessageId, PayloadHash, Result, Store};
 use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
 use std::collections::{HashMap, HashSet};
@@ -107,17 +109,17 @@ impl SqlStore<Postgres> {
         found: &mut Found,
     ) -> Result<()> {
         let inbox = self.tables().table("inbox");
+        let now = Dialect::Postgres.now_ms_sql();
         let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
         let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
         let inserted: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
             "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) \
-             SELECT $1, m.id, m.hash, $4 FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) \
+             SELECT $1, m.id, m.hash, {now} FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) \
              ORDER BY m.n ON CONFLICT DO NOTHING RETURNING message_id"
         )))
         .bind(consumer.as_str())
         .bind(&ids)
         .bind(&hashes)
-        .bind(now_ms())
         .fetch_all(&mut **tx)
         .await
         .map_err(|e| db("batch claim", e))?;
@@ -153,16 +155,17 @@ impl SqlStore<Sqlite> {
         found: &mut Found,
     ) -> Result<()> {
         let inbox = self.tables().table("inbox");
+        // One `julianday('now')` for the whole statement (SQLite fixes 'now' per statement).
+        let now = Dialect::Sqlite.now_ms_sql();
         let rows: Vec<String> = (0..chunk.len())
-            .map(|i| format!("(?1, ?{}, ?{}, ?2)", 3 + 2 * i, 4 + 2 * i))
+            .map(|i| format!("(?1, ?{}, ?{}, {now})", 2 + 2 * i, 3 + 2 * i))
             .collect();
         let mut insert = sqlx::query_scalar(AssertSqlSafe(format!(
             "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {} \
              ON CONFLICT DO NOTHING RETURNING message_id",
             rows.join(", ")
         )))
-        .bind(consumer.as_str())
-        .bind(now_ms());
+        .bind(consumer.as_str());
         for (id, hash) in chunk {
             insert = insert.bind(*id).bind(hash.to_hex());
         }
@@ -240,17 +243,13 @@ impl SqlStore<MySql> {
             .execute(&mut **tx)
             .await
             .map_err(|e| db("batch savepoint", e))?;
+        let row = format!("(?, ?, ?, {})", Dialect::MySql.now_ms_sql());
         let mut insert = sqlx::query(AssertSqlSafe(format!(
             "INSERT IGNORE INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}",
-            vec!["(?, ?, ?, ?)"; rest.len()].join(", ")
+            vec![row.as_str(); rest.len()].join(", ")
         )));
-        let now = now_ms();
         for (id, hash) in &rest {
-            insert = insert
-                .bind(consumer.as_str())
-                .bind(*id)
-                .bind(hash.to_hex())
-                .bind(now);
+            insert = insert.bind(consumer.as_str()).bind(*id).bind(hash.to_hex());
         }
         let inserted = insert
             .execute(&mut **tx)

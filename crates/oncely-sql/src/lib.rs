@@ -18,6 +18,7 @@ mod batch;
 mod connect;
 mod dialect;
 mod error;
+mod letter;
 mod migrate;
 mod store;
 mod tables;

@@ -4,10 +4,13 @@ use crate::dialect::Dialect;
 use crate::error::db;
 use crate::store::{SqlStore, now_ms};
 use crate::tables::Tables;
-use oncely_core::{Error, Result};
+use oncely_core::{Error, PayloadHash, Result};
 use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite};
 
 /// One migration: a version, a name, and a SQL template with `{schema}` and `{prefix}`.
+///
+/// SQLite's version 2 has a `-- @backfill id_hash` line: `migrate` computes
+/// `dead_letters.id_hash` (SHA-256 of `raw_id`) there, since SQLite has no SHA-256 function.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
     /// Version, applied in ascending order.
@@ -24,21 +27,57 @@ impl Migration {
     }
 }
 
-const SQLITE: &[Migration] = &[Migration {
-    version: 1,
-    name: "inbox",
-    template: include_str!("../migrations/sqlite/0001_inbox.sql"),
-}];
-const POSTGRES: &[Migration] = &[Migration {
-    version: 1,
-    name: "inbox",
-    template: include_str!("../migrations/postgres/0001_inbox.sql"),
-}];
-const MYSQL: &[Migration] = &[Migration {
-    version: 1,
-    name: "inbox",
-    template: include_str!("../migrations/mysql/0001_inbox.sql"),
-}];
+const SQLITE: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "inbox",
+        template: include_str!("../migrations/sqlite/0001_inbox.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "dead_letter_key",
+        template: include_str!("../migrations/sqlite/0002_dead_letter_key.sql"),
+    },
+];
+const POSTGRES: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "inbox",
+        template: include_str!("../migrations/postgres/0001_inbox.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "dead_letter_key",
+        template: include_str!("../migrations/postgres/0002_dead_letter_key.sql"),
+    },
+];
+const MYSQL: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "inbox",
+        template: include_str!("../migrations/mysql/0001_inbox.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "dead_letter_key",
+        template: include_str!("../migrations/mysql/0002_dead_letter_key.sql"),
+    },
+];
+
+/// A line in a migration where `migrate` fills `dead_letters.id_hash` (SHA-256 of `raw_id`)
+/// from Rust, for a database without a SHA-256 function (SQLite).
+const BACKFILL_ID_HASH: &str = "-- @backfill id_hash\n";
+
+/// The SQL before and after the backfill line, if the migration has one.
+fn split_backfill(sql: &str) -> (&str, Option<&str>) {
+    match sql.split_once(BACKFILL_ID_HASH) {
+        Some((before, after)) => (before, Some(after)),
+        None => (sql, None),
+    }
+}
+
+/// Rows per backfill round (raw ids may be large).
+const BACKFILL_PAGE: i64 = 500;
 
 /// The migrations of a dialect, oldest first.
 pub fn migrations(dialect: Dialect) -> &'static [Migration] {
@@ -99,10 +138,49 @@ macro_rules! run_pending {
             if done.contains(&m.version) {
                 continue;
             }
-            sqlx::raw_sql(AssertSqlSafe(m.sql($tables)))
+            let doing = format!("migration {} ({})", m.version, m.name);
+            let sql = m.sql($tables);
+            let (before, after) = split_backfill(&sql);
+            sqlx::raw_sql(AssertSqlSafe(before.to_owned()))
                 .execute(&mut *$conn)
                 .await
-                .map_err(|e| db(&format!("migration {} ({})", m.version, m.name), e))?;
+                .map_err(|e| db(&doing, e))?;
+            if let Some(after) = after {
+                let dl = $tables.table("dead_letters");
+                let (page, set) = (
+                    format!(
+                        "SELECT id, raw_id FROM {dl} WHERE raw_id IS NOT NULL AND id > {} ORDER BY id LIMIT {BACKFILL_PAGE}",
+                        $dialect.param(1)
+                    ),
+                    format!(
+                        "UPDATE {dl} SET id_hash = {} WHERE id = {}",
+                        $dialect.param(1),
+                        $dialect.param(2)
+                    ),
+                );
+                let mut last = 0i64;
+                loop {
+                    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(AssertSqlSafe(page.clone()))
+                        .bind(last)
+                        .fetch_all(&mut *$conn)
+                        .await
+                        .map_err(|e| db(&doing, e))?;
+                    let Some((end, _)) = rows.last() else { break };
+                    last = *end;
+                    for (id, raw) in &rows {
+                        sqlx::query(AssertSqlSafe(set.clone()))
+                            .bind(PayloadHash::of(raw).to_hex())
+                            .bind(id)
+                            .execute(&mut *$conn)
+                            .await
+                            .map_err(|e| db(&doing, e))?;
+                    }
+                }
+                sqlx::raw_sql(AssertSqlSafe(after.to_owned()))
+                    .execute(&mut *$conn)
+                    .await
+                    .map_err(|e| db(&doing, e))?;
+            }
             sqlx::query(AssertSqlSafe(record_sql($dialect, $tables)))
                 .bind(m.version)
                 .bind(m.name)
@@ -204,5 +282,27 @@ impl SqlStore<MySql> {
             .execute(&mut *conn)
             .await;
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dialect_has_the_same_versions_and_prints_them() {
+        for d in [Dialect::Sqlite, Dialect::Postgres, Dialect::MySql] {
+            let versions: Vec<i64> = migrations(d).iter().map(|m| m.version).collect();
+            assert_eq!(versions, vec![1, 2], "{d:?}");
+            let script = print_migrations(d, &Tables::default());
+            assert!(script.contains("-- version 2 (dead_letter_key)"), "{d:?}");
+            assert!(script.contains("dead_letters_key"), "{d:?}");
+            let sql = migrations(d)[1].sql(&Tables::default());
+            assert_eq!(
+                split_backfill(&sql).1.is_some(),
+                d == Dialect::Sqlite,
+                "{d:?}"
+            );
+        }
     }
 }

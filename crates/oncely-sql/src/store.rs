@@ -2,10 +2,11 @@
 
 use crate::dialect::{Dialect, Isolation, Queries};
 use crate::error::db;
+use crate::letter::LetterRow;
 use crate::tables::Tables;
 use oncely_core::{
-    Claim, Committed, ConsumerName, DeadLetter, DeadLetterReason, Error, Inspect, MessageId, Meta,
-    PayloadHash, Result, Store, StoredDeadLetter,
+    Claim, Committed, ConsumerName, DeadLetter, Error, Inspect, MessageId, Meta, PayloadHash,
+    Result, Store, StoredDeadLetter,
 };
 use sqlx::{AssertSqlSafe, Database, MySql, Pool, Postgres, Row, SqlSafeStr, SqlStr, Sqlite};
 use std::sync::Arc;
@@ -20,6 +21,8 @@ pub struct SqlStore<DB: Database> {
     tables: Tables,
     queries: Arc<Statements>,
     isolation: Option<Isolation>,
+    /// MySQL's `max_allowed_packet`, read on the first dead letter.
+    packet_limit: Arc<tokio::sync::OnceCell<usize>>,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -29,6 +32,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
             tables: self.tables.clone(),
             queries: self.queries.clone(),
             isolation: self.isolation,
+            packet_limit: self.packet_limit.clone(),
         }
     }
 }
@@ -44,7 +48,7 @@ pub(crate) struct Statements {
     claim: SqlStr,
     claim_hash: SqlStr,
     stored_hash: SqlStr,
-    insert_dead_letter: SqlStr,
+    upsert_dead_letter: SqlStr,
     dead_letters: SqlStr,
     dead_letters_of: SqlStr,
 }
@@ -57,7 +61,7 @@ impl Statements {
             claim: s(q.claim),
             claim_hash: s(q.claim_hash),
             stored_hash: s(q.stored_hash),
-            insert_dead_letter: s(q.insert_dead_letter),
+            upsert_dead_letter: s(q.upsert_dead_letter),
             dead_letters: s(q.dead_letters),
             dead_letters_of: s(q.dead_letters_of),
         }
@@ -82,6 +86,27 @@ pub(crate) fn from_ms(ms: i64) -> SystemTime {
 fn stored_hash_of(text: &str) -> Result<PayloadHash> {
     PayloadHash::from_hex(text)
         .ok_or_else(|| Error::permanent(format!("inbox holds a malformed payload hash {text:?}")))
+}
+
+/// PostgreSQL answers `COMMIT` with `ROLLBACK`, and no error, when a statement of the
+/// transaction failed (a handler that caught the error and returned `Ok`): claim and effect
+/// would be gone while the runtime acks. Any statement in such a transaction fails with
+/// SQLSTATE 25P02, so one `SELECT 1` (simple protocol, one round trip) before the commit
+/// tells. sqlx keeps the server's transaction status (`ReadyForQuery`) private and reports
+/// `COMMIT`'s `ROLLBACK` tag as success, so there is no cheaper reliable check.
+async fn ensure_not_aborted(tx: &mut sqlx::Transaction<'static, Postgres>) -> Result<()> {
+    match sqlx::raw_sql("SELECT 1").execute(&mut **tx).await {
+        Ok(_) => Ok(()),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
+            Err(Error::transient(
+                "the transaction had already aborted: a statement failed inside the handler and the \
+                 error was not returned (PostgreSQL rolls the whole transaction back); nothing was \
+                 committed, so the attempt is retried",
+            )
+            .with_source(sqlx::Error::Database(e)))
+        }
+        Err(e) => Err(db("commit", e)),
+    }
 }
 
 /// Which dialect a sqlx database speaks.
@@ -113,6 +138,7 @@ impl<DB: SqlDatabase> SqlStore<DB> {
             tables,
             queries,
             isolation: None,
+            packet_limit: Arc::default(),
         }
     }
 
@@ -139,14 +165,45 @@ impl<DB: SqlDatabase> SqlStore<DB> {
     }
 }
 
-fn letter_row(letter: &DeadLetter) -> (String, Option<String>, String) {
-    let hash = PayloadHash::of(&letter.message.payload).to_hex();
-    let stored = match &letter.reason {
-        DeadLetterReason::Conflict { stored, .. } => Some(stored.to_hex()),
-        _ => None,
-    };
-    let headers = serde_json::to_string(&letter.message.meta.headers).unwrap_or_default();
-    (hash, stored, headers)
+impl SqlStore<MySql> {
+    /// MySQL's `max_allowed_packet` (the largest statement the server takes), read once.
+    async fn packet_limit(&self) -> Result<Option<usize>> {
+        let limit = self
+            .packet_limit
+            .get_or_try_init(|| async {
+                sqlx::query_scalar::<_, i64>("SELECT CAST(@@max_allowed_packet AS SIGNED)")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                    .map_err(|e| db("reading max_allowed_packet", e))
+            })
+            .await?;
+        Ok(Some(*limit))
+    }
+
+    async fn before_commit(&self, _tx: &mut sqlx::Transaction<'static, MySql>) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl SqlStore<Postgres> {
+    async fn packet_limit(&self) -> Result<Option<usize>> {
+        Ok(None)
+    }
+
+    async fn before_commit(&self, tx: &mut sqlx::Transaction<'static, Postgres>) -> Result<()> {
+        ensure_not_aborted(tx).await
+    }
+}
+
+impl SqlStore<Sqlite> {
+    async fn packet_limit(&self) -> Result<Option<usize>> {
+        Ok(None)
+    }
+
+    async fn before_commit(&self, _tx: &mut sqlx::Transaction<'static, Sqlite>) -> Result<()> {
+        Ok(())
+    }
 }
 
 macro_rules! sql_store {
@@ -184,7 +241,6 @@ macro_rules! sql_store {
                     .bind(consumer.as_str())
                     .bind(id.as_str())
                     .bind(hash.to_hex())
-                    .bind(now_ms())
                     .execute(&mut **tx)
                     .await
                     .map_err(|e| db("claim", e))?
@@ -220,7 +276,8 @@ macro_rules! sql_store {
                 crate::batch::resolve(items, &found)
             }
 
-            async fn commit(&self, tx: Self::Tx) -> Result<Committed> {
+            async fn commit(&self, mut tx: Self::Tx) -> Result<Committed> {
+                self.before_commit(&mut tx).await?;
                 tx.commit().await.map_err(|e| db("commit", e))?;
                 Ok(Committed::after_durable_commit())
             }
@@ -230,23 +287,23 @@ macro_rules! sql_store {
             }
 
             async fn dead_letter(&self, letter: &DeadLetter) -> Result<Committed> {
-                let (hash, stored, headers) = letter_row(letter);
-                let meta = &letter.message.meta;
-                sqlx::query(self.queries.insert_dead_letter.clone())
-                    .bind(letter.consumer.as_str())
-                    .bind(letter.message.display_id())
-                    .bind(letter.message.id.clone())
-                    .bind(letter.message.payload.clone())
-                    .bind(hash)
-                    .bind(stored)
-                    .bind(letter.reason.code())
-                    .bind(letter.reason.to_string())
-                    .bind(letter.attempts as i32)
-                    .bind(meta.entity_key.clone())
-                    .bind(meta.version)
-                    .bind(meta.source_time.map(to_ms))
-                    .bind(headers)
-                    .bind(now_ms())
+                let limit = self.packet_limit().await?;
+                let row = LetterRow::new(letter, <$db as SqlDatabase>::DIALECT, limit);
+                sqlx::query(self.queries.upsert_dead_letter.clone())
+                    .bind(row.consumer)
+                    .bind(row.message_id)
+                    .bind(row.raw_id.as_deref())
+                    .bind(&*row.payload)
+                    .bind(row.payload_hash)
+                    .bind(row.stored_hash)
+                    .bind(row.reason)
+                    .bind(row.detail)
+                    .bind(row.attempts)
+                    .bind(row.entity_key)
+                    .bind(row.version)
+                    .bind(row.source_time)
+                    .bind(row.headers)
+                    .bind(row.id_hash)
                     .execute(&self.pool)
                     .await
                     .map_err(|e| db("storing a dead letter", e))?;
@@ -302,6 +359,8 @@ macro_rules! sql_store {
                             detail: row.try_get("detail")?,
                             attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
                             dead_lettered_at: from_ms(row.try_get("dead_lettered_at")?),
+                            last_seen: from_ms(row.try_get("last_seen")?),
+                            deliveries: row.try_get::<i32, _>("deliveries")?.max(0) as u32,
                             meta: Meta {
                                 entity_key: row.try_get("entity_key")?,
                                 version: row.try_get("version")?,

@@ -1,12 +1,14 @@
 //! Batch mode on SQLite, PostgreSQL and MariaDB (the servers' tests skip loudly when the
-//! server is missing, and fail under CI / ONCELY_REQUIRE_SERVICES).
+//! server is missing, and fail under CI / ONCELY_REQUIRE_SERVICES). The `claim_batch` rules
+//! themselves are a case of the testkit's store suite (`claim_batch_rules`), run by the
+//! conformance tests.
 
 mod common;
 
 use common::{batch_suite, mysql, pg, sqlite};
 
 macro_rules! batch_tests {
-    ($($setup:ident => $claim:ident, $isolate:ident, $once:ident, $two:ident, $late:ident, $wait:ident, $wait_rb:ident, $isolate_multi:ident, $once_multi:ident;)*) => {$(
+    ($($setup:ident => $isolate:ident, $once:ident, $two:ident, $late:ident, $wait:ident, $wait_rb:ident, $isolate_multi:ident, $once_multi:ident;)*) => {$(
         #[tokio::test]
         async fn $isolate_multi() {
             let Some(fx) = $setup(stringify!($isolate_multi)).await else { return };
@@ -38,12 +40,6 @@ macro_rules! batch_tests {
         }
 
         #[tokio::test]
-        async fn $claim() {
-            let Some(fx) = $setup(stringify!($claim)).await else { return };
-            batch_suite::claim_batch(fx).await;
-        }
-
-        #[tokio::test]
         async fn $isolate() {
             let Some(fx) = $setup(stringify!($isolate)).await else { return };
             batch_suite::batch_isolates_failure(fx, false).await;
@@ -64,7 +60,7 @@ macro_rules! batch_tests {
 }
 
 batch_tests! {
-    sqlite => sqlite_claim_batch, sqlite_batch_isolates_failure, sqlite_batch_commits_once, sqlite_two_batch_consumers, sqlite_batch_quarantines_late, sqlite_batch_waits_for_concurrent_claim, sqlite_batch_after_concurrent_rollback, sqlite_batch_multi_row_isolates_failure, sqlite_batch_multi_row_commits_once;
-    pg => pg_claim_batch, pg_batch_isolates_failure, pg_batch_commits_once, pg_two_batch_consumers, pg_batch_quarantines_late, pg_batch_waits_for_concurrent_claim, pg_batch_after_concurrent_rollback, pg_batch_multi_row_isolates_failure, pg_batch_multi_row_commits_once;
-    mysql => mysql_claim_batch, mysql_batch_isolates_failure, mysql_batch_commits_once, mysql_two_batch_consumers, mysql_batch_quarantines_late, mysql_batch_waits_for_concurrent_claim, mysql_batch_after_concurrent_rollback, mysql_batch_multi_row_isolates_failure, mysql_batch_multi_row_commits_once;
+    sqlite => sqlite_batch_isolates_failure, sqlite_batch_commits_once, sqlite_two_batch_consumers, sqlite_batch_quarantines_late, sqlite_batch_waits_for_concurrent_claim, sqlite_batch_after_concurrent_rollback, sqlite_batch_multi_row_isolates_failure, sqlite_batch_multi_row_commits_once;
+    pg => pg_batch_isolates_failure, pg_batch_commits_once, pg_two_batch_consumers, pg_batch_quarantines_late, pg_batch_waits_for_concurrent_claim, pg_batch_after_concurrent_rollback, pg_batch_multi_row_isolates_failure, pg_batch_multi_row_commits_once;
+    mysql => mysql_batch_isolates_failure, mysql_batch_commits_once, mysql_two_batch_consumers, mysql_batch_quarantines_late, mysql_batch_waits_for_concurrent_claim, mysql_batch_after_concurrent_rollback, mysql_batch_multi_row_isolates_failure, mysql_batch_multi_row_commits_once;
 }

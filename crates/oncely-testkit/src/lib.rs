@@ -77,6 +77,11 @@ pub async fn exercise_with<H: StoreHarness>(harness: &H, options: ExerciseOption
             Box::pin(bad_ids_are_dead_lettered(harness)),
         ),
         (
+            "dead_letters_are_deduplicated",
+            Box::pin(dead_letters_are_deduplicated(harness)),
+        ),
+        ("claim_batch_rules", Box::pin(claim_batch_rules(harness))),
+        (
             "concurrent_duplicates",
             Box::pin(concurrent_duplicates(harness)),
         ),

@@ -4,8 +4,8 @@ use crate::check::tally;
 use crate::harness::StoreHarness;
 use crate::ledger::{LedgerHandler, Script};
 use oncely_core::{
-    Consumer, ConsumerName, CrashPlan, Inspect, LatePolicy, MemorySource, MessageId, Outcome,
-    PayloadHash, RawEnvelope, RetryPolicy, Source, SourceFaults, Step, Store,
+    Claim, Consumer, ConsumerName, CrashPlan, Inspect, LatePolicy, MemorySource, MessageId,
+    Outcome, PayloadHash, RawEnvelope, RetryPolicy, Source, SourceFaults, Step, Store,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -477,5 +477,162 @@ pub async fn shutdown_then_resume<H: StoreHarness>(h: &H) -> CaseResult {
         .map_err(err)?;
     let t = tally(&H::effects(&store).await.map_err(err)?, &expected, &[]);
     ensure!(t.is_exactly_once(), "after resume: {t:?}");
+    Ok(())
+}
+
+/// (consumer, display id, reason, payload, deliveries) of a dead-letter row.
+type LetterKey = (String, Option<String>, String, Vec<u8>, u32);
+
+/// Repeats of one dead letter leave one row: the same conflicting copy delivered three times
+/// is one `conflict` row with `deliveries` 3, an id-less message twice is one `bad_id` row;
+/// another payload, another reason or another consumer is another row.
+pub async fn dead_letters_are_deduplicated<H: StoreHarness>(h: &H) -> CaseResult {
+    let store = h.fresh().await.map_err(err)?;
+    let handler = LedgerHandler::<H>::default();
+    let billing = consumer("billing", &store, &handler);
+    let audit = consumer("audit", &store, &handler);
+    handler.script("perm", Script::FailPermanent);
+    deliver(&billing, RawEnvelope::new("m-1", "10")).await;
+    for _ in 0..3 {
+        let o = deliver(&billing, RawEnvelope::new("m-1", "99")).await;
+        ensure!(
+            matches!(o, Outcome::Conflict { .. }),
+            "conflict copy: {o:?}"
+        );
+    }
+    deliver(&billing, RawEnvelope::new("m-1", "98")).await;
+    let id_less = RawEnvelope {
+        id: None,
+        payload: b"7".to_vec(),
+        ..Default::default()
+    };
+    for c in [&billing, &billing, &audit] {
+        let o = deliver(c, id_less.clone()).await;
+        ensure!(
+            matches!(&o, Outcome::DeadLettered(r) if r.code() == "bad_id"),
+            "id-less message: {o:?}"
+        );
+    }
+    // Same id and payload, another reason: a row of its own.
+    let o = deliver(&billing, RawEnvelope::new("perm", "5")).await;
+    ensure!(matches!(o, Outcome::DeadLettered(_)), "permanent: {o:?}");
+    let o = deliver(&billing, RawEnvelope::new("perm", "5")).await;
+    ensure!(
+        matches!(o, Outcome::DeadLettered(_)),
+        "permanent again: {o:?}"
+    );
+
+    let letters = store.dead_letters(None).await.map_err(err)?;
+    let rows: Vec<LetterKey> = letters
+        .iter()
+        .map(|l| {
+            (
+                l.consumer.clone(),
+                l.message_id.clone(),
+                l.reason.clone(),
+                l.payload.clone(),
+                l.deliveries,
+            )
+        })
+        .collect();
+    let row = |c: &str, id: Option<&str>, reason: &str, payload: &[u8], n: u32| {
+        (
+            c.to_owned(),
+            id.map(str::to_owned),
+            reason.to_owned(),
+            payload.to_vec(),
+            n,
+        )
+    };
+    let want = vec![
+        row("billing", Some("m-1"), "conflict", b"99", 3),
+        row("billing", Some("m-1"), "conflict", b"98", 1),
+        row("billing", None, "bad_id", b"7", 2),
+        row("audit", None, "bad_id", b"7", 1),
+        row("billing", Some("perm"), "permanent", b"5", 2),
+    ];
+    ensure!(rows == want, "dead letters {rows:?}, want {want:?}");
+    for l in &letters {
+        ensure!(
+            l.last_seen >= l.dead_lettered_at,
+            "row {}: last_seen before first seen",
+            l.id
+        );
+    }
+    let effects = H::effects(&store).await.map_err(err)?;
+    ensure!(
+        effects == vec![("m-1".to_owned(), 10)],
+        "effects {effects:?}, want only m-1's first copy"
+    );
+    Ok(())
+}
+
+/// `claim_batch` with ids claimed before, repeated ids and conflicting copies in one call,
+/// then a batch larger than one statement takes (SQL stores claim 500 ids per statement).
+pub async fn claim_batch_rules<H: StoreHarness>(h: &H) -> CaseResult {
+    let s = h.fresh().await.map_err(err)?;
+    let c = ConsumerName::new("batcher").expect("valid name");
+    let item = |id: &str, payload: &str| {
+        (
+            MessageId::new(id).expect("valid id"),
+            PayloadHash::of(payload.as_bytes()),
+        )
+    };
+    let (h1, h2) = (PayloadHash::of(b"one"), PayloadHash::of(b"two"));
+    let mut tx = s.begin().await.map_err(err)?;
+    let pre = [item("d", "one"), item("e", "two")];
+    let claims = s.claim_batch(&mut tx, &c, &pre).await.map_err(err)?;
+    ensure!(claims == vec![Claim::Fresh; 2], "first batch: {claims:?}");
+    let _ = s.commit(tx).await.map_err(err)?;
+
+    let batch = [
+        item("a", "one"),
+        item("b", "one"),
+        item("a", "one"), // same id, same payload, same batch
+        item("c", "two"),
+        item("a", "two"), // same id, other payload, same batch
+        item("d", "one"), // claimed before
+        item("e", "one"), // claimed before with another payload
+        item("c", "two"),
+    ];
+    let mut tx = s.begin().await.map_err(err)?;
+    let claims = s.claim_batch(&mut tx, &c, &batch).await.map_err(err)?;
+    let want = vec![
+        Claim::Fresh,
+        Claim::Fresh,
+        Claim::Duplicate,
+        Claim::Fresh,
+        Claim::Conflict { stored: h1 },
+        Claim::Duplicate,
+        Claim::Conflict { stored: h2 },
+        Claim::Duplicate,
+    ];
+    ensure!(claims == want, "claims {claims:?}, want {want:?}");
+    let _ = s.commit(tx).await.map_err(err)?;
+    for (id, hash) in [("a", h1), ("b", h1), ("c", h2), ("d", h1), ("e", h2)] {
+        let held = s.claimed_hash(&c, id).await.map_err(err)?;
+        ensure!(held == Some(hash), "{id}: inbox holds {held:?}");
+    }
+
+    // More ids than one statement takes, half of them claimed already, in reverse order.
+    let big: Vec<_> = (0..1200)
+        .rev()
+        .map(|i| item(&format!("big-{i:05}"), "x"))
+        .collect();
+    let mut tx = s.begin().await.map_err(err)?;
+    let first = s.claim_batch(&mut tx, &c, &big[600..]).await.map_err(err)?;
+    ensure!(
+        first.iter().all(|c| *c == Claim::Fresh),
+        "first half not all fresh"
+    );
+    let _ = s.commit(tx).await.map_err(err)?;
+    let mut tx = s.begin().await.map_err(err)?;
+    let all = s.claim_batch(&mut tx, &c, &big).await.map_err(err)?;
+    ensure!(
+        all[..600].iter().all(|c| *c == Claim::Fresh)
+            && all[600..].iter().all(|c| *c == Claim::Duplicate),
+        "second batch: want 600 fresh then 600 duplicates"
+    );
+    s.rollback(tx).await.map_err(err)?;
     Ok(())
 }

@@ -16,69 +16,6 @@ fn item(id: &str, payload: &str) -> (MessageId, PayloadHash) {
     )
 }
 
-/// `claim_batch` with ids already claimed, repeated ids and conflicting copies, in one call;
-/// then a batch larger than one statement's chunk.
-pub async fn claim_batch<S: TestStore>(fx: Fx<S>) {
-    let s = &fx.store;
-    let c = ConsumerName::new("batcher").unwrap();
-    let (h1, h2) = (PayloadHash::of(b"one"), PayloadHash::of(b"two"));
-    let mut tx = s.begin().await.unwrap();
-    let pre = [item("d", "one"), item("e", "two")];
-    assert_eq!(
-        s.claim_batch(&mut tx, &c, &pre).await.unwrap(),
-        vec![Claim::Fresh; 2]
-    );
-    let _ = s.commit(tx).await.unwrap();
-
-    let batch = [
-        item("a", "one"),
-        item("b", "one"),
-        item("a", "one"), // same id, same payload, same batch
-        item("c", "two"),
-        item("a", "two"), // same id, other payload, same batch
-        item("d", "one"), // claimed before
-        item("e", "one"), // claimed before with another payload
-        item("c", "two"),
-    ];
-    let mut tx = s.begin().await.unwrap();
-    let claims = s.claim_batch(&mut tx, &c, &batch).await.unwrap();
-    assert_eq!(
-        claims,
-        vec![
-            Claim::Fresh,
-            Claim::Fresh,
-            Claim::Duplicate,
-            Claim::Fresh,
-            Claim::Conflict { stored: h1 },
-            Claim::Duplicate,
-            Claim::Conflict { stored: h2 },
-            Claim::Duplicate,
-        ]
-    );
-    let _ = s.commit(tx).await.unwrap();
-    for (id, hash) in [("a", h1), ("b", h1), ("c", h2), ("d", h1), ("e", h2)] {
-        assert_eq!(s.claimed_hash(&c, id).await.unwrap(), Some(hash), "{id}");
-    }
-
-    // More ids than one statement takes, half of them claimed already, in reverse order.
-    let big: Vec<_> = (0..1200)
-        .rev()
-        .map(|i| item(&format!("big-{i:05}"), "x"))
-        .collect();
-    let mut tx = s.begin().await.unwrap();
-    let first = s.claim_batch(&mut tx, &c, &big[600..]).await.unwrap();
-    assert!(first.iter().all(|c| *c == Claim::Fresh));
-    let _ = s.commit(tx).await.unwrap();
-    let mut tx = s.begin().await.unwrap();
-    let all = s.claim_batch(&mut tx, &c, &big).await.unwrap();
-    let fresh = all.iter().filter(|c| **c == Claim::Fresh).count();
-    assert_eq!(fresh, 600);
-    assert!(all[..600].iter().all(|c| *c == Claim::Fresh));
-    assert!(all[600..].iter().all(|c| *c == Claim::Duplicate));
-    s.rollback(tx).await.unwrap();
-    fx.cleanup().await;
-}
-
 /// A batch claim meets an id another transaction claimed and has not committed: it waits,
 /// then sees `Duplicate` (the other committed) or `Fresh` (the other rolled back). On MySQL
 /// this takes the savepoint fallback (the multi-row INSERT IGNORE inserted fewer rows).

@@ -3,13 +3,14 @@
 #![allow(dead_code)]
 
 pub mod batch_suite;
+pub mod dead_letter_suite;
 pub mod ledger;
 pub mod suite;
 
 pub use ledger::{Gate, Ledger};
 use oncely_core::Result;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables};
+use oncely_sql::{ConnectOptions, Dialect, MySqlStore, PgStore, SqliteStore, Tables};
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -103,6 +104,8 @@ pub trait TestStore: oncely_core::Inspect + oncely_core::Store + Clone + Sized {
     fn lock_waiters(&self, name: String) -> impl Future<Output = Option<i64>> + Send;
     /// Placeholder style: `$1` (PostgreSQL) or `?`.
     const DOLLAR: bool;
+    /// The dialect.
+    const DIALECT: Dialect;
 }
 
 fn opts(tables: Tables) -> ConnectOptions {
@@ -120,6 +123,7 @@ fn err(doing: &str, e: sqlx::Error) -> oncely_core::Error {
 impl TestStore for PgStore {
     const SERVER: &'static str = "PostgreSQL";
     const DOLLAR: bool = true;
+    const DIALECT: Dialect = Dialect::Postgres;
     async fn open(url: &str, tables: Tables) -> Result<Self> {
         PgStore::connect_with(url, &opts(tables)).await
     }
@@ -153,6 +157,7 @@ impl TestStore for PgStore {
 impl TestStore for MySqlStore {
     const SERVER: &'static str = "MariaDB";
     const DOLLAR: bool = false;
+    const DIALECT: Dialect = Dialect::MySql;
     async fn open(url: &str, tables: Tables) -> Result<Self> {
         MySqlStore::connect_with(url, &opts(tables)).await
     }
@@ -188,6 +193,7 @@ impl TestStore for MySqlStore {
 impl TestStore for SqliteStore {
     const SERVER: &'static str = "SQLite";
     const DOLLAR: bool = false;
+    const DIALECT: Dialect = Dialect::Sqlite;
     async fn open(url: &str, tables: Tables) -> Result<Self> {
         SqliteStore::connect_with(url, &opts(tables)).await
     }
@@ -316,6 +322,11 @@ impl<S: TestStore> Fx<S> {
     /// The server URL.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The table naming of this test's stores.
+    pub fn tables(&self) -> &Tables {
+        &self.tables
     }
 
     /// Waits until some session is blocked on a lock in a statement naming this test's
