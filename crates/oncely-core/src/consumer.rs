@@ -468,6 +468,16 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 Attempt::Crashed(Step::Committed)
             }
             Ok(proof) => Attempt::Done(outcome, proof),
+            // A transient commit failure after the handler ran is the handler's attempt
+            // failing (e.g. PostgreSQL refusing to commit a transaction the handler let abort):
+            // it counts toward the retry policy and ends in a dead letter, never in a hold
+            // that retries the same doomed effect forever.
+            Err(e) if e.is_transient() && !matches!(outcome, Outcome::Duplicate) => {
+                Attempt::Failed {
+                    error: e,
+                    in_handler: true,
+                }
+            }
             Err(e) => store_err(e),
         }
     }
