@@ -192,6 +192,20 @@ mod tests {
     }
 
     #[test]
+    fn producer_refuses_what_a_short_string_cannot_carry() {
+        // 100 invalid bytes become 300 bytes of U+FFFD: this used to panic in lapin.
+        let raw = RawEnvelope {
+            id: Some(vec![0xff; 100]),
+            payload: b"x".to_vec(),
+            meta: Meta::default(),
+        };
+        assert!(properties_of(&raw).is_err());
+        let mut raw = RawEnvelope::new("m-1", "x");
+        raw.meta.headers.insert("h".repeat(256), "v".into());
+        assert!(properties_of(&raw).is_err());
+    }
+
+    #[test]
     fn missing_id_stays_missing() {
         let raw = RawEnvelope {
             id: None,

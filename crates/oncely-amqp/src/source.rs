@@ -232,11 +232,20 @@ impl Source for AmqpSource {
                     // Mapped without the payload: if the mapping panics, the payload is
                     // still there to dead-letter.
                     let payload = d.data;
-                    let mapped = oncely_core::map_envelope(|| envelope_of(&d.properties, Vec::new()));
+                    let mapped =
+                        oncely_core::map_envelope(|| envelope_of(&d.properties, Vec::new()));
                     return Ok(Some(match mapped {
-                        Ok(raw) => Delivery::new(oncely_core::RawEnvelope { payload, ..raw }, attempt, acker),
+                        Ok(raw) => Delivery::new(
+                            oncely_core::RawEnvelope { payload, ..raw },
+                            attempt,
+                            acker,
+                        ),
                         Err(why) => Delivery::undecodable(
-                            oncely_core::RawEnvelope { id: None, payload, meta: Default::default() },
+                            oncely_core::RawEnvelope {
+                                id: None,
+                                payload,
+                                meta: Default::default(),
+                            },
                             attempt,
                             acker,
                             why,

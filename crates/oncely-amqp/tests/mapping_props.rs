@@ -152,13 +152,25 @@ fn timestamp_beyond_i64_is_dropped_not_a_panic() {
 fn wrong_types_and_bad_utf8_are_dropped_the_rest_is_kept() {
     let headers = vec![
         (VERSION_HEADER.into(), AMQPValue::Double(1.5)),
-        (ENTITY_HEADER.into(), AMQPValue::LongString(b"\xff\xfe".to_vec().into())),
+        (
+            ENTITY_HEADER.into(),
+            AMQPValue::LongString(b"\xff\xfe".to_vec().into()),
+        ),
         (SOURCE_TIME_HEADER.into(), AMQPValue::LongLongInt(-5)),
-        ("trace".into(), AMQPValue::LongString(b"\xc3".to_vec().into())),
-        ("x-death".into(), AMQPValue::FieldArray(FieldArray::default())),
+        (
+            "trace".into(),
+            AMQPValue::LongString(b"\xc3".to_vec().into()),
+        ),
+        (
+            "x-death".into(),
+            AMQPValue::FieldArray(FieldArray::default()),
+        ),
         ("ok".into(), AMQPValue::Boolean(true)),
     ];
-    let raw = envelope_of(&props(Some("m-2".into()), Some(1_700_000_000), headers), vec![]);
+    let raw = envelope_of(
+        &props(Some("m-2".into()), Some(1_700_000_000), headers),
+        vec![],
+    );
     assert_eq!(raw.meta.version, None);
     assert_eq!(raw.meta.entity_key, None);
     assert_eq!(
@@ -168,6 +180,17 @@ fn wrong_types_and_bad_utf8_are_dropped_the_rest_is_kept() {
     );
     assert_eq!(raw.meta.headers.len(), 1);
     assert_eq!(raw.meta.headers["ok"], "true");
-    let count = props(None, None, vec![("x-delivery-count".into(), AMQPValue::LongLongInt(u32::MAX.into()))]);
-    assert_eq!(attempt_of(&count, true), u32::MAX, "no overflow past u32::MAX");
+    let count = props(
+        None,
+        None,
+        vec![(
+            "x-delivery-count".into(),
+            AMQPValue::LongLongInt(u32::MAX.into()),
+        )],
+    );
+    assert_eq!(
+        attempt_of(&count, true),
+        u32::MAX,
+        "no overflow past u32::MAX"
+    );
 }

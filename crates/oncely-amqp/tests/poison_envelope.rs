@@ -79,14 +79,13 @@ async fn amqp_timestamp_beyond_i64_does_not_stop_the_consumer() {
     .fetch_all(store.pool())
     .await
     .expect("ledger");
-    let dead: Vec<(Option<String>, String)> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT message_id, reason FROM {}",
-            db.dead_letters()
-        )))
-            .fetch_all(store.pool())
-            .await
-            .expect("dead letters");
+    let dead: Vec<(Option<String>, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT message_id, reason FROM {}",
+        db.dead_letters()
+    )))
+    .fetch_all(store.pool())
+    .await
+    .expect("dead letters");
     for i in 0..GOOD {
         let id = format!("good-{i}");
         let n = applied.iter().find(|(m, _)| *m == id).map(|(_, n)| *n);
@@ -97,9 +96,9 @@ async fn amqp_timestamp_beyond_i64_does_not_stop_the_consumer() {
         "no double: {applied:?}"
     );
     let hostile_applied = applied.iter().any(|(m, _)| m == "hostile-1");
-    let hostile_dead = dead.iter().any(|(m, r)| {
-        (m.as_deref() == Some("hostile-1") || m.is_none()) && !r.is_empty()
-    });
+    let hostile_dead = dead
+        .iter()
+        .any(|(m, r)| (m.as_deref() == Some("hostile-1") || m.is_none()) && !r.is_empty());
     assert!(
         hostile_applied ^ hostile_dead,
         "the hostile message is applied or dead-lettered, once: ledger {applied:?}, dead letters {dead:?}"

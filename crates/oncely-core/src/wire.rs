@@ -39,7 +39,10 @@ pub fn time_from_unix_secs(secs: u64) -> Option<SystemTime> {
 /// [`SystemTime`]; `None` unless it lies in the accepted range.
 pub fn time_in_range(t: SystemTime) -> Option<SystemTime> {
     let ms = t.duration_since(UNIX_EPOCH).ok()?.as_millis();
-    i64::try_from(ms).ok().and_then(time_from_unix_ms).map(|_| t)
+    i64::try_from(ms)
+        .ok()
+        .and_then(time_from_unix_ms)
+        .map(|_| t)
 }
 
 /// Parses decimal Unix milliseconds (surrounding whitespace allowed), as oncely's

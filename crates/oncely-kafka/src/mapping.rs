@@ -153,7 +153,11 @@ pub fn envelope_of<'a>(
         let ms = timestamp_ms?;
         let t = wire::time_from_unix_ms(ms);
         if t.is_none() {
-            wire::dropped("timestamp", ms.to_string().as_bytes(), "negative record timestamp");
+            wire::dropped(
+                "timestamp",
+                ms.to_string().as_bytes(),
+                "negative record timestamp",
+            );
         }
         t
     });

@@ -137,7 +137,10 @@ fn a_header_that_panics_in_rdkafka_is_skipped() {
             }
         }
     }
-    let owned = OwnedHeaders::new().insert(Header { key: ID_HEADER, value: Some("m-9") });
+    let owned = OwnedHeaders::new().insert(Header {
+        key: ID_HEADER,
+        value: Some("m-9"),
+    });
     let raw = envelope_of(record_headers(&Hostile(owned)), b"p".to_vec(), None);
     assert_eq!(raw.id.as_deref(), Some(&b"m-9"[..]));
 }
@@ -149,8 +152,19 @@ fn long_topic_offset_id_is_hashed() {
     assert_eq!(fits.len(), 253, "a long topic is kept while the id fits");
     let id = String::from_utf8(offset_id(&topic, 2, i64::MAX)).unwrap();
     assert!(id.starts_with('#'), "{id}");
-    assert_eq!(id, format!("#{}/2/{}", &oncely_core::PayloadHash::of(topic.as_bytes()).to_hex()[..16], i64::MAX));
-    assert_eq!(offset_id("credits", 0, 5), b"credits/0/5", "short names stay readable");
+    assert_eq!(
+        id,
+        format!(
+            "#{}/2/{}",
+            &oncely_core::PayloadHash::of(topic.as_bytes()).to_hex()[..16],
+            i64::MAX
+        )
+    );
+    assert_eq!(
+        offset_id("credits", 0, 5),
+        b"credits/0/5",
+        "short names stay readable"
+    );
     let other = String::from_utf8(offset_id(&"u".repeat(249), 2, i64::MAX)).unwrap();
     assert_ne!(id, other);
 }

@@ -1,7 +1,9 @@
 //! `envelope_of` is total: any MQTT 5 user properties (and any payload) map without a
 //! panic, the payload stays byte-exact and a `message-id` property comes back as the id.
 
-use oncely_mqtt::{ENTITY_PROPERTY, ID_PROPERTY, SOURCE_TIME_PROPERTY, VERSION_PROPERTY, envelope_of};
+use oncely_mqtt::{
+    ENTITY_PROPERTY, ID_PROPERTY, SOURCE_TIME_PROPERTY, VERSION_PROPERTY, envelope_of,
+};
 use proptest::prelude::*;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
@@ -78,7 +80,10 @@ fn out_of_range_properties_are_dropped() {
         user_properties: vec![
             (ID_PROPERTY.to_owned(), "m-1".to_owned()),
             (SOURCE_TIME_PROPERTY.to_owned(), u64::MAX.to_string()),
-            (VERSION_PROPERTY.to_owned(), "9223372036854775808".to_owned()),
+            (
+                VERSION_PROPERTY.to_owned(),
+                "9223372036854775808".to_owned(),
+            ),
         ],
         ..PublishProperties::default()
     };

@@ -212,12 +212,17 @@ impl Source for NatsSource {
                     let published = msg.info().ok().map(|i| i.published);
                     let (msg, acker) = msg.split();
                     let acker = Box::new(NatsAcker { inner: Some(acker) });
-                    let mapped =
-                        oncely_core::map_envelope(|| envelope_of(msg.headers.as_ref(), &msg.payload, published));
+                    let mapped = oncely_core::map_envelope(|| {
+                        envelope_of(msg.headers.as_ref(), &msg.payload, published)
+                    });
                     return Ok(Some(match mapped {
                         Ok(raw) => Delivery::new(raw, attempt, acker),
                         Err(why) => Delivery::undecodable(
-                            oncely_core::RawEnvelope { id: None, payload: msg.payload.to_vec(), meta: Default::default() },
+                            oncely_core::RawEnvelope {
+                                id: None,
+                                payload: msg.payload.to_vec(),
+                                meta: Default::default(),
+                            },
                             attempt,
                             acker,
                             why,

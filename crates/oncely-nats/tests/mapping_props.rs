@@ -90,7 +90,12 @@ proptest! {
 #[test]
 fn out_of_range_values_are_dropped_and_published_time_is_the_fallback() {
     let published = UNIX_EPOCH + Duration::from_millis(1_700_000_000_000);
-    for bad in [u64::MAX.to_string(), "-1".into(), "1e3".into(), String::new()] {
+    for bad in [
+        u64::MAX.to_string(),
+        "-1".into(),
+        "1e3".into(),
+        String::new(),
+    ] {
         let mut map = HeaderMap::new();
         map.insert(ID_HEADER, "m-1");
         map.insert(SOURCE_TIME_HEADER, bad.as_str());
@@ -103,7 +108,14 @@ fn out_of_range_values_are_dropped_and_published_time_is_the_fallback() {
     let mut map = HeaderMap::new();
     map.insert(SOURCE_TIME_HEADER, "5");
     let raw = envelope_of(Some(&map), b"p", Some(published));
-    assert_eq!(raw.meta.source_time, time_from_unix_ms(5), "the producer's time wins");
+    assert_eq!(
+        raw.meta.source_time,
+        time_from_unix_ms(5),
+        "the producer's time wins"
+    );
     let before_epoch = UNIX_EPOCH - Duration::from_secs(1);
-    assert_eq!(envelope_of(None, b"p", Some(before_epoch)).meta.source_time, None);
+    assert_eq!(
+        envelope_of(None, b"p", Some(before_epoch)).meta.source_time,
+        None
+    );
 }

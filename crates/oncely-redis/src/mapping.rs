@@ -52,7 +52,9 @@ fn bytes_of(v: &Value) -> Option<Vec<u8>> {
 /// The payload field's bytes (empty if there is none): what is dead-lettered when the
 /// mapping itself fails.
 pub(crate) fn payload_of(map: &HashMap<String, Value>) -> Vec<u8> {
-    map.get(PAYLOAD_FIELD).and_then(bytes_of).unwrap_or_default()
+    map.get(PAYLOAD_FIELD)
+        .and_then(bytes_of)
+        .unwrap_or_default()
 }
 
 /// The time in a stream entry id `MS-SEQ` (Redis's clock when the entry was added, unless
@@ -132,7 +134,11 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (k, Value::BulkString(v)))
             .collect();
-        assert_eq!(envelope_of("5-0", &map), raw, "the field wins over the entry id");
+        assert_eq!(
+            envelope_of("5-0", &map),
+            raw,
+            "the field wins over the entry id"
+        );
     }
 
     #[test]
@@ -140,6 +146,9 @@ mod tests {
         let map = HashMap::from([(PAYLOAD_FIELD.to_owned(), Value::BulkString(b"x".to_vec()))]);
         let raw = envelope_of("1700000000123-4", &map);
         assert_eq!(raw.id, None);
-        assert_eq!(raw.meta.source_time, wire::time_from_unix_ms(1_700_000_000_123));
+        assert_eq!(
+            raw.meta.source_time,
+            wire::time_from_unix_ms(1_700_000_000_123)
+        );
     }
 }

@@ -311,7 +311,11 @@ impl RedisSource {
             self.buffer.push_back(match raw {
                 Ok(raw) => Delivery::new(raw, n, Box::new(acker)),
                 Err((payload, why)) => {
-                    let raw = oncely_core::RawEnvelope { id: None, payload, meta: Default::default() };
+                    let raw = oncely_core::RawEnvelope {
+                        id: None,
+                        payload,
+                        meta: Default::default(),
+                    };
                     Delivery::undecodable(raw, n, Box::new(acker), why)
                 }
             });

@@ -96,9 +96,18 @@ proptest! {
 fn out_of_range_fields_are_dropped_entry_time_is_the_fallback() {
     let map = HashMap::from([
         (ID_FIELD.to_owned(), Value::BulkString(b"m-1".to_vec())),
-        (PAYLOAD_FIELD.to_owned(), Value::BulkString(b"\xff".to_vec())),
-        (SOURCE_TIME_FIELD.to_owned(), Value::BulkString(u64::MAX.to_string().into_bytes())),
-        (VERSION_FIELD.to_owned(), Value::BulkString(b"\xff\xfe".to_vec())),
+        (
+            PAYLOAD_FIELD.to_owned(),
+            Value::BulkString(b"\xff".to_vec()),
+        ),
+        (
+            SOURCE_TIME_FIELD.to_owned(),
+            Value::BulkString(u64::MAX.to_string().into_bytes()),
+        ),
+        (
+            VERSION_FIELD.to_owned(),
+            Value::BulkString(b"\xff\xfe".to_vec()),
+        ),
         (ENTITY_FIELD.to_owned(), Value::Nil),
         ("trace".to_owned(), Value::BulkString(b"\xc3".to_vec())),
     ]);

@@ -299,7 +299,12 @@ mod tests {
 
     #[test]
     fn headers_column_is_mapped_totally() {
-        assert_eq!(headers_of(r#"{"a":"x","n":1}"#).get("n").map(String::as_str), Some("1"));
+        assert_eq!(
+            headers_of(r#"{"a":"x","n":1}"#)
+                .get("n")
+                .map(String::as_str),
+            Some("1")
+        );
         assert_eq!(headers_of(r#"{"a":"x","n":1}"#)["a"], "x");
         assert!(headers_of("[1,2]").is_empty());
         assert!(headers_of("not json").is_empty());
