@@ -2,8 +2,9 @@
 
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use oncely_core::{Meta, RawEnvelope};
-use std::time::{Duration, UNIX_EPOCH};
+use oncely_core::{Error, Meta, RawEnvelope, Result, wire};
+use std::time::UNIX_EPOCH;
+use tracing::debug;
 
 /// Header carrying the entity version.
 pub const VERSION_HEADER: &str = "oncely-version";
@@ -13,11 +14,21 @@ pub const ENTITY_HEADER: &str = "oncely-entity";
 pub const SOURCE_TIME_HEADER: &str = "oncely-source-time";
 
 /// Builds the properties a producer sets: `message_id`, persistent delivery mode,
-/// `timestamp` (seconds) and the `oncely-*` headers.
-pub fn properties_of(message: &RawEnvelope) -> BasicProperties {
+/// `timestamp` (seconds) and the `oncely-*` headers. Fails for what an AMQP short string
+/// cannot carry (an id or a header name longer than 255 bytes) instead of panicking.
+pub fn properties_of(message: &RawEnvelope) -> Result<BasicProperties> {
+    let short = |what: &str, s: String| {
+        let len = s.len();
+        ShortString::try_new(s).map_err(|_| {
+            Error::permanent(format!(
+                "AMQP {what} is {len} bytes; a short string holds at most 255"
+            ))
+        })
+    };
     let mut props = BasicProperties::default().with_delivery_mode(2);
     if let Some(id) = &message.id {
-        props = props.with_message_id(ShortString::from(String::from_utf8_lossy(id).into_owned()));
+        let id = String::from_utf8_lossy(id).into_owned();
+        props = props.with_message_id(short("message_id", id)?);
     }
     let meta = &message.meta;
     let mut headers = FieldTable::default();
@@ -30,48 +41,77 @@ pub fn properties_of(message: &RawEnvelope) -> BasicProperties {
     if let Some(t) = meta.source_time {
         let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
         props = props.with_timestamp(since.as_secs());
-        headers.insert(
-            SOURCE_TIME_HEADER.into(),
-            AMQPValue::LongLongInt(since.as_millis() as i64),
-        );
+        let ms = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
+        headers.insert(SOURCE_TIME_HEADER.into(), AMQPValue::LongLongInt(ms));
     }
     for (k, v) in &meta.headers {
-        headers.insert(k.as_str().into(), long_string(v));
+        headers.insert(short("header name", k.clone())?, long_string(v));
     }
-    props.with_headers(headers)
+    Ok(props.with_headers(headers))
 }
 
 fn long_string(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()))
 }
 
-fn text_of(value: &AMQPValue) -> Option<String> {
+/// A header value as text: strings must be UTF-8; integers, booleans and floats are
+/// written in decimal. `Err` says why the value cannot be text.
+fn text_of(value: &AMQPValue) -> std::result::Result<String, &'static str> {
+    let utf8 = |b: &[u8]| {
+        std::str::from_utf8(b)
+            .map(str::to_owned)
+            .map_err(|_| "not UTF-8")
+    };
     match value {
-        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
-        AMQPValue::ByteArray(b) => Some(String::from_utf8_lossy(b.as_slice()).into_owned()),
+        AMQPValue::LongString(s) => utf8(s.as_bytes()),
+        AMQPValue::ShortString(s) => Ok(s.as_str().to_owned()),
+        AMQPValue::ByteArray(b) => utf8(b.as_slice()),
+        AMQPValue::Boolean(b) => Ok(b.to_string()),
+        AMQPValue::Float(f) => Ok(f.to_string()),
+        AMQPValue::Double(f) => Ok(f.to_string()),
         other => int_of(other).map(|i| i.to_string()),
     }
 }
 
-fn int_of(value: &AMQPValue) -> Option<i64> {
+/// A header value as an integer: AMQP integer types, a timestamp below 2^63, or decimal
+/// text. `Err` says why not.
+fn int_of(value: &AMQPValue) -> std::result::Result<i64, &'static str> {
+    let parsed = |t: Option<&str>| {
+        t.and_then(|t| t.trim().parse().ok())
+            .ok_or("not a decimal i64")
+    };
     match value {
-        AMQPValue::ShortShortInt(i) => Some(i64::from(*i)),
-        AMQPValue::ShortShortUInt(i) => Some(i64::from(*i)),
-        AMQPValue::ShortInt(i) => Some(i64::from(*i)),
-        AMQPValue::ShortUInt(i) => Some(i64::from(*i)),
-        AMQPValue::LongInt(i) => Some(i64::from(*i)),
-        AMQPValue::LongUInt(i) => Some(i64::from(*i)),
-        AMQPValue::LongLongInt(i) => Some(*i),
-        AMQPValue::Timestamp(t) => i64::try_from(*t).ok(),
-        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok()?.trim().parse().ok(),
-        AMQPValue::ShortString(s) => s.as_str().trim().parse().ok(),
-        _ => None,
+        AMQPValue::ShortShortInt(i) => Ok(i64::from(*i)),
+        AMQPValue::ShortShortUInt(i) => Ok(i64::from(*i)),
+        AMQPValue::ShortInt(i) => Ok(i64::from(*i)),
+        AMQPValue::ShortUInt(i) => Ok(i64::from(*i)),
+        AMQPValue::LongInt(i) => Ok(i64::from(*i)),
+        AMQPValue::LongUInt(i) => Ok(i64::from(*i)),
+        AMQPValue::LongLongInt(i) => Ok(*i),
+        AMQPValue::Timestamp(t) => i64::try_from(*t).map_err(|_| "beyond i64"),
+        AMQPValue::LongString(s) => parsed(std::str::from_utf8(s.as_bytes()).ok()),
+        AMQPValue::ShortString(s) => parsed(Some(s.as_str())),
+        _ => Err("not an integer type"),
+    }
+}
+
+/// The bytes of a value, for the warning about dropping it.
+fn shown(value: &AMQPValue) -> Vec<u8> {
+    match value {
+        AMQPValue::LongString(s) => s.as_bytes().to_vec(),
+        AMQPValue::ByteArray(b) => b.as_slice().to_vec(),
+        other => format!("{other:?}").into_bytes(),
     }
 }
 
 /// Reads a delivery back into a [`RawEnvelope`]. A missing `message_id` property gives
 /// `id: None`, which the runtime dead-letters with reason `bad_id`.
+///
+/// Total: any properties map. A value that does not fit `Meta` (a `timestamp` or
+/// `oncely-source-time` beyond `i64::MAX` ms, an `oncely-version` that is not an integer,
+/// a string that is not UTF-8) is dropped with a warning naming the header; headers that
+/// are tables, arrays, decimals or void are not passed through (logged at DEBUG). The
+/// source time is `oncely-source-time` if usable, else the `timestamp` property.
 pub fn envelope_of(props: &BasicProperties, payload: Vec<u8>) -> RawEnvelope {
     let id = props
         .message_id()
@@ -79,24 +119,38 @@ pub fn envelope_of(props: &BasicProperties, payload: Vec<u8>) -> RawEnvelope {
         .map(|s| s.as_str().as_bytes().to_vec());
     let mut meta = Meta::default();
     if let Some(t) = props.timestamp() {
-        meta.source_time = Some(UNIX_EPOCH + Duration::from_secs(*t));
+        meta.source_time = wire::time_from_unix_secs(*t);
+        if meta.source_time.is_none() {
+            wire::dropped("timestamp", t.to_string().as_bytes(), "time out of range");
+        }
     }
-    if let Some(headers) = props.headers() {
-        for (k, v) in headers {
-            match k.as_str() {
-                VERSION_HEADER => meta.version = int_of(v),
-                ENTITY_HEADER => meta.entity_key = text_of(v),
-                SOURCE_TIME_HEADER => {
-                    if let Some(ms) = int_of(v).and_then(|ms| u64::try_from(ms).ok()) {
-                        meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(ms));
-                    }
+    let Some(headers) = props.headers() else {
+        return RawEnvelope { id, payload, meta };
+    };
+    for (k, v) in headers {
+        let name = k.as_str();
+        let drop = |why| wire::dropped(name, &shown(v), why);
+        match name {
+            VERSION_HEADER => match int_of(v) {
+                Ok(version) => meta.version = Some(version),
+                Err(why) => drop(why),
+            },
+            ENTITY_HEADER => match text_of(v) {
+                Ok(key) => meta.entity_key = Some(key),
+                Err(why) => drop(why),
+            },
+            SOURCE_TIME_HEADER => match int_of(v).map(wire::time_from_unix_ms) {
+                Ok(Some(t)) => meta.source_time = Some(t),
+                Ok(None) => drop("time out of range"),
+                Err(why) => drop(why),
+            },
+            other => match text_of(v) {
+                Ok(text) => {
+                    meta.headers.insert(other.to_owned(), text);
                 }
-                other => {
-                    if let Some(text) = text_of(v) {
-                        meta.headers.insert(other.to_owned(), text);
-                    }
-                }
-            }
+                Err(why @ "not UTF-8") => drop(why),
+                Err(why) => debug!(header = other, "broker envelope: {why}; not passed through"),
+            },
         }
     }
     RawEnvelope { id, payload, meta }
@@ -109,10 +163,10 @@ pub fn attempt_of(props: &BasicProperties, redelivered: bool) -> u32 {
         .headers()
         .as_ref()
         .and_then(|h| h.inner().get("x-delivery-count"))
-        .and_then(int_of)
+        .and_then(|v| int_of(v).ok())
         .and_then(|n| u32::try_from(n).ok());
     match counted {
-        Some(n) => n + 1,
+        Some(n) => n.saturating_add(1),
         None if redelivered => 2,
         None => 1,
     }
@@ -121,6 +175,7 @@ pub fn attempt_of(props: &BasicProperties, redelivered: bool) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn round_trips_id_and_meta() {
@@ -129,11 +184,25 @@ mod tests {
         raw.meta.entity_key = Some("acct-17".into());
         raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
         raw.meta.headers.insert("trace".into(), "abc".into());
-        let props = properties_of(&raw);
+        let props = properties_of(&raw).unwrap();
         let back = envelope_of(&props, raw.payload.clone());
         assert_eq!(back, raw);
         assert_eq!(attempt_of(&props, false), 1);
         assert_eq!(attempt_of(&props, true), 2);
+    }
+
+    #[test]
+    fn producer_refuses_what_a_short_string_cannot_carry() {
+        // 100 invalid bytes become 300 bytes of U+FFFD: this used to panic in lapin.
+        let raw = RawEnvelope {
+            id: Some(vec![0xff; 100]),
+            payload: b"x".to_vec(),
+            meta: Meta::default(),
+        };
+        assert!(properties_of(&raw).is_err());
+        let mut raw = RawEnvelope::new("m-1", "x");
+        raw.meta.headers.insert("h".repeat(256), "v".into());
+        assert!(properties_of(&raw).is_err());
     }
 
     #[test]
@@ -143,7 +212,7 @@ mod tests {
             payload: b"x".to_vec(),
             meta: Meta::default(),
         };
-        let back = envelope_of(&properties_of(&raw), raw.payload.clone());
+        let back = envelope_of(&properties_of(&raw).unwrap(), raw.payload.clone());
         assert_eq!(back.id, None);
     }
 }

@@ -56,7 +56,7 @@ impl AmqpProducer {
                     self.queue.as_str().into(),
                     BasicPublishOptions::default(),
                     &m.payload,
-                    properties_of(m),
+                    properties_of(m)?,
                 )
                 .await
                 .map_err(|e| amqp_err("basic.publish", e))?;

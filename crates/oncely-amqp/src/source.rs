@@ -226,11 +226,31 @@ impl Source for AmqpSource {
             match next {
                 Some(Ok(d)) => {
                     let attempt = attempt_of(&d.properties, d.redelivered);
-                    let raw = envelope_of(&d.properties, d.data);
-                    let acker = AmqpAcker {
+                    let acker = Box::new(AmqpAcker {
                         inner: Some(d.acker),
-                    };
-                    return Ok(Some(Delivery::new(raw, attempt, Box::new(acker))));
+                    });
+                    // Mapped without the payload: if the mapping panics, the payload is
+                    // still there to dead-letter.
+                    let payload = d.data;
+                    let mapped =
+                        oncely_core::map_envelope(|| envelope_of(&d.properties, Vec::new()));
+                    return Ok(Some(match mapped {
+                        Ok(raw) => Delivery::new(
+                            oncely_core::RawEnvelope { payload, ..raw },
+                            attempt,
+                            acker,
+                        ),
+                        Err(why) => Delivery::undecodable(
+                            oncely_core::RawEnvelope {
+                                id: None,
+                                payload,
+                                meta: Default::default(),
+                            },
+                            attempt,
+                            acker,
+                            why,
+                        ),
+                    }));
                 }
                 Some(Err(e)) => {
                     warn!(error = %e, "RabbitMQ: consumer failed; reconnecting");

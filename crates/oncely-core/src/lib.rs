@@ -29,6 +29,7 @@ mod retry;
 mod source;
 mod stats;
 mod store;
+pub mod wire;
 
 pub use batch::{BatchConsumer, BatchStats};
 pub use chaos::{Chaos, CrashPlan};

@@ -49,6 +49,7 @@ mod tracker;
 pub use context::KafkaContext;
 pub use mapping::{
     ENTITY_HEADER, ID_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER, envelope_of, headers_of, key_of,
+    offset_id, record_headers,
 };
 pub use options::{DEFAULT_TOPIC, IdFrom, KafkaOptions};
 pub use producer::{KafkaProducer, create_topic, publish};

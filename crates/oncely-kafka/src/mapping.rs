@@ -1,7 +1,9 @@
 //! The wire mapping: [`RawEnvelope`] ↔ Kafka record headers, key and timestamp.
 
-use oncely_core::{Meta, RawEnvelope};
-use std::time::{Duration, UNIX_EPOCH};
+use oncely_core::{MAX_MESSAGE_ID_BYTES, Meta, PayloadHash, RawEnvelope, wire};
+use rdkafka::message::Headers;
+use std::time::UNIX_EPOCH;
+use tracing::warn;
 
 /// Header carrying the producer's message id (the inbox key). Required: a record without
 /// it (or with an unusable value) is dead-lettered with reason `bad_id`.
@@ -51,8 +53,52 @@ pub fn key_of(message: &RawEnvelope) -> Option<Vec<u8>> {
         .or_else(|| message.id.clone())
 }
 
-fn text(value: &[u8]) -> Option<&str> {
-    std::str::from_utf8(value).ok().map(str::trim)
+/// The headers of a record as `(key, value)` pairs, in order. rdkafka panics on a header
+/// key that is not UTF-8 (`BorrowedHeaders::try_get` unwraps it): such a header is
+/// skipped with a warning and the others are kept.
+pub fn record_headers<H: Headers + ?Sized>(headers: &H) -> Vec<(&str, Option<&[u8]>)> {
+    (0..headers.count())
+        .filter_map(|i| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| headers.try_get(i))) {
+                Ok(header) => header.map(|h| (h.key, h.value)),
+                Err(_) => {
+                    warn!(
+                        index = i,
+                        "Kafka: record header key is not UTF-8; header dropped from the message metadata"
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// The message id of a record under `id=offset`: `TOPIC/PARTITION/OFFSET`, or, when that is
+/// longer than [`MAX_MESSAGE_ID_BYTES`] (topic names run to 249 bytes),
+/// `#HASH/PARTITION/OFFSET` with the first 16 hex digits of SHA-256 of the topic name (`#`
+/// cannot occur in a Kafka topic name, so the two forms never meet).
+///
+/// ```
+/// use oncely_kafka::offset_id;
+/// assert_eq!(offset_id("credits", 3, 42), b"credits/3/42");
+/// let long = offset_id(&"t".repeat(249), i32::MAX, i64::MAX);
+/// assert_eq!(long.len(), 1 + 16 + 1 + 10 + 1 + 19);
+/// ```
+pub fn offset_id(topic: &str, partition: i32, offset: i64) -> Vec<u8> {
+    let id = format!("{topic}/{partition}/{offset}");
+    if id.len() <= MAX_MESSAGE_ID_BYTES {
+        return id.into_bytes();
+    }
+    let hash = PayloadHash::of(topic.as_bytes()).to_hex();
+    format!("#{}/{partition}/{offset}", &hash[..16]).into_bytes()
+}
+
+fn text<'v>(key: &str, value: &'v [u8]) -> Option<&'v str> {
+    let text = std::str::from_utf8(value).ok().map(str::trim);
+    if text.is_none() {
+        wire::dropped(key, value, "not UTF-8");
+    }
+    text
 }
 
 /// Reads a record back into a [`RawEnvelope`] from its headers (`(key, value)` pairs; a
@@ -61,18 +107,20 @@ fn text(value: &[u8]) -> Option<&str> {
 /// The id is the `message-id` header's bytes as they are (validation is the runtime's: a
 /// missing, empty, too long or non-UTF-8 id is dead-lettered as `bad_id`). If the header
 /// appears more than once, the first one counts.
+///
+/// Total: a header value that is not UTF-8, an `oncely-version` that is not an `i64` or a
+/// time that is not Unix milliseconds in `0..=i64::MAX` (a negative record timestamp
+/// included) is dropped with a warning naming the header. The source time is
+/// `oncely-source-time` if usable, else the record timestamp (create or log-append time,
+/// as the topic is configured).
 pub fn envelope_of<'a>(
     headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
     payload: Vec<u8>,
     timestamp_ms: Option<i64>,
 ) -> RawEnvelope {
     let mut id = None;
-    let mut meta = Meta {
-        source_time: timestamp_ms
-            .and_then(|ms| u64::try_from(ms).ok())
-            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
-        ..Meta::default()
-    };
+    let mut meta = Meta::default();
+    let mut source_time = None;
     for (key, value) in headers {
         let Some(value) = value else { continue };
         match key {
@@ -81,27 +129,45 @@ pub fn envelope_of<'a>(
                     id = Some(value.to_vec());
                 }
             }
-            VERSION_HEADER => meta.version = text(value).and_then(|t| t.parse().ok()),
-            ENTITY_HEADER => meta.entity_key = text(value).map(str::to_owned),
-            SOURCE_TIME_HEADER => {
-                if let Some(ms) = text(value).and_then(|t| t.parse::<u64>().ok()) {
-                    meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(ms));
-                }
-            }
+            VERSION_HEADER => match text(key, value).map(wire::parse_version) {
+                Some(Some(v)) => meta.version = Some(v),
+                Some(None) => wire::dropped(key, value, "not a decimal i64"),
+                None => {}
+            },
+            ENTITY_HEADER => meta.entity_key = text(key, value).map(str::to_owned),
+            SOURCE_TIME_HEADER => match text(key, value).map(wire::parse_unix_ms) {
+                Some(Some(t)) => source_time = Some(t),
+                Some(None) => wire::dropped(key, value, "not Unix ms in range"),
+                None => {}
+            },
             other => {
-                meta.headers.insert(
-                    other.to_owned(),
-                    String::from_utf8_lossy(value).into_owned(),
-                );
+                if let Ok(text) = std::str::from_utf8(value) {
+                    meta.headers.insert(other.to_owned(), text.to_owned());
+                } else {
+                    wire::dropped(other, value, "not UTF-8");
+                }
             }
         }
     }
+    meta.source_time = source_time.or_else(|| {
+        let ms = timestamp_ms?;
+        let t = wire::time_from_unix_ms(ms);
+        if t.is_none() {
+            wire::dropped(
+                "timestamp",
+                ms.to_string().as_bytes(),
+                "negative record timestamp",
+            );
+        }
+        t
+    });
     RawEnvelope { id, payload, meta }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn round_trip(raw: &RawEnvelope, ts: Option<i64>) -> RawEnvelope {
         let headers = headers_of(raw);

@@ -3,14 +3,14 @@
 
 use crate::acker::KafkaAcker;
 use crate::context::KafkaContext;
-use crate::mapping::envelope_of;
+use crate::mapping::{envelope_of, offset_id, record_headers};
 use crate::options::{IdFrom, KafkaOptions};
 use crate::shared::{Shared, blocking, commit_dirty, kafka_err};
 use crate::tracker::{Registered, Ticket, Tp, Tracker};
 use oncely_core::{Delivery, Error, RawEnvelope, Result, Source};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
@@ -121,13 +121,22 @@ impl KafkaSource {
     }
 
     /// Hands out a record: tracked under `ticket`, settled through the returned delivery.
-    fn deliver(&self, ticket: Ticket, raw: RawEnvelope, attempt: u32) -> Delivery {
-        let acker = KafkaAcker {
+    fn deliver(
+        &self,
+        ticket: Ticket,
+        raw: RawEnvelope,
+        attempt: u32,
+        defect: Option<String>,
+    ) -> Delivery {
+        let acker = Box::new(KafkaAcker {
             shared: self.shared.clone(),
             ticket: Some(ticket),
             copy: Some(raw.clone()),
-        };
-        Delivery::new(raw, attempt, Box::new(acker))
+        });
+        match defect {
+            None => Delivery::new(raw, attempt, acker),
+            Some(why) => Delivery::undecodable(raw, attempt, acker, why),
+        }
     }
 
     /// Waits for the next record from the broker, or for a parked one.
@@ -145,20 +154,23 @@ struct RawReceived {
     tp: Tp,
     offset: i64,
     raw: RawEnvelope,
+    /// Why the record's envelope could not be mapped (then `raw` holds the payload only).
+    defect: Option<String>,
 }
 
 impl RawReceived {
     fn of(message: &rdkafka::message::BorrowedMessage<'_>, id_from: IdFrom) -> Self {
-        let headers: Vec<(&str, Option<&[u8]>)> = message
-            .headers()
-            .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
-            .unwrap_or_default();
-        let mut raw = envelope_of(
-            headers,
-            message.payload().unwrap_or_default().to_vec(),
-            message.timestamp().to_millis(),
-        );
-        if id_from == IdFrom::Offset {
+        // Mapped without the payload, so that a panic in the mapping still leaves it.
+        let mapped = oncely_core::map_envelope(|| {
+            let headers = message.headers().map(record_headers).unwrap_or_default();
+            envelope_of(headers, Vec::new(), message.timestamp().to_millis())
+        });
+        let (mut raw, defect) = match mapped {
+            Ok(raw) => (raw, None),
+            Err(why) => (RawEnvelope::default(), Some(why)),
+        };
+        raw.payload = message.payload().unwrap_or_default().to_vec();
+        if id_from == IdFrom::Offset && defect.is_none() {
             raw.id = Some(offset_id(
                 message.topic(),
                 message.partition(),
@@ -169,13 +181,9 @@ impl RawReceived {
             tp: (message.topic().to_owned(), message.partition()),
             offset: message.offset(),
             raw,
+            defect,
         }
     }
-}
-
-/// The message id of a record under [`IdFrom::Offset`]: `TOPIC/PARTITION/OFFSET`.
-fn offset_id(topic: &str, partition: i32, offset: i64) -> Vec<u8> {
-    format!("{topic}/{partition}/{offset}").into_bytes()
 }
 
 async fn committer(shared: Arc<Shared>, consumer: Weak<Inner>, interval: Duration) {
@@ -210,7 +218,7 @@ impl Source for KafkaSource {
     async fn next(&mut self) -> Result<Option<Delivery>> {
         loop {
             if let Some((ticket, raw, attempt)) = self.shared.unpark() {
-                return Ok(Some(self.deliver(ticket, raw, attempt)));
+                return Ok(Some(self.deliver(ticket, raw, attempt, None)));
             }
             let received = match self.options.idle_exit {
                 None => self.receive().await,
@@ -241,7 +249,7 @@ impl Source for KafkaSource {
             };
             match registered {
                 Registered::Track { ticket, attempt } => {
-                    return Ok(Some(self.deliver(ticket, r.raw, attempt)));
+                    return Ok(Some(self.deliver(ticket, r.raw, attempt, r.defect)));
                 }
                 Registered::NotAssigned => {
                     warn!(

@@ -1,9 +1,9 @@
 //! The wire mapping: [`RawEnvelope`] ↔ MQTT 5 user properties (or, for MQTT 3.1.1
 //! producers, a `message_id` field in the JSON payload).
 
-use oncely_core::{Error, Meta, RawEnvelope, Result};
+use oncely_core::{Error, Meta, RawEnvelope, Result, wire};
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 /// MQTT 5 user property carrying the producer-set id.
 pub const ID_PROPERTY: &str = "message-id";
@@ -63,6 +63,10 @@ pub fn properties_of(message: &RawEnvelope) -> Result<PublishProperties> {
 /// Reads a publish back into a [`RawEnvelope`]: the id from the `message-id` user property,
 /// else from a string `message_id` field of a JSON object payload, else `None` (which the
 /// runtime dead-letters with reason `bad_id`).
+///
+/// Total: an `oncely-version` that is not an `i64` or an `oncely-source-time` that is not
+/// Unix milliseconds in `0..=i64::MAX` is dropped with a warning naming the property.
+/// MQTT has no broker time: without `oncely-source-time` the source time stays `None`.
 pub fn envelope_of(properties: Option<&PublishProperties>, payload: &[u8]) -> RawEnvelope {
     let mut raw = RawEnvelope {
         id: None,
@@ -75,15 +79,15 @@ pub fn envelope_of(properties: Option<&PublishProperties>, payload: &[u8]) -> Ra
     {
         match k.as_str() {
             ID_PROPERTY => raw.id = Some(v.as_bytes().to_vec()),
-            VERSION_PROPERTY => raw.meta.version = v.trim().parse().ok(),
+            VERSION_PROPERTY => match wire::parse_version(v) {
+                Some(version) => raw.meta.version = Some(version),
+                None => wire::dropped(k, v.as_bytes(), "not a decimal i64"),
+            },
             ENTITY_PROPERTY => raw.meta.entity_key = Some(v.clone()),
-            SOURCE_TIME_PROPERTY => {
-                raw.meta.source_time = v
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
-            }
+            SOURCE_TIME_PROPERTY => match wire::parse_unix_ms(v) {
+                Some(t) => raw.meta.source_time = Some(t),
+                None => wire::dropped(k, v.as_bytes(), "not Unix ms in range"),
+            },
             other => {
                 raw.meta.headers.insert(other.to_owned(), v.clone());
             }
@@ -101,6 +105,7 @@ pub fn envelope_of(properties: Option<&PublishProperties>, payload: &[u8]) -> Ra
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn round_trips_user_properties() {

@@ -228,7 +228,22 @@ impl Source for MqttSource {
         let Some(Item { publish, client }) = self.rx.recv().await else {
             return Err(Error::transient("MQTT: connection task ended"));
         };
-        let raw = envelope_of(publish.properties.as_ref(), &publish.payload);
+        let (raw, defect) = match oncely_core::map_envelope(|| {
+            envelope_of(publish.properties.as_ref(), &publish.payload)
+        }) {
+            Ok(raw) => (raw, None),
+            Err(why) => {
+                let payload = publish.payload.to_vec();
+                (
+                    oncely_core::RawEnvelope {
+                        id: None,
+                        payload,
+                        meta: Default::default(),
+                    },
+                    Some(why),
+                )
+            }
+        };
         let key = raw.id.clone().unwrap_or_else(|| raw.payload.clone());
         let local = {
             let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -243,7 +258,10 @@ impl Source for MqttSource {
             seen: self.seen.clone(),
             key,
         };
-        Ok(Some(Delivery::new(raw, attempt, Box::new(acker))))
+        Ok(Some(match defect {
+            None => Delivery::new(raw, attempt, Box::new(acker)),
+            Some(why) => Delivery::undecodable(raw, attempt, Box::new(acker), why),
+        }))
     }
 }
 

@@ -1,8 +1,8 @@
 //! The wire mapping: [`RawEnvelope`] ↔ NATS headers.
 
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
-use oncely_core::{Error, Meta, RawEnvelope, Result};
-use std::time::{Duration, UNIX_EPOCH};
+use oncely_core::{Error, Meta, RawEnvelope, Result, wire};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Header carrying the producer-set id; JetStream also dedups on it within the stream's
 /// duplicate window.
@@ -50,42 +50,55 @@ pub fn headers_of(message: &RawEnvelope) -> Result<HeaderMap> {
 
 /// Reads a message back into a [`RawEnvelope`]. Without `Nats-Msg-Id` the id is `None`,
 /// which the runtime dead-letters with reason `bad_id`.
-pub fn envelope_of(headers: Option<&HeaderMap>, payload: &[u8]) -> RawEnvelope {
+///
+/// Total: an `oncely-version` that is not an `i64` or an `oncely-source-time` that is not
+/// Unix milliseconds in `0..=i64::MAX` is dropped with a warning naming the header. The
+/// source time is `oncely-source-time` if usable, else `published` (JetStream's time of
+/// storing the message, from the message info).
+pub fn envelope_of(
+    headers: Option<&HeaderMap>,
+    payload: &[u8],
+    published: Option<impl Into<SystemTime>>,
+) -> RawEnvelope {
     let mut raw = RawEnvelope {
         id: None,
         payload: payload.to_vec(),
         meta: Meta::default(),
     };
-    let Some(headers) = headers else {
-        return raw;
-    };
-    for (name, values) in headers.iter() {
+    let mut source_time = None;
+    for (name, values) in headers.into_iter().flat_map(HeaderMap::iter) {
         let Some(value) = values.first() else {
             continue;
         };
         let text: &str = value.as_ref();
-        match name.as_ref() {
+        let name: &str = name.as_ref();
+        match name {
             ID_HEADER => raw.id = Some(text.as_bytes().to_vec()),
-            VERSION_HEADER => raw.meta.version = text.trim().parse().ok(),
+            VERSION_HEADER => match wire::parse_version(text) {
+                Some(v) => raw.meta.version = Some(v),
+                None => wire::dropped(name, text.as_bytes(), "not a decimal i64"),
+            },
             ENTITY_HEADER => raw.meta.entity_key = Some(text.to_owned()),
-            SOURCE_TIME_HEADER => {
-                raw.meta.source_time = text
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
-            }
+            SOURCE_TIME_HEADER => match wire::parse_unix_ms(text) {
+                Some(t) => source_time = Some(t),
+                None => wire::dropped(name, text.as_bytes(), "not Unix ms in range"),
+            },
             other => {
                 raw.meta.headers.insert(other.to_owned(), text.to_owned());
             }
         }
     }
+    raw.meta.source_time =
+        source_time.or_else(|| published.and_then(|t| wire::time_in_range(t.into())));
     raw
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    const NONE: Option<SystemTime> = None;
 
     #[test]
     fn round_trips() {
@@ -95,8 +108,8 @@ mod tests {
         raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
         raw.meta.headers.insert("trace".into(), "t".into());
         let h = headers_of(&raw).unwrap();
-        assert_eq!(envelope_of(Some(&h), &raw.payload), raw);
+        assert_eq!(envelope_of(Some(&h), &raw.payload, NONE), raw);
         assert!(headers_of(&RawEnvelope::new("a\nb", "x")).is_err());
-        assert_eq!(envelope_of(None, b"x").id, None);
+        assert_eq!(envelope_of(None, b"x", NONE).id, None);
     }
 }

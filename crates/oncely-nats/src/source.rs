@@ -209,10 +209,25 @@ impl Source for NatsSource {
                         .info()
                         .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
                         .unwrap_or(0);
+                    let published = msg.info().ok().map(|i| i.published);
                     let (msg, acker) = msg.split();
-                    let raw = envelope_of(msg.headers.as_ref(), &msg.payload);
-                    let acker = NatsAcker { inner: Some(acker) };
-                    return Ok(Some(Delivery::new(raw, attempt, Box::new(acker))));
+                    let acker = Box::new(NatsAcker { inner: Some(acker) });
+                    let mapped = oncely_core::map_envelope(|| {
+                        envelope_of(msg.headers.as_ref(), &msg.payload, published)
+                    });
+                    return Ok(Some(match mapped {
+                        Ok(raw) => Delivery::new(raw, attempt, acker),
+                        Err(why) => Delivery::undecodable(
+                            oncely_core::RawEnvelope {
+                                id: None,
+                                payload: msg.payload.to_vec(),
+                                meta: Default::default(),
+                            },
+                            attempt,
+                            acker,
+                            why,
+                        ),
+                    }));
                 }
                 Some(Err(e)) => {
                     // Missed heartbeats during a reconnect are reported here and recovered by

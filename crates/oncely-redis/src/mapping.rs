@@ -1,9 +1,9 @@
 //! The wire mapping: [`RawEnvelope`] ↔ Redis stream entry fields.
 
-use oncely_core::{Meta, RawEnvelope};
+use oncely_core::{Meta, RawEnvelope, wire};
 use redis::Value;
 use std::collections::HashMap;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Field carrying the producer-set message id (the entry id is the broker's, not the producer's).
 pub const ID_FIELD: &str = "message_id";
@@ -49,31 +49,71 @@ fn bytes_of(v: &Value) -> Option<Vec<u8>> {
     }
 }
 
-/// Reads an entry's fields back into a [`RawEnvelope`]. Without a `message_id` field the
-/// id is `None`, which the runtime dead-letters with reason `bad_id`.
-pub fn envelope_of(map: &HashMap<String, Value>) -> RawEnvelope {
+/// The payload field's bytes (empty if there is none): what is dead-lettered when the
+/// mapping itself fails.
+pub(crate) fn payload_of(map: &HashMap<String, Value>) -> Vec<u8> {
+    map.get(PAYLOAD_FIELD)
+        .and_then(bytes_of)
+        .unwrap_or_default()
+}
+
+/// The time in a stream entry id `MS-SEQ` (Redis's clock when the entry was added, unless
+/// the producer chose the id).
+fn entry_time(entry_id: &str) -> Option<SystemTime> {
+    let ms = entry_id.split_once('-').map_or(entry_id, |(ms, _)| ms);
+    wire::time_from_unix_ms(ms.parse().ok()?)
+}
+
+/// Reads an entry (its id and fields) back into a [`RawEnvelope`]. Without a
+/// `message_id` field the id is `None`, which the runtime dead-letters with reason `bad_id`.
+///
+/// Total: a field of an unexpected type, a non-UTF-8 text field, an `oncely-version` that
+/// is not an `i64` or an `oncely-source-time` that is not Unix milliseconds in
+/// `0..=i64::MAX` is dropped with a warning naming the field (id and payload are kept as
+/// bytes). The source time is `oncely-source-time` if usable, else the millisecond part of
+/// the entry id.
+pub fn envelope_of(entry_id: &str, map: &HashMap<String, Value>) -> RawEnvelope {
     let mut raw = RawEnvelope::default();
     let mut meta = Meta::default();
     for (k, v) in map {
-        let Some(bytes) = bytes_of(v) else { continue };
-        let text = || String::from_utf8_lossy(&bytes).into_owned();
-        match k.as_str() {
-            ID_FIELD => raw.id = Some(bytes.clone()),
-            PAYLOAD_FIELD => raw.payload = bytes.clone(),
-            VERSION_FIELD => meta.version = text().trim().parse().ok(),
-            ENTITY_FIELD => meta.entity_key = Some(text()),
-            SOURCE_TIME_FIELD => {
-                meta.source_time = text()
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
+        let name = k.as_str();
+        let Some(bytes) = bytes_of(v) else {
+            wire::dropped(name, format!("{v:?}").as_bytes(), "not a string");
+            continue;
+        };
+        let text = match name {
+            ID_FIELD => {
+                raw.id = Some(bytes);
+                continue;
             }
+            PAYLOAD_FIELD => {
+                raw.payload = bytes;
+                continue;
+            }
+            _ => match String::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(e) => {
+                    wire::dropped(name, e.as_bytes(), "not UTF-8");
+                    continue;
+                }
+            },
+        };
+        match name {
+            VERSION_FIELD => match wire::parse_version(&text) {
+                Some(v) => meta.version = Some(v),
+                None => wire::dropped(name, text.as_bytes(), "not a decimal i64"),
+            },
+            ENTITY_FIELD => meta.entity_key = Some(text),
+            SOURCE_TIME_FIELD => match wire::parse_unix_ms(&text) {
+                Some(t) => meta.source_time = Some(t),
+                None => wire::dropped(name, text.as_bytes(), "not Unix ms in range"),
+            },
             other => {
-                meta.headers.insert(other.to_owned(), text());
+                meta.headers.insert(other.to_owned(), text);
             }
         }
     }
+    meta.source_time = meta.source_time.or_else(|| entry_time(entry_id));
     raw.meta = meta;
     raw
 }
@@ -81,6 +121,7 @@ pub fn envelope_of(map: &HashMap<String, Value>) -> RawEnvelope {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn round_trips() {
@@ -93,12 +134,21 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (k, Value::BulkString(v)))
             .collect();
-        assert_eq!(envelope_of(&map), raw);
+        assert_eq!(
+            envelope_of("5-0", &map),
+            raw,
+            "the field wins over the entry id"
+        );
     }
 
     #[test]
     fn no_id_field_means_no_id() {
         let map = HashMap::from([(PAYLOAD_FIELD.to_owned(), Value::BulkString(b"x".to_vec()))]);
-        assert_eq!(envelope_of(&map).id, None);
+        let raw = envelope_of("1700000000123-4", &map);
+        assert_eq!(raw.id, None);
+        assert_eq!(
+            raw.meta.source_time,
+            wire::time_from_unix_ms(1_700_000_000_123)
+        );
     }
 }

@@ -296,7 +296,8 @@ impl RedisSource {
             _ => HashMap::new(),
         };
         for entry in entries {
-            let raw = envelope_of(&entry.map);
+            let raw = oncely_core::map_envelope(|| envelope_of(&entry.id, &entry.map))
+                .map_err(|why| (crate::mapping::payload_of(&entry.map), why));
             let n = attempt
                 .or_else(|| counts.get(&entry.id).copied())
                 .unwrap_or(2);
@@ -307,8 +308,17 @@ impl RedisSource {
                 group: self.options.group.clone(),
                 entry: entry.id,
             };
-            self.buffer
-                .push_back(Delivery::new(raw, n, Box::new(acker)));
+            self.buffer.push_back(match raw {
+                Ok(raw) => Delivery::new(raw, n, Box::new(acker)),
+                Err((payload, why)) => {
+                    let raw = oncely_core::RawEnvelope {
+                        id: None,
+                        payload,
+                        meta: Default::default(),
+                    };
+                    Delivery::undecodable(raw, n, Box::new(acker), why)
+                }
+            });
         }
         Ok(())
     }

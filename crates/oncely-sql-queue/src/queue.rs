@@ -19,6 +19,25 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The `headers` column as string headers: a JSON object's string values as they are,
+/// other values as their JSON text. Anything else (a producer writing the table by hand) is
+/// dropped with a warning; the row is still delivered.
+fn headers_of(column: &str) -> BTreeMap<String, String> {
+    match serde_json::from_str::<serde_json::Value>(column) {
+        Ok(serde_json::Value::Object(map)) => map
+            .into_iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => (k, s),
+                other => (k, other.to_string()),
+            })
+            .collect(),
+        _ => {
+            oncely_core::wire::dropped("headers", column.as_bytes(), "not a JSON object");
+            BTreeMap::new()
+        }
+    }
+}
+
 fn db(what: &str, e: sqlx::Error) -> Error {
     Error::transient(format!("queue table: {what}")).with_source(e)
 }
@@ -167,8 +186,7 @@ impl Source for SqlQueueSource {
                 let message_id: Option<String> = row.try_get("message_id").map_err(get)?;
                 let headers: String = row.try_get("headers").map_err(get)?;
                 let deliveries: i32 = row.try_get("deliveries").map_err(get)?;
-                let mut headers: BTreeMap<String, String> =
-                    serde_json::from_str(&headers).unwrap_or_default();
+                let mut headers = headers_of(&headers);
                 headers.insert(QUEUE_ROW_HEADER.to_owned(), id.to_string());
                 let raw = RawEnvelope {
                     id: message_id.map(String::into_bytes),
@@ -272,5 +290,23 @@ impl<H: Handler<Transaction<'static, Postgres>>> Handler<Transaction<'static, Po
                 .map_err(|e| db("dequeue in the effect's transaction", e))?;
         }
         self.inner.handle(tx, message).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::headers_of;
+
+    #[test]
+    fn headers_column_is_mapped_totally() {
+        assert_eq!(
+            headers_of(r#"{"a":"x","n":1}"#)
+                .get("n")
+                .map(String::as_str),
+            Some("1")
+        );
+        assert_eq!(headers_of(r#"{"a":"x","n":1}"#)["a"], "x");
+        assert!(headers_of("[1,2]").is_empty());
+        assert!(headers_of("not json").is_empty());
     }
 }
