@@ -63,7 +63,8 @@ impl Handler<Transaction<'static, Sqlite>> for Welcome {
         tx: &mut Transaction<'static, Sqlite>,
         msg: &Envelope,
     ) -> Result<Handled, Error> {
-        let consumer = ConsumerName::new("welcome-email").map_err(|e| Error::config(e.to_string()))?;
+        let consumer =
+            ConsumerName::new("welcome-email").map_err(|e| Error::config(e.to_string()))?;
         let key = effect_key(&consumer, msg.id(), "email");
         let (client, base) = (&self.client, self.provider.as_str());
         let sent = self

@@ -29,7 +29,10 @@ async fn sequence(t: &Target) {
     assert_eq!(rows, ids, "the demo itself applied twice: {report}");
     let first = t.json(&["dlq", "replay", "--all"]);
     let after_first = ledger(t).await;
-    assert_eq!(after_first.0, after_first.1, "double after the first replay");
+    assert_eq!(
+        after_first.0, after_first.1,
+        "double after the first replay"
+    );
     assert!(
         first
             .as_array()
@@ -54,8 +57,14 @@ async fn sequence(t: &Target) {
         "{}: ledger {} rows / {} ids after demo, {:?} after replay, {:?} after prune + replay; second replay applied {applied}",
         t.url, rows, ids, after_first, after_second
     );
-    assert_eq!(applied, 0, "nothing may be applied after the prune: {second}");
-    assert_eq!(after_second, after_first, "the second replay changed the ledger");
+    assert_eq!(
+        applied, 0,
+        "nothing may be applied after the prune: {second}"
+    );
+    assert_eq!(
+        after_second, after_first,
+        "the second replay changed the ledger"
+    );
     assert_eq!(after_second.0, after_second.1, "double effects");
 }
 

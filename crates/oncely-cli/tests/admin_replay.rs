@@ -166,8 +166,10 @@ async fn refusals(t: &Target) {
     std::thread::sleep(std::time::Duration::from_millis(5));
     t.json(&["prune", "--older-than", "0s"]);
     assert!(
-        t.scalar(&format!("SELECT COUNT(*) FROM {events} WHERE kind = 'prune'"))
-            .await
+        t.scalar(&format!(
+            "SELECT COUNT(*) FROM {events} WHERE kind = 'prune'"
+        ))
+        .await
             >= 1
     );
     let r = t.json(&["dlq", "replay", &row]);

@@ -335,7 +335,13 @@ impl<DB: EffectsDb> Journal<DB> {
     /// One atomic conditional `UPDATE` on every database: it succeeds only while the row is
     /// still `pending`, unchanged for `age` (no call in flight), and not leased by anyone else
     /// (or the lease expired). Two reconcilers racing for the row: exactly one gets it.
-    pub async fn lease(&self, key: &str, holder: &str, age: Duration, ttl: Duration) -> Result<bool> {
+    pub async fn lease(
+        &self,
+        key: &str,
+        holder: &str,
+        age: Duration,
+        ttl: Duration,
+    ) -> Result<bool> {
         let d = DB::DIALECT;
         let sql = format!(
             "UPDATE {} SET lease_until = {}, leased_by = {} WHERE effect_key = {} AND state = 'pending' \

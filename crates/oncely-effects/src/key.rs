@@ -14,7 +14,8 @@ pub const MAX_VERBATIM_CONSUMER: usize = 64;
 const MAX_VERBATIM_EFFECT: usize = 32;
 
 /// Longest key [`effect_key`] makes (64 + 1 + 100 + 1 + 32 bytes).
-pub const MAX_KEY_LEN: usize = MAX_VERBATIM_CONSUMER + 1 + MAX_VERBATIM_ID + 1 + MAX_VERBATIM_EFFECT;
+pub const MAX_KEY_LEN: usize =
+    MAX_VERBATIM_CONSUMER + 1 + MAX_VERBATIM_ID + 1 + MAX_VERBATIM_EFFECT;
 
 fn sha_hex(text: &str, chars: usize) -> String {
     let mut hex = hex::encode(Sha256::digest(text.as_bytes()));
@@ -116,7 +117,10 @@ mod tests {
 
     #[test]
     fn verbatim_for_safe_parts() {
-        assert_eq!(effect_key(&c("billing"), &id("8f2c"), "email"), "billing:8f2c:email");
+        assert_eq!(
+            effect_key(&c("billing"), &id("8f2c"), "email"),
+            "billing:8f2c:email"
+        );
         assert_eq!(
             effect_key(&c("orders.v1"), &id("order-17.v2_x"), "charge"),
             "orders.v1:order-17.v2_x:charge"

@@ -91,7 +91,11 @@ async fn two_reconcilers_call_once<DB: EffectsDb>(pool: Pool<DB>, tables: Tables
     let per_key = provider.effects_per_key();
     let doubles: u32 = per_key.values().map(|n| n.saturating_sub(1)).sum();
     assert_eq!(doubles, 0, "a stuck row was called twice: {per_key:?}");
-    assert_eq!(per_key.len(), ROWS, "every stuck row was called: {per_key:?}");
+    assert_eq!(
+        per_key.len(),
+        ROWS,
+        "every stuck row was called: {per_key:?}"
+    );
     assert!(keys.iter().all(|k| per_key.get(k) == Some(&1)));
     assert_eq!(
         ra.recalled + rb.recalled,

@@ -4,8 +4,8 @@
 use crate::db::{Ops, db, is_missing_table, with_pool};
 use crate::dlq::{DeadLetterSummary, summaries_where};
 use oncely_core::Result;
-use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
 use oncely_core::{ConsumerName, MessageId};
+use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
 
 /// One inbox row.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

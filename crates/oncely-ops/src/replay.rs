@@ -161,7 +161,15 @@ where
     H: Handler<S::Tx> + Clone,
 {
     let watermark = events::prune_watermark(ops).await?;
-    replay_row(ops, store, handler, row_of(ops, id).await?, options, watermark).await
+    replay_row(
+        ops,
+        store,
+        handler,
+        row_of(ops, id).await?,
+        options,
+        watermark,
+    )
+    .await
 }
 
 async fn replay_row<S, H>(

@@ -81,7 +81,11 @@ enum DlqAction {
         /// Dead-letter row id.
         id: i64,
         /// The stored effect stands; drop the new payload.
-        #[arg(long, required_unless_present = "apply_new", conflicts_with = "apply_new")]
+        #[arg(
+            long,
+            required_unless_present = "apply_new",
+            conflicts_with = "apply_new"
+        )]
         keep_stored: bool,
         /// Apply the new payload instead (refused: reverse the stored effect yourself and
         /// publish the new payload under a new id, then `--keep-stored`).
