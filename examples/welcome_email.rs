@@ -1,7 +1,7 @@
 //! Welcome email through the effect journal. The email provider is an outside HTTP call that
 //! cannot join the transaction, so the handler
 //!
-//! 1. commits a `pending` journal row keyed by `effect_key(message_id, "email")`,
+//! 1. commits a `pending` journal row keyed by `effect_key(consumer, message_id, "email")`,
 //! 2. calls the provider with that key as `Idempotency-Key`,
 //! 3. commits `done` with the provider's reference.
 //!
@@ -63,7 +63,9 @@ impl Handler<Transaction<'static, Sqlite>> for Welcome {
         tx: &mut Transaction<'static, Sqlite>,
         msg: &Envelope,
     ) -> Result<Handled, Error> {
-        let key = effect_key(msg.id(), "email");
+        let consumer =
+            ConsumerName::new("welcome-email").map_err(|e| Error::config(e.to_string()))?;
+        let key = effect_key(&consumer, msg.id(), "email");
         let (client, base) = (&self.client, self.provider.as_str());
         let sent = self
             .journal
@@ -152,6 +154,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let per_key = provider.effects_per_key();
     for u in 0..users {
         let key = effect_key(
+            &ConsumerName::new("welcome-email")?,
             &oncely_core::MessageId::new(format!("user-signed-up-{u}"))?,
             "email",
         );

@@ -103,25 +103,27 @@ async fn dlq_round_trip(t: &Target) {
     assert_eq!(replayed[0]["row_deleted"], true);
     assert_eq!(t.scalar(&effects("replay-me-1")).await, 1);
     assert_eq!(t.scalar(&balance).await, before + 7);
-    // The same message dead-lettered again (e.g. a second copy) replays as a duplicate: no effect.
+    // The same message dead-lettered again (e.g. a second copy): the inbox holds it, so the
+    // row is resolved as already applied without running the handler. No effect.
     dead_letter(t, "replay-me-1", r#"{"account":"acct-1","amount":7}"#).await;
     let list = t.json(&["dlq", "list", "--limit", "10000"]);
     let row = id_of(&list, "replay-me-1").to_string();
     let replayed = t.json(&["dlq", "replay", &row]);
-    assert_eq!(replayed[0]["outcome"], "duplicate", "{replayed}");
+    assert_eq!(replayed[0]["outcome"], "already_applied", "{replayed}");
+    assert_eq!(replayed[0]["row_deleted"], true);
     assert_eq!(
         t.scalar(&effects("replay-me-1")).await,
         1,
         "replay must stay deduplicated"
     );
-    // --all over a reason: conflicts stay conflicts (never applied); each row is superseded by one new row.
+    // --all over a reason: conflicts are refused (never applied), their rows kept as they are.
     let replayed = t.json(&["dlq", "replay", "--all", "--reason", "conflict"]);
     assert!(
         replayed
             .as_array()
             .unwrap()
             .iter()
-            .all(|r| r["outcome"] == "conflict"),
+            .all(|r| r["outcome"] == "needs_decision" && r["row_deleted"] == false),
         "{replayed}"
     );
     assert_eq!(

@@ -176,9 +176,15 @@ async fn late_message_is_quarantined_on_postgres() {
         .unwrap()["id"]
         .as_i64()
         .unwrap();
-    let r = oncely_ops::dlq::replay(&ops, std::sync::Arc::new(store.clone()), effect.clone(), id)
-        .await
-        .unwrap();
+    let r = oncely_ops::replay::replay(
+        &ops,
+        std::sync::Arc::new(store.clone()),
+        effect.clone(),
+        id,
+        &oncely_ops::replay::ReplayOptions::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.outcome, "applied");
     assert!(r.row_deleted);
     run(

@@ -2,7 +2,6 @@
 //! [`Val`] arguments and decodes rows into [`Val`]s, so the rest of the crate is written once.
 
 use futures::future::BoxFuture;
-use oncely_core::{Error, ErrorKind};
 use oncely_sql::{Dialect, SqlDatabase};
 use sqlx::{AssertSqlSafe, MySql, Postgres, Row, Sqlite};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -278,34 +277,8 @@ pub(crate) fn ps(d: Dialect, from: usize, count: usize) -> String {
         .join(", ")
 }
 
-/// SQLSTATEs and vendor codes that mean "try again".
-const TRANSIENT_CODES: &[&str] = &[
-    "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "1213", "1205", "2006", "2013",
-    "5", "6", "261", "262", "517", "773",
-];
-
-/// Wraps a sqlx error with what was being done, as transient or permanent.
-pub(crate) fn db(doing: &str, e: sqlx::Error) -> Error {
-    let kind = match &e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => ErrorKind::Transient,
-        sqlx::Error::Database(d) => {
-            let code = d.code();
-            let code = code.as_deref().unwrap_or("");
-            if TRANSIENT_CODES.contains(&code) || code.starts_with("08") {
-                ErrorKind::Transient
-            } else {
-                ErrorKind::Permanent
-            }
-        }
-        sqlx::Error::Configuration(_) => ErrorKind::Config,
-        _ => ErrorKind::Permanent,
-    };
-    Error::new(kind, format!("{doing} failed")).with_source(e)
-}
+/// Wraps a sqlx error with what was being done: the one classifier of oncely-sql.
+pub(crate) use oncely_sql::db_error as db;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {

@@ -308,22 +308,74 @@ impl<DB: EffectsDb> Journal<DB> {
         Ok(self.exec("resolving an effect", sql, args).await? == 1)
     }
 
-    /// Rows still `pending` whose last change is at least `age` old, oldest first.
+    /// Rows still `pending` whose last change is at least `age` old and that no reconciler
+    /// holds a lease on, oldest first. A reconciler must [`Journal::lease`] a row before acting.
     pub async fn pending_older_than(&self, age: Duration, limit: u32) -> Result<Vec<JournalEntry>> {
         let d = DB::DIALECT;
         let sql = format!(
-            "SELECT {COLS} FROM {} WHERE state = 'pending' AND updated_at <= {} ORDER BY updated_at LIMIT {}",
+            "SELECT {COLS} FROM {} WHERE state = 'pending' AND updated_at <= {} \
+             AND (lease_until IS NULL OR lease_until < {}) ORDER BY updated_at LIMIT {}",
+            self.table(),
+            p(d, 1),
+            p(d, 2),
+            p(d, 3)
+        );
+        let now = now_ms();
+        let cutoff = now - age.as_millis() as i64;
+        self.query(
+            "reading pending effects",
+            sql,
+            vec![cutoff.into(), now.into(), i64::from(limit).into()],
+        )
+        .await
+    }
+
+    /// Takes a lease on `key` for `ttl` as `holder`: true when this caller now holds it.
+    ///
+    /// One atomic conditional `UPDATE` on every database: it succeeds only while the row is
+    /// still `pending`, unchanged for `age` (no call in flight), and not leased by anyone else
+    /// (or the lease expired). Two reconcilers racing for the row: exactly one gets it.
+    pub async fn lease(
+        &self,
+        key: &str,
+        holder: &str,
+        age: Duration,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let d = DB::DIALECT;
+        let sql = format!(
+            "UPDATE {} SET lease_until = {}, leased_by = {} WHERE effect_key = {} AND state = 'pending' \
+             AND updated_at <= {} AND (lease_until IS NULL OR lease_until < {})",
+            self.table(),
+            p(d, 1),
+            p(d, 2),
+            p(d, 3),
+            p(d, 4),
+            p(d, 5)
+        );
+        let now = now_ms();
+        let args = vec![
+            (now + ttl.as_millis() as i64).into(),
+            holder.into(),
+            key.into(),
+            (now - age.as_millis() as i64).into(),
+            now.into(),
+        ];
+        Ok(self.exec("leasing a pending effect", sql, args).await? == 1)
+    }
+
+    /// Gives up `holder`'s lease on `key` (after a failed attempt), so the next pass can retry.
+    pub async fn release(&self, key: &str, holder: &str) -> Result<()> {
+        let d = DB::DIALECT;
+        let sql = format!(
+            "UPDATE {} SET lease_until = NULL, leased_by = NULL WHERE effect_key = {} AND leased_by = {}",
             self.table(),
             p(d, 1),
             p(d, 2)
         );
-        let cutoff = now_ms() - age.as_millis() as i64;
-        self.query(
-            "reading pending effects",
-            sql,
-            vec![cutoff.into(), i64::from(limit).into()],
-        )
-        .await
+        self.exec("releasing a lease", sql, vec![key.into(), holder.into()])
+            .await
+            .map(drop)
     }
 
     /// All rows, by key (checks and admin).

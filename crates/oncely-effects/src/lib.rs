@@ -7,7 +7,7 @@
 //!   only if its version is higher than the stored one, in one atomic statement, so reordered
 //!   and duplicated updates converge on the highest version. A stale update is
 //!   [`oncely_core::Handled::Stale`]: no effect, acked.
-//! - **Idempotency keys** ([`effect_key`]): `msg-<id>:email`, the same on every redelivery and
+//! - **Idempotency keys** ([`effect_key`]): `<consumer>:<id>:email`, the same on every redelivery and
 //!   machine, to pass to providers.
 //! - **Effect journal** ([`Journal`], [`Reconciler`]): `pending` committed before an outside
 //!   call, `done` with the provider's reference after; a reconciler resolves rows left pending
@@ -42,7 +42,10 @@ mod versioned;
 
 pub use db::EffectsDb;
 pub use journal::{EffectState, Journal, JournalChaos, JournalEntry, JournalStep, Performed};
-pub use key::{MAX_VERBATIM_ID, effect_key};
+pub use key::{
+    MAX_KEY_LEN, MAX_VERBATIM_CONSUMER, MAX_VERBATIM_ID, effect_key, effect_key_prefix,
+    legacy_effect_key, legacy_effect_key_prefix,
+};
 pub use migrate::{EffectsMigration, migrate, migrations, print_migrations};
 pub use outbox::{DESTINATION_HEADER, Outbox, OutboxMessage, Outgoing, derived_id, outbox_rows};
 pub use prune::{prune_journal, prune_outbox};

@@ -24,21 +24,42 @@ impl EffectsMigration {
     }
 }
 
-const SQLITE: &[EffectsMigration] = &[EffectsMigration {
-    version: 1,
-    name: "effects",
-    template: include_str!("../migrations/sqlite/0001_effects.sql"),
-}];
-const POSTGRES: &[EffectsMigration] = &[EffectsMigration {
-    version: 1,
-    name: "effects",
-    template: include_str!("../migrations/postgres/0001_effects.sql"),
-}];
-const MYSQL: &[EffectsMigration] = &[EffectsMigration {
-    version: 1,
-    name: "effects",
-    template: include_str!("../migrations/mysql/0001_effects.sql"),
-}];
+const SQLITE: &[EffectsMigration] = &[
+    EffectsMigration {
+        version: 1,
+        name: "effects",
+        template: include_str!("../migrations/sqlite/0001_effects.sql"),
+    },
+    EffectsMigration {
+        version: 2,
+        name: "journal_lease",
+        template: include_str!("../migrations/sqlite/0002_journal_lease.sql"),
+    },
+];
+const POSTGRES: &[EffectsMigration] = &[
+    EffectsMigration {
+        version: 1,
+        name: "effects",
+        template: include_str!("../migrations/postgres/0001_effects.sql"),
+    },
+    EffectsMigration {
+        version: 2,
+        name: "journal_lease",
+        template: include_str!("../migrations/postgres/0002_journal_lease.sql"),
+    },
+];
+const MYSQL: &[EffectsMigration] = &[
+    EffectsMigration {
+        version: 1,
+        name: "effects",
+        template: include_str!("../migrations/mysql/0001_effects.sql"),
+    },
+    EffectsMigration {
+        version: 2,
+        name: "journal_lease",
+        template: include_str!("../migrations/mysql/0002_journal_lease.sql"),
+    },
+];
 
 /// The effects migrations of a dialect, oldest first.
 pub fn migrations(dialect: Dialect) -> &'static [EffectsMigration] {

@@ -5,6 +5,7 @@ use crate::db::EffectsDb;
 use crate::journal::{Journal, JournalEntry, Performed};
 use oncely_core::{Error, Result};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -34,7 +35,7 @@ pub trait Resolve: Send + Sync + 'static {
 /// What one reconciliation pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReconcileReport {
-    /// Pending rows looked at.
+    /// Pending rows looked at (leased by this reconciler; rows another one held are skipped).
     pub checked: u64,
     /// Marked done from the check.
     pub done: u64,
@@ -61,7 +62,25 @@ pub struct Reconciler<DB: EffectsDb, R> {
     resolver: R,
     timeout: Duration,
     batch: u32,
+    holder: String,
 }
+
+/// A name for this reconciler's leases, unique per process and instance.
+fn holder_name() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{nanos:x}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Shortest lease, for a zero timeout.
+const MIN_LEASE: Duration = Duration::from_secs(30);
 
 impl<DB: EffectsDb, R: Resolve> Reconciler<DB, R> {
     /// A reconciler over `journal` (default timeout 5 minutes, 100 rows per pass).
@@ -71,11 +90,13 @@ impl<DB: EffectsDb, R: Resolve> Reconciler<DB, R> {
             resolver,
             timeout: Duration::from_secs(300),
             batch: 100,
+            holder: holder_name(),
         }
     }
 
     /// Rows are reconciled once pending for this long since their last change (record or call
-    /// start). Choose more than the longest call takes.
+    /// start). Choose more than the longest call takes. A reconciler leases each row it works
+    /// on for this long (at least 30 s), so other reconcilers leave it alone meanwhile.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -95,10 +116,21 @@ impl<DB: EffectsDb, R: Resolve> Reconciler<DB, R> {
             .pending_older_than(self.timeout, self.batch)
             .await?
         {
+            let ttl = self.timeout.max(MIN_LEASE);
+            if !self
+                .journal
+                .lease(&entry.key, &self.holder, self.timeout, ttl)
+                .await?
+            {
+                continue; // another reconciler has it, or it was resolved meanwhile
+            }
             report.checked += 1;
             if let Err(e) = self.resolve(&entry, &mut report).await {
                 warn!(key = %entry.key, error = %e, "could not reconcile; left pending");
                 report.errors += 1;
+                if let Err(e) = self.journal.release(&entry.key, &self.holder).await {
+                    warn!(key = %entry.key, error = %e, "could not release the lease; it expires");
+                }
             }
         }
         Ok(report)

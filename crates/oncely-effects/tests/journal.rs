@@ -65,7 +65,7 @@ impl<J: EffectsDb> Handler<Transaction<'static, Sqlite>> for Mailer<J> {
         tx: &mut Transaction<'static, Sqlite>,
         msg: &Envelope,
     ) -> oncely_core::Result<Handled> {
-        let key = effect_key(msg.id(), "email");
+        let key = effect_key(&ConsumerName::new("mailer").unwrap(), msg.id(), "email");
         let (client, base) = (&self.client, self.base.as_str());
         let done = match &self.checked {
             Some(resolver) => {
@@ -143,7 +143,13 @@ async fn run_mailer_on<J: EffectsDb>(
     let ids: Vec<String> = (0..N).map(|i| format!("welcome-{i}")).collect();
     let expected: Vec<String> = ids
         .iter()
-        .map(|id| effect_key(&oncely_core::MessageId::new(id).unwrap(), "email"))
+        .map(|id| {
+            effect_key(
+                &ConsumerName::new("mailer").unwrap(),
+                &oncely_core::MessageId::new(id).unwrap(),
+                "email",
+            )
+        })
         .collect();
     for key in expected.iter().step_by(6) {
         provider.drop_response_once(key);

@@ -1,6 +1,5 @@
 //! [`Ops`]: an oncely-sql pool of any dialect plus its table naming.
 
-use oncely_core::{Error, ErrorKind};
 use oncely_sql::sqlx::{MySqlPool, PgPool, SqlitePool};
 use oncely_sql::{Dialect, MySqlStore, PgStore, SqliteStore, Tables};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -109,24 +108,8 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Wraps a sqlx error with what was being done. Connection trouble and lock timeouts are
-/// transient, the rest permanent.
-pub(crate) fn db(doing: &str, e: oncely_sql::sqlx::Error) -> Error {
-    use oncely_sql::sqlx::Error as E;
-    let kind = match &e {
-        E::Io(_) | E::PoolTimedOut | E::PoolClosed => ErrorKind::Transient,
-        E::Database(d)
-            if matches!(
-                d.code().as_deref(),
-                Some("40001" | "40P01" | "55P03" | "57014" | "1205" | "1213" | "5" | "6")
-            ) =>
-        {
-            ErrorKind::Transient
-        }
-        _ => ErrorKind::Permanent,
-    };
-    Error::new(kind, format!("{doing} failed")).with_source(e)
-}
+/// Wraps a sqlx error with what was being done: the one classifier of oncely-sql.
+pub(crate) use oncely_sql::db_error as db;
 
 /// True when the error says the table does not exist (so optional tables can be skipped).
 pub(crate) fn is_missing_table(e: &oncely_sql::sqlx::Error) -> bool {

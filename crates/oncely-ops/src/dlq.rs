@@ -1,14 +1,8 @@
-//! Dead letters: list, show, replay through a consumer (still deduplicated), purge.
+//! Dead letters: list, show, delete, purge. Replay and resolve are in [`crate::replay`].
 
 use crate::db::{Ops, db, now_ms, with_pool};
-use oncely_core::{
-    Acker, Consumer, ConsumerName, Delivery, Error, Handler, MessageId, Meta, Outcome, RawEnvelope,
-    Result, Store,
-};
+use oncely_core::{Meta, RawEnvelope, Result};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A dead letter without its payload, for listings.
@@ -61,6 +55,16 @@ pub struct DeadLetterRow {
 }
 
 impl DeadLetterRow {
+    /// The raw id bytes as delivered, if the message had an id.
+    pub fn raw_id(&self) -> Option<&[u8]> {
+        self.raw_id.as_deref()
+    }
+
+    /// The payload bytes as delivered.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
     /// The message as it was delivered, ready to be delivered again.
     pub fn to_raw(&self) -> RawEnvelope {
         RawEnvelope {
@@ -91,7 +95,13 @@ pub struct Filter {
     pub limit: Option<u32>,
 }
 
-const SUMMARY: &str = "id, consumer, message_id, reason, detail, attempts, dead_lettered_at";
+/// The summary columns (the consumer as text: MySQL may store it as VARBINARY).
+fn summary_columns(ops: &Ops) -> String {
+    format!(
+        "id, {} AS consumer, message_id, reason, detail, attempts, dead_lettered_at",
+        ops.text("consumer")
+    )
+}
 
 fn summary_of<R: Row>(r: &R) -> std::result::Result<DeadLetterSummary, sqlx::Error>
 where
@@ -121,7 +131,8 @@ pub(crate) async fn summaries_where(
 ) -> Result<Vec<DeadLetterSummary>> {
     let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
     let sql = format!(
-        "SELECT {SUMMARY} FROM {} WHERE {condition} ORDER BY id{limit}",
+        "SELECT {} FROM {} WHERE {condition} ORDER BY id{limit}",
+        summary_columns(ops),
         ops.table("dead_letters")
     );
     with_pool!(ops, p => {
@@ -163,7 +174,8 @@ pub async fn list(ops: &Ops, filter: &Filter) -> Result<Vec<DeadLetterSummary>> 
         .map(|n| format!(" LIMIT {n}"))
         .unwrap_or_default();
     let sql = format!(
-        "SELECT {SUMMARY} FROM {} WHERE {condition} ORDER BY id{limit}",
+        "SELECT {} FROM {} WHERE {condition} ORDER BY id{limit}",
+        summary_columns(ops),
         ops.table("dead_letters")
     );
     with_pool!(ops, p => {
@@ -187,7 +199,8 @@ pub async fn list(ops: &Ops, filter: &Filter) -> Result<Vec<DeadLetterSummary>> 
 /// One dead letter with payload and metadata, if the row exists.
 pub async fn show(ops: &Ops, id: i64) -> Result<Option<DeadLetterRow>> {
     let sql = format!(
-        "SELECT {SUMMARY}, raw_id, payload, payload_hash, stored_hash, entity_key, version, source_time, headers FROM {} WHERE id = {}",
+        "SELECT {}, raw_id, payload, payload_hash, stored_hash, entity_key, version, source_time, headers FROM {} WHERE id = {}",
+        summary_columns(ops),
         ops.table("dead_letters"),
         ops.p(1)
     );
@@ -265,109 +278,6 @@ pub async fn purge(
             return Ok(total);
         }
     }
-}
-
-/// What replaying one dead letter did.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Replayed {
-    /// The dead-letter row replayed.
-    pub id: i64,
-    /// Its consumer.
-    pub consumer: String,
-    /// Its message id.
-    pub message_id: Option<String>,
-    /// The consumer's outcome: `applied`, `duplicate`, `stale`, `conflict`, `dead_lettered`,
-    /// `retry`, or `skipped` (no usable id).
-    pub outcome: String,
-    /// True when the row was deleted: resolved (applied / duplicate / stale), or superseded
-    /// by the new dead letter the replay stored.
-    pub row_deleted: bool,
-    /// Detail for failures.
-    pub detail: Option<String>,
-}
-
-struct ReplayAcker;
-
-impl Acker for ReplayAcker {
-    fn ack(self: Box<Self>) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn nack(self: Box<Self>) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// Re-runs dead letter `id` through a [`Consumer`] named after the row's consumer, over
-/// `store` with `handler`. The inbox still deduplicates: a message applied meanwhile comes
-/// back `duplicate`. The late-message check is not applied (replaying is the operator's
-/// decision to apply it). On `applied`/`duplicate`/`stale` the row is deleted; when the
-/// consumer dead-letters it again (a new row with the new reason), the old row is deleted;
-/// on `retry` (the store failing) it is kept.
-pub async fn replay<S, H>(ops: &Ops, store: Arc<S>, handler: H, id: i64) -> Result<Replayed>
-where
-    S: Store,
-    H: Handler<S::Tx> + Clone,
-{
-    let row = show(ops, id)
-        .await?
-        .ok_or_else(|| Error::config(format!("no dead letter with id {id}")))?;
-    let mut result = Replayed {
-        id,
-        consumer: row.summary.consumer.clone(),
-        message_id: row.summary.message_id.clone(),
-        outcome: "skipped".to_owned(),
-        row_deleted: false,
-        detail: None,
-    };
-    if let Err(e) = MessageId::parse_optional(row.raw_id.as_deref()) {
-        result.detail = Some(format!("not replayable: {e}"));
-        return Ok(result);
-    }
-    let name = ConsumerName::new(&row.summary.consumer)
-        .map_err(|e| Error::config(format!("stored consumer name: {e}")))?;
-    let consumer: Consumer<S, H> = Consumer::new(name, store, handler);
-    let outcome = consumer
-        .process(Delivery::new(row.to_raw(), 1, Box::new(ReplayAcker)))
-        .await;
-    result.outcome = outcome.name().to_owned();
-    match outcome {
-        Outcome::Applied | Outcome::Duplicate | Outcome::Stale => {
-            result.row_deleted = delete(ops, id).await?;
-        }
-        Outcome::Conflict { .. } | Outcome::DeadLettered(_) => {
-            result.detail = Some(match &outcome {
-                Outcome::DeadLettered(r) => r.to_string(),
-                _ => "the inbox holds another payload for this id".to_owned(),
-            });
-            result.row_deleted = delete(ops, id).await?;
-        }
-        Outcome::Retry(e) => result.detail = Some(e.to_string()),
-        Outcome::Crashed(step) => result.detail = Some(format!("crashed at {step:?}")),
-    }
-    Ok(result)
-}
-
-/// Replays every dead letter matching `filter` (ids taken at the start, oldest first, so
-/// rows a replay stores again are not replayed twice in one run).
-pub async fn replay_all<S, H>(
-    ops: &Ops,
-    store: Arc<S>,
-    handler: H,
-    filter: &Filter,
-    progress: &mut (dyn FnMut(&Replayed) + Send),
-) -> Result<Vec<Replayed>>
-where
-    S: Store,
-    H: Handler<S::Tx> + Clone,
-{
-    let ids: Vec<i64> = list(ops, filter).await?.iter().map(|s| s.id).collect();
-    let mut done = Vec::with_capacity(ids.len());
-    for id in ids {
-        let r = replay(ops, store.clone(), handler.clone(), id).await?;
-        progress(&r);
-        done.push(r);
-    }
-    Ok(done)
 }
 
 /// Age of a dead letter in whole seconds (for display).

@@ -4,8 +4,8 @@
 use crate::db::{Ops, db, is_missing_table, with_pool};
 use crate::dlq::{DeadLetterSummary, summaries_where};
 use oncely_core::Result;
+use oncely_core::{ConsumerName, MessageId};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use sha2::{Digest, Sha256};
 
 /// One inbox row.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -21,7 +21,7 @@ pub struct Claimed {
 /// One effect-journal row (oncely-effects).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct JournalRow {
-    /// The effect key (`msg-{id}:{effect}`).
+    /// The effect key (`{consumer}:{id}:{effect}`, or the legacy `msg-{id}:{effect}`).
     pub effect_key: String,
     /// Effect kind.
     pub kind: String,
@@ -87,47 +87,75 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
         None,
     )
     .await?;
+    let consumers: Vec<String> = claimed
+        .iter()
+        .map(|c| c.consumer.clone())
+        .chain(dead_letters.iter().map(|d| d.consumer.clone()))
+        .collect();
     Ok(Inspection {
         message_id: message_id.to_owned(),
         claimed,
         dead_letters,
-        effect_journal: journal(ops, message_id).await?,
+        effect_journal: journal(ops, message_id, &consumers).await?,
         outbox: outbox(ops, message_id).await?,
     })
 }
 
-/// The key prefixes oncely-effects' `effect_key` gives this id (plain and hashed forms).
-fn key_prefixes(id: &str) -> [String; 2] {
-    let mut hashed = hex::encode(Sha256::digest(id.as_bytes()));
-    hashed.truncate(32);
-    [format!("msg-{id}:"), format!("msgh-{hashed}:")]
+/// The key prefixes oncely-effects gives this id: one per consumer (`<consumer>:<id>:`), and
+/// the legacy form without consumer (`msg-<id>:` / `msgh-<hash>:`).
+fn key_prefixes(id: &str, consumers: &[String]) -> Vec<String> {
+    let Ok(id) = MessageId::new(id) else {
+        return Vec::new();
+    };
+    let mut prefixes = vec![oncely_effects::legacy_effect_key_prefix(&id)];
+    for c in consumers {
+        if let Ok(name) = ConsumerName::new(c) {
+            prefixes.push(oncely_effects::effect_key_prefix(&name, &id));
+        }
+    }
+    prefixes.sort();
+    prefixes.dedup();
+    prefixes
 }
 
-async fn journal(ops: &Ops, id: &str) -> Result<Option<Vec<JournalRow>>> {
-    // A range instead of LIKE: no escaping of % and _ in ids; ';' sorts right after ':'.
+async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec<JournalRow>>> {
+    let prefixes = key_prefixes(id, consumers);
+    if prefixes.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    // Ranges instead of LIKE: no escaping of % and _ in ids; ';' sorts right after ':'.
+    let ranges: Vec<String> = (0..prefixes.len())
+        .map(|i| {
+            format!(
+                "(effect_key >= {} AND effect_key < {})",
+                ops.p(2 * i + 1),
+                ops.p(2 * i + 2)
+            )
+        })
+        .collect();
     let sql = format!(
-        "SELECT {ek} AS effect_key, {kind} AS kind, {state} AS state, updated_at FROM {} WHERE (effect_key >= {p1} AND effect_key < {p2}) OR (effect_key >= {p3} AND effect_key < {p4}) ORDER BY effect_key",
+        "SELECT {ek} AS effect_key, {kind} AS kind, {state} AS state, updated_at FROM {} WHERE {} ORDER BY effect_key",
         ops.table("effect_journal"),
+        ranges.join(" OR "),
         ek = ops.text("effect_key"),
         kind = ops.text("kind"),
         state = ops.text("state"),
-        p1 = ops.p(1),
-        p2 = ops.p(2),
-        p3 = ops.p(3),
-        p4 = ops.p(4)
     );
-    let [plain, hashed] = key_prefixes(id);
     let end = |p: &str| format!("{};", &p[..p.len() - 1]);
-    let rows = with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql))
-        .bind(&plain).bind(end(&plain)).bind(&hashed).bind(end(&hashed))
-        .fetch_all(p)
+    let rows = with_pool!(ops, p => {
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for prefix in &prefixes {
+            q = q.bind(prefix.clone()).bind(end(prefix));
+        }
+        q.fetch_all(p)
         .await
         .map(|rows| rows.iter().map(|r| Ok(JournalRow {
             effect_key: r.try_get("effect_key")?,
             kind: r.try_get("kind")?,
             state: r.try_get("state")?,
             updated_at: r.try_get("updated_at")?,
-        })).collect::<std::result::Result<Vec<_>, sqlx::Error>>()));
+        })).collect::<std::result::Result<Vec<_>, sqlx::Error>>())
+    });
     match rows {
         Ok(decoded) => decoded
             .map(Some)

@@ -7,8 +7,10 @@
 //!   [`partition`]ed inbox — drops whole daily partitions. Only one pruner runs at a time per
 //!   inbox across all instances ([`lock`]).
 //! - [`stats`], [`inspect`]: per-consumer numbers and where one message id is.
-//! - [`dlq`]: list, show, replay (through a [`oncely_core::Consumer`], still deduplicated) and
-//!   purge dead letters.
+//! - [`dlq`]: list, show and purge dead letters; [`replay`]: replay them (through a
+//!   [`oncely_core::Consumer`], after refusing conflicts, already-applied and possibly-pruned
+//!   rows) and resolve conflicts; [`events`]: the operations journal (prune watermark,
+//!   resolutions).
 //! - [`retention`]: the retention window and the late-message policy, as configuration.
 //!
 //! Everything works on SQLite, PostgreSQL and MySQL/MariaDB through [`Ops`], built from an
@@ -26,11 +28,13 @@
 
 mod db;
 pub mod dlq;
+pub mod events;
 pub mod inspect;
 pub mod lock;
 pub mod metrics;
 pub mod partition;
 pub mod prune;
+pub mod replay;
 pub mod retention;
 pub mod stats;
 

@@ -130,6 +130,14 @@ async fn run(
     report: &mut PruneReport,
     progress: &mut (dyn FnMut(PruneProgress) + Send),
 ) -> Result<()> {
+    // The watermark goes in before the first delete: a crashed run still counts.
+    crate::events::record(
+        ops,
+        "prune",
+        Some(report.cutoff_ms),
+        &serde_json::json!({ "window_ms": options.window.as_millis() as i64 }),
+    )
+    .await?;
     let mut table = ops.table("inbox");
     if partition::is_partitioned(ops).await? {
         report.mode = "partitions";

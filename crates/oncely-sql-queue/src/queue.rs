@@ -64,6 +64,10 @@ impl SqlQueue {
     }
 
     /// Creates the table if missing (the schema must exist: run the store's migrations first).
+    ///
+    /// Message ids are kept byte-exact in `raw_id` (BYTEA; added to older tables here);
+    /// `message_id` holds the id as text for people reading the table (invalid UTF-8 shown
+    /// lossily) and is only read for rows enqueued before `raw_id` existed.
     pub async fn migrate(&self) -> Result<()> {
         let t = &self.table;
         let index = t.replace('.', "_");
@@ -77,7 +81,8 @@ impl SqlQueue {
                 leased_until BIGINT,
                 deliveries INTEGER NOT NULL DEFAULT 0
             );
-            CREATE INDEX IF NOT EXISTS {index}_lease ON {t} (leased_until, id);"
+            CREATE INDEX IF NOT EXISTS {index}_lease ON {t} (leased_until, id);
+            ALTER TABLE {t} ADD COLUMN IF NOT EXISTS raw_id BYTEA;"
         )))
         .execute(&self.pool)
         .await
@@ -113,13 +118,14 @@ impl SqlQueue {
     ) -> sqlx::query::Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments> {
         let headers = serde_json::to_string(&m.meta.headers).unwrap_or_else(|_| "{}".into());
         sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {} (message_id, payload, headers, enqueued_at) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO {} (message_id, raw_id, payload, headers, enqueued_at) VALUES ($1, $2, $3, $4, $5)",
             self.table
         )))
         .bind(
             m.id.as_ref()
                 .map(|id| String::from_utf8_lossy(id).into_owned()),
         )
+        .bind(m.id.clone())
         .bind(m.payload.clone())
         .bind(headers)
         .bind(now_ms())
@@ -173,7 +179,7 @@ impl Source for SqlQueueSource {
                 "UPDATE {t} SET leased_until = $1, deliveries = deliveries + 1
                  WHERE id = (SELECT id FROM {t} WHERE leased_until IS NULL OR leased_until < $2
                              ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
-                 RETURNING id, message_id, payload, headers, deliveries"
+                 RETURNING id, COALESCE(raw_id, convert_to(message_id, 'UTF8')) AS raw_id, payload, headers, deliveries"
             )))
             .bind(now + self.lease.as_millis() as i64)
             .bind(now)
@@ -183,13 +189,13 @@ impl Source for SqlQueueSource {
             if let Some(row) = row {
                 let get = |e| db("decode", e);
                 let id: i64 = row.try_get("id").map_err(get)?;
-                let message_id: Option<String> = row.try_get("message_id").map_err(get)?;
+                let raw_id: Option<Vec<u8>> = row.try_get("raw_id").map_err(get)?;
                 let headers: String = row.try_get("headers").map_err(get)?;
                 let deliveries: i32 = row.try_get("deliveries").map_err(get)?;
                 let mut headers = headers_of(&headers);
                 headers.insert(QUEUE_ROW_HEADER.to_owned(), id.to_string());
                 let raw = RawEnvelope {
-                    id: message_id.map(String::into_bytes),
+                    id: raw_id,
                     payload: row.try_get("payload").map_err(get)?,
                     meta: Meta {
                         headers,

@@ -54,3 +54,40 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
     .execute(store.pool())
     .await;
 }
+
+/// Ids are kept byte-exact: two ids that are not UTF-8 and only differ in their invalid bytes
+/// (both `"\u{FFFD}\u{1}"` when decoded lossily) come out as two different ids, each its own.
+#[tokio::test]
+async fn pg_queue_keeps_invalid_utf8_ids_exact() {
+    use oncely_core::{RawEnvelope, Source};
+    let test = "pg_queue_keeps_invalid_utf8_ids_exact";
+    if !available(test, "PostgreSQL", "127.0.0.1:5432") {
+        return;
+    }
+    let schema = unique("t_queue_ids");
+    let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
+    let Db::Pg(store) = &db else { unreachable!() };
+    let queue = SqlQueue::of(store);
+    queue.migrate().await.expect("queue table");
+    let ids: [Vec<u8>; 3] = [vec![0xff, 0x01], vec![0xfe, 0x01], b"plain-1".to_vec()];
+    let messages: Vec<RawEnvelope> = ids
+        .iter()
+        .map(|id| RawEnvelope {
+            id: Some(id.clone()),
+            ..RawEnvelope::new("x", b"payload".to_vec())
+        })
+        .collect();
+    queue.enqueue(&messages).await.expect("enqueue");
+    let mut source = queue.source(Duration::from_secs(30)).stop_when_empty();
+    let mut seen = Vec::new();
+    for _ in 0..ids.len() {
+        let d = source.next().await.expect("next").expect("a row");
+        seen.push(d.message().id.clone().expect("an id"));
+    }
+    assert_eq!(seen, ids.to_vec(), "ids must come back byte-exact");
+    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {schema} CASCADE"
+    )))
+    .execute(store.pool())
+    .await;
+}

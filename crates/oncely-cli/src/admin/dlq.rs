@@ -1,4 +1,4 @@
-//! `oncely dlq list | show ID | replay ID|--all | purge --older-than D`.
+//! `oncely dlq list | show ID | replay ID|--all [--force] | resolve ID --keep-stored | purge --older-than D`.
 
 use super::{DbArgs, cut, print_json, print_table, when};
 use crate::db::AnyStore;
@@ -7,8 +7,9 @@ use crate::with_store;
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncely_ops::Ops;
-use oncely_ops::dlq::{self, Filter, Replayed};
-use oncely_ops::retention::parse_duration;
+use oncely_ops::dlq::{self, Filter};
+use oncely_ops::replay::{self, Decision, ReplayOptions, Replayed};
+use oncely_ops::retention::{DEFAULT_WINDOW, parse_duration};
 use std::sync::Arc;
 
 /// Flags of `oncely dlq`.
@@ -49,7 +50,9 @@ enum DlqAction {
         db: DbArgs,
     },
     /// Re-run dead letters through their consumer (still deduplicated by the inbox), then
-    /// delete the row. The CLI replays with the demo's credits handler.
+    /// delete the row. Refuses conflicts (see `resolve`), rows whose id the inbox already
+    /// holds (resolved as `already_applied`) and rows whose claim may have been pruned
+    /// (`refused_old`, unless --force). The CLI replays with the demo's credits handler.
     Replay {
         /// Dead-letter row id (or --all).
         id: Option<i64>,
@@ -63,6 +66,33 @@ enum DlqAction {
         /// The handler to run: `credits` (the demo's ledger, in --schema).
         #[arg(long, default_value = "credits")]
         handler: String,
+        /// The inbox retention window (what `oncely prune --older-than` keeps): older rows are
+        /// refused, since their claim may have been pruned.
+        #[arg(long)]
+        retention: Option<String>,
+        /// Replay rows refused as too old (possibly pruned claim) anyway; prints a warning per row.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Decide a conflict row: `--keep-stored` keeps the effect the inbox recorded and drops
+    /// this payload (the row is deleted, the decision recorded in {prefix}ops_events).
+    /// `--apply-new` is refused: see docs/operations.md.
+    Resolve {
+        /// Dead-letter row id.
+        id: i64,
+        /// The stored effect stands; drop the new payload.
+        #[arg(
+            long,
+            required_unless_present = "apply_new",
+            conflicts_with = "apply_new"
+        )]
+        keep_stored: bool,
+        /// Apply the new payload instead (refused: reverse the stored effect yourself and
+        /// publish the new payload under a new id, then `--keep-stored`).
+        #[arg(long)]
+        apply_new: bool,
+        #[command(flatten)]
+        db: DbArgs,
     },
     /// Delete dead letters stored longer ago than --older-than.
     Purge {
@@ -190,6 +220,8 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
             db,
             filter: f,
             handler,
+            retention,
+            force,
         } => {
             if handler != "credits" {
                 bail!(
@@ -199,9 +231,20 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
             if id.is_none() && !all {
                 bail!("give a dead-letter id or --all");
             }
+            let options = ReplayOptions {
+                window: match retention {
+                    Some(r) => parse_duration(&r)?,
+                    None => DEFAULT_WINDOW,
+                },
+                force,
+            };
             let (store, ops) = db.open().await?;
-            let results =
-                replay(&store, &ops, db.schema.as_deref(), id, &filter(&f), db.json).await?;
+            let results = run_replay(&store, &ops, &db, id, &filter(&f), &options).await?;
+            for r in &results {
+                if let Some(w) = &r.warning {
+                    eprintln!("warning: dead letter {}: {w}", r.id);
+                }
+            }
             let failed = results.iter().filter(|r| !r.row_deleted).count();
             if db.json {
                 print_json(&results);
@@ -227,7 +270,43 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
                     &["id", "consumer", "message id", "outcome", "row", "detail"],
                     &table,
                 );
-                println!("{} replayed, {} row(s) kept", results.len(), failed);
+                let mut by_outcome = std::collections::BTreeMap::new();
+                for r in &results {
+                    *by_outcome.entry(r.outcome.as_str()).or_insert(0) += 1;
+                }
+                let counts: Vec<String> =
+                    by_outcome.iter().map(|(o, n)| format!("{n} {o}")).collect();
+                println!(
+                    "{} row(s): {}; {} row(s) kept",
+                    results.len(),
+                    counts.join(", "),
+                    failed
+                );
+            }
+            Ok(true)
+        }
+        DlqAction::Resolve {
+            id,
+            keep_stored: _,
+            apply_new,
+            db,
+        } => {
+            if apply_new {
+                bail!(
+                    "--apply-new is not offered: the inbox holds another payload's effect for this id, and \
+                     applying the new one under the same id would need that effect reversed first, which \
+                     oncely cannot check. Reverse it yourself, publish the new payload under a new message \
+                     id, then `oncely dlq resolve {id} --keep-stored` (see docs/operations.md)"
+                );
+            }
+            let (_store, ops) = db.open().await?;
+            let r = replay::resolve(&ops, id, Decision::KeepStored).await?;
+            if db.json {
+                print_json(&r);
+            } else {
+                println!(
+                    "dead letter {id} resolved: the stored effect stands, this payload is dropped (recorded)"
+                );
             }
             Ok(true)
         }
@@ -258,22 +337,22 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
     }
 }
 
-async fn replay(
+async fn run_replay(
     store: &AnyStore,
     ops: &Ops,
-    schema: Option<&str>,
+    db: &DbArgs,
     id: Option<i64>,
     filter: &Filter,
-    quiet: bool,
+    options: &ReplayOptions,
 ) -> Result<Vec<Replayed>> {
-    let tables = CreditTables::new(store.dialect(), schema);
+    let tables = CreditTables::new(store.dialect(), db.schema.as_deref());
     let handler = Credits::new(tables);
     if let Some(id) = id {
-        let r = with_store!(store, s => dlq::replay(ops, Arc::new(s.clone()), handler, id).await?);
+        let r = with_store!(store, s => replay::replay(ops, Arc::new(s.clone()), handler, id, options).await?);
         return Ok(vec![r]);
     }
     let total = dlq::list(ops, filter).await?.len() as u64;
-    let bar = if quiet {
+    let bar = if db.json {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(total)
@@ -283,7 +362,7 @@ async fn replay(
             .expect("valid template")
             .progress_chars("=> "),
     );
-    let results = with_store!(store, s => dlq::replay_all(ops, Arc::new(s.clone()), handler.clone(), filter, &mut |_| bar.inc(1)).await?);
+    let results = with_store!(store, s => replay::replay_all(ops, Arc::new(s.clone()), handler.clone(), filter, options, &mut |_| bar.inc(1)).await?);
     bar.finish_and_clear();
     Ok(results)
 }

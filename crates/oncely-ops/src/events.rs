@@ -1,0 +1,84 @@
+//! The operations journal `{prefix}ops_events`: what operators did to the tables, kept in
+//! the database so that later commands can see it.
+//!
+//! - `prune` rows carry the cutoff of a prune run (written *before* the first delete, so a
+//!   crashed run is still recorded). [`prune_watermark`] is the highest cutoff: any claim
+//!   received before it may be gone, so a dead letter first seen before it must not be
+//!   replayed blindly ([`crate::replay`]).
+//! - `dlq_*` rows record how a dead letter was resolved (kept the stored effect, already
+//!   applied, replayed), with the row's consumer, id, hashes and reason as JSON.
+//!
+//! The table is created on first use (`CREATE TABLE IF NOT EXISTS`), like the SQLite lease
+//! table of [`crate::lock`].
+
+use crate::db::{Ops, db, now_ms, with_pool};
+use oncely_core::Result;
+use oncely_sql::Dialect;
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+
+/// Creates `{prefix}ops_events` if it does not exist.
+pub async fn ensure(ops: &Ops) -> Result<()> {
+    let t = ops.table("ops_events");
+    let ddl = match ops.dialect() {
+        Dialect::Sqlite => format!(
+            "CREATE TABLE IF NOT EXISTS {t} (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, \
+             at INTEGER NOT NULL, cutoff INTEGER, detail TEXT NOT NULL)"
+        ),
+        Dialect::Postgres => format!(
+            "CREATE TABLE IF NOT EXISTS {t} (id BIGSERIAL PRIMARY KEY, kind TEXT NOT NULL, \
+             at BIGINT NOT NULL, cutoff BIGINT, detail TEXT NOT NULL)"
+        ),
+        Dialect::MySql => format!(
+            "CREATE TABLE IF NOT EXISTS {t} (id BIGINT AUTO_INCREMENT PRIMARY KEY, kind VARCHAR(32) NOT NULL, \
+             at BIGINT NOT NULL, cutoff BIGINT, detail TEXT NOT NULL) ENGINE=InnoDB"
+        ),
+    };
+    with_pool!(ops, p => sqlx::raw_sql(AssertSqlSafe(ddl)).execute(p).await
+        .map(drop)
+        .map_err(|e| db("creating the operations journal", e))?);
+    Ok(())
+}
+
+/// Appends one event of `kind` (`prune`, `dlq_keep_stored`, …) with an optional cutoff (unix
+/// ms) and a JSON detail.
+pub async fn record(
+    ops: &Ops,
+    kind: &str,
+    cutoff_ms: Option<i64>,
+    detail: &serde_json::Value,
+) -> Result<()> {
+    ensure(ops).await?;
+    let sql = format!(
+        "INSERT INTO {} (kind, at, cutoff, detail) VALUES ({}, {}, {}, {})",
+        ops.table("ops_events"),
+        ops.p(1),
+        ops.p(2),
+        ops.p(3),
+        ops.p(4)
+    );
+    with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql))
+        .bind(kind.to_owned())
+        .bind(now_ms())
+        .bind(cutoff_ms)
+        .bind(detail.to_string())
+        .execute(p)
+        .await
+        .map(drop)
+        .map_err(|e| db("recording an operations event", e))?);
+    Ok(())
+}
+
+/// The highest cutoff any prune run has used (unix ms), or `None` if no prune ever ran.
+/// Inbox rows received before it may have been deleted.
+pub async fn prune_watermark(ops: &Ops) -> Result<Option<i64>> {
+    ensure(ops).await?;
+    let sql = format!(
+        "SELECT MAX(cutoff) FROM {} WHERE kind = 'prune'",
+        ops.table("ops_events")
+    );
+    let mark: Option<i64> = with_pool!(ops, p => sqlx::query_scalar(AssertSqlSafe(sql))
+        .fetch_one(p)
+        .await
+        .map_err(|e| db("reading the prune watermark", e))?);
+    Ok(mark)
+}
