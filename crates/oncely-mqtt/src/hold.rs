@@ -71,11 +71,6 @@ impl Hold {
         self.changed.notified().await
     }
 
-    /// Number of the current connection.
-    pub(crate) fn connection(&self) -> u64 {
-        self.connection.load(Ordering::Acquire)
-    }
-
     /// A new connection was opened: what is held from earlier ones is forgotten.
     pub(crate) fn new_connection(&self) -> u64 {
         let n = self.connection.fetch_add(1, Ordering::AcqRel) + 1;

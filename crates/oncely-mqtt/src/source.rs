@@ -7,7 +7,7 @@ use crate::url::split_params;
 use futures::future::BoxFuture;
 use oncely_core::{Acker, Delivery, Error, Result, Source};
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
+use rumqttc::v5::mqttbytes::v5::Packet;
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
