@@ -151,12 +151,11 @@ async fn mqtt_nacks_are_retried_in_process_and_publishing_is_paced() {
     let source = oncely_mqtt::connect_source(&url, "nack")
         .await
         .expect("connect");
-    let received = source.received();
+    let (received, acked) = (source.received(), source.acked());
     let publisher = {
-        let (url, messages, received) = (url.clone(), workload.messages.clone(), received.clone());
+        let (url, messages) = (url.clone(), workload.messages.clone());
         tokio::spawn(async move {
-            oncely_mqtt::publish_paced(&url, &messages, &received, oncely_mqtt::PACING_WINDOW)
-                .await
+            oncely_mqtt::publish_paced(&url, &messages, &acked, oncely_mqtt::PACING_WINDOW).await
         })
     };
     let (db, _dir) = sqlite_db().await;

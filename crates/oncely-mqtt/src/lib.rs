@@ -33,5 +33,5 @@ pub use mapping::{
 };
 pub use producer::{MqttProducer, PACING_WINDOW, publish, publish_paced};
 pub use source::{
-    DEFAULT_TOPIC, MqttOptions5, MqttSource, Received, ReconnectHandle, connect_source,
+    Count, DEFAULT_TOPIC, MqttOptions5, MqttSource, ReconnectHandle, connect_source,
 };

@@ -107,19 +107,19 @@ pub struct MqttSource {
     rx: mpsc::UnboundedReceiver<Item>,
     reconnect: Arc<Notify>,
     hold: Arc<Hold>,
-    received: Received,
+    received: Count,
+    acked: Count,
     seen: Arc<Mutex<HashMap<Vec<u8>, u32>>>,
     driver: tokio::task::JoinHandle<()>,
 }
 
-/// How many publishes the broker has sent to an [`MqttSource`] (redeliveries after a
-/// reconnect included): what left the broker's queue for this client. A producer in the
-/// same process paces itself with it ([`crate::MqttProducer::send_paced`]).
+/// A running count kept by an [`MqttSource`]: publishes received from the broker
+/// ([`MqttSource::received`]) or acked to it ([`MqttSource::acked`]).
 #[derive(Clone, Debug, Default)]
-pub struct Received(Arc<AtomicU64>);
+pub struct Count(Arc<AtomicU64>);
 
-impl Received {
-    /// Publishes received from the broker so far.
+impl Count {
+    /// The count so far.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
@@ -138,7 +138,7 @@ impl MqttSource {
         let (tx, rx) = mpsc::unbounded_channel();
         let reconnect = Arc::new(Notify::new());
         let hold = Arc::new(Hold::default());
-        let received = Received::default();
+        let received = Count::default();
         let (ready_tx, ready_rx) = oneshot::channel();
         let link = Link {
             tx,
@@ -153,6 +153,7 @@ impl MqttSource {
                 reconnect,
                 hold,
                 received,
+                acked: Count::default(),
                 seen: Arc::default(),
                 driver,
             }),
@@ -171,9 +172,18 @@ impl MqttSource {
         self.reconnect.notify_one();
     }
 
-    /// The count of publishes received from the broker, for pacing a producer.
-    pub fn received(&self) -> Received {
+    /// Publishes received from the broker (redeliveries after a reconnect included). Fewer
+    /// than were published means the broker dropped some (queue limit).
+    pub fn received(&self) -> Count {
         self.received.clone()
+    }
+
+    /// Publishes acked to the broker (PUBACK sent after the commit). Mosquitto counts every
+    /// unacked message, in flight or queued, against `max_queued_messages` (it does not
+    /// stop at the receive maximum), so a producer in this process paces itself on this
+    /// count ([`crate::MqttProducer::send_paced`]).
+    pub fn acked(&self) -> Count {
+        self.acked.clone()
     }
 
     /// Deliveries handed back and held for a retry in this process now.
@@ -225,7 +235,7 @@ struct Link {
     tx: mpsc::UnboundedSender<Item>,
     reconnect: Arc<Notify>,
     hold: Arc<Hold>,
-    received: Received,
+    received: Count,
 }
 
 async fn drive(options: MqttOptions5, link: Link, ready: oneshot::Sender<()>) {
@@ -304,6 +314,7 @@ impl Source for MqttSource {
             }),
             attempt,
             hold: self.hold.clone(),
+            acked: self.acked.clone(),
             seen: self.seen.clone(),
             key,
         };
@@ -316,6 +327,7 @@ struct MqttAcker {
     inner: Option<Item>,
     attempt: u32,
     hold: Arc<Hold>,
+    acked: Count,
     seen: Arc<Mutex<HashMap<Vec<u8>, u32>>>,
     key: Vec<u8>,
 }
@@ -329,11 +341,14 @@ impl Acker for MqttAcker {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.key);
+        let acked = self.acked.clone();
         Box::pin(async move {
             client
                 .ack(&publish)
                 .await
-                .map_err(|e| Error::transient(format!("MQTT: PUBACK not sent: {e}")))
+                .map_err(|e| Error::transient(format!("MQTT: PUBACK not sent: {e}")))?;
+            acked.add();
+            Ok(())
         })
     }
 

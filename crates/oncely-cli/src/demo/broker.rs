@@ -4,7 +4,7 @@
 use super::DemoArgs;
 use anyhow::{Context, Result};
 use oncely::brokers::{AnySource, publish};
-use oncely::mqtt::{PACING_WINDOW, Received};
+use oncely::mqtt::{Count, PACING_WINDOW};
 use oncely_core::{Committed, RawEnvelope, Source};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -68,26 +68,26 @@ pub async fn drain<S: Source>(source: &mut S, url: &str) -> Result<u64> {
 /// The demo's publisher over a real broker.
 pub struct Publishing {
     task: Option<tokio::task::JoinHandle<oncely_core::Result<()>>>,
-    /// MQTT: the source's count of publishes from the broker, at the start.
-    received: Option<(Received, u64)>,
+    /// MQTT: the source's count of publishes from the broker, and its value at the start.
+    received: Option<(Count, u64)>,
     copies: u64,
 }
 
 /// Publishes `copies` to `url`. Over MQTT the publisher runs alongside the consumer and
-/// keeps at most [`PACING_WINDOW`] messages that the source has not received yet: the
-/// broker drops QoS 1 messages queued beyond its limit (Mosquitto `max_queued_messages`,
+/// keeps at most [`PACING_WINDOW`] messages that the source has not acked yet: the broker
+/// drops QoS 1 messages held unacked beyond its limit (Mosquitto `max_queued_messages`,
 /// default 1000). Other brokers keep any backlog, so everything is published first.
 pub async fn start_publishing(
     url: &str,
     source: &AnySource,
     copies: &[RawEnvelope],
 ) -> Result<Publishing> {
-    let received = match source {
-        AnySource::Mqtt(s) => Some(s.received()),
+    let counts = match source {
+        AnySource::Mqtt(s) => Some((s.received(), s.acked())),
         _ => None,
     };
     let copies = &carriable(url, copies);
-    let Some(received) = received else {
+    let Some((received, acked)) = counts else {
         publish(url, copies).await?;
         return Ok(Publishing {
             task: None,
@@ -97,9 +97,9 @@ pub async fn start_publishing(
     };
     let base = received.get();
     let task = {
-        let (url, copies, received) = (url.to_owned(), copies.to_vec(), received.clone());
+        let (url, copies) = (url.to_owned(), copies.to_vec());
         tokio::spawn(async move {
-            oncely::mqtt::publish_paced(&url, &copies, &received, PACING_WINDOW).await
+            oncely::mqtt::publish_paced(&url, &copies, &acked, PACING_WINDOW).await
         })
     };
     Ok(Publishing {
