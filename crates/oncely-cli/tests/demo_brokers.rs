@@ -133,8 +133,6 @@ fn demo_via_mqtt_10k_test_owned_mosquitto() {
         assert!(started || !required(), "{script} start failed");
     }
     let name = unique("demo");
-    let url = format!(
-        "mqtt://{addr}?topic=oncely-demo/{name}&client_id={name}&session_expiry=600"
-    );
+    let url = format!("mqtt://{addr}?topic=oncely-demo/{name}&client_id={name}&session_expiry=600");
     broker_demo("MQTT (test-owned)", addr, &url, 10_000);
 }

@@ -32,6 +32,4 @@ pub use mapping::{
     envelope_of, properties_of,
 };
 pub use producer::{MqttProducer, PACING_WINDOW, publish, publish_paced};
-pub use source::{
-    Count, DEFAULT_TOPIC, MqttOptions5, MqttSource, ReconnectHandle, connect_source,
-};
+pub use source::{Count, DEFAULT_TOPIC, MqttOptions5, MqttSource, ReconnectHandle, connect_source};

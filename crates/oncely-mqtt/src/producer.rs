@@ -100,8 +100,7 @@ impl MqttProducer {
         for (m, props) in messages.iter().zip(props) {
             if let Some((acked, base, window)) = pace {
                 let (mut seen, mut since) = (acked.get(), std::time::Instant::now());
-                while (self.sent - first).saturating_sub(acked.get().saturating_sub(base))
-                    >= window
+                while (self.sent - first).saturating_sub(acked.get().saturating_sub(base)) >= window
                 {
                     if self.failed.load(Ordering::Relaxed) > 0 {
                         return Err(Error::transient("MQTT: producer connection failed"));

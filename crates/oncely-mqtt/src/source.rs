@@ -294,7 +294,15 @@ async fn drive(options: MqttOptions5, link: Link, ready: oneshot::Sender<()>) {
 
 impl Source for MqttSource {
     async fn next(&mut self) -> Result<Option<Delivery>> {
-        let Some((Item { publish, client, connection }, held)) = self.receive().await else {
+        let Some((
+            Item {
+                publish,
+                client,
+                connection,
+            },
+            held,
+        )) = self.receive().await
+        else {
             return Err(Error::transient("MQTT: connection task ended"));
         };
         let raw = envelope_of(publish.properties.as_ref(), &publish.payload);

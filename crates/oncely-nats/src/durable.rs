@@ -55,7 +55,13 @@ mod tests {
 
     #[test]
     fn similar_names_map_to_different_durables() {
-        let names = ["orders.v1", "orders_v1", "orders-v1", "orders v1", "orders*v1"];
+        let names = [
+            "orders.v1",
+            "orders_v1",
+            "orders-v1",
+            "orders v1",
+            "orders*v1",
+        ];
         let durables: HashSet<String> = names.iter().map(|n| durable_name(n)).collect();
         assert_eq!(durables.len(), names.len(), "{durables:?}");
         let dotted = durable_name("orders.v1");

@@ -185,6 +185,9 @@ mod tests {
         assert!(broker_dropped(100, 100).is_none());
         assert!(broker_dropped(100, 120).is_none());
         let w = broker_dropped(2500, 1020).expect("dropped");
-        assert!(w.contains("1480") && w.contains("max_queued_messages"), "{w}");
+        assert!(
+            w.contains("1480") && w.contains("max_queued_messages"),
+            "{w}"
+        );
     }
 }
