@@ -30,8 +30,8 @@ mod store;
 
 pub use batch::{BatchConsumer, BatchStats};
 pub use chaos::{Chaos, CrashPlan};
-pub(crate) use consumer::panic_message;
 pub use consumer::{Consumer, LatePolicy};
+pub(crate) use consumer::panic_message;
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use handler::Handler;
