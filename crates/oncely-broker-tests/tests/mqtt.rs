@@ -1,8 +1,9 @@
 //! MQTT (Mosquitto): conformance, connection loss, SIGKILL crash test — against the real server.
 //!
-//! Mosquitto keeps at most `max_queued_messages` (default 1000) QoS 1 messages per client
-//! beyond those in flight and drops the rest, so the larger tests publish paced: a chunk
-//! only once the consumer has caught up (see `paced_publish`).
+//! Mosquitto keeps at most `max_queued_messages` (default 1000) unacked QoS 1 messages per
+//! client and drops the rest, so the larger tests publish paced: on the in-process source's
+//! PUBACK count (`oncely_mqtt::publish_paced`), or, for a consumer in another process, a
+//! chunk only once the database has caught up (`paced_publish`).
 
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::faults::{crash_loop, paced_publish};
@@ -45,8 +46,8 @@ async fn mqtt_conformance() {
     .await;
 }
 
-/// Publishing pace: chunks of this many messages, each only once the database is at most
-/// `PACE_BACKLOG` unique ids behind. Mosquitto drops QoS 1 messages queued for a client beyond
+/// Publishing pace for a consumer in another process (the crash test): chunks of this many
+/// messages, each only once the database is at most `PACE_BACKLOG` unique ids behind. Mosquitto drops QoS 1 messages queued for a client beyond
 /// `max_queued_messages` (1000 by default; "Outgoing messages are being dropped" in its log),
 /// and while a connection is cut or a consumer restarts, the in-flight messages whose acks
 /// were lost are queued again on top of the backlog. 400/300 let that pass 1000 once in CI.
@@ -66,11 +67,12 @@ async fn mqtt_connection_dropped_mid_stream() {
         .expect("connect");
     let handle = source.reconnect_handle();
     let (db, _dir) = sqlite_db().await;
+    // Paced on the in-process source's PUBACKs (no chunks needed).
     let publisher = {
-        let (url, db, messages) = (url.clone(), db.clone(), workload.messages.clone());
-        tokio::spawn(
-            async move { paced_publish(&url, &messages, &db, PACE_CHUNK, PACE_BACKLOG).await },
-        )
+        let (url, messages, acked) = (url.clone(), workload.messages.clone(), source.acked());
+        tokio::spawn(async move {
+            oncely_mqtt::publish_paced(&url, &messages, &acked, oncely_mqtt::PACING_WINDOW).await
+        })
     };
     connection_loss(
         "mqtt connection loss",
