@@ -1,11 +1,14 @@
 //! NATS JetStream: conformance, connection loss, SIGKILL crash test — against the real server.
 
+use oncely_broker_tests::check::Report;
 use oncely_broker_tests::faults::crash_loop;
 use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::runner::{RunOptions, run_until_idle};
 use oncely_broker_tests::services::{NATS_URL, available, unique};
 use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
 use oncely_broker_tests::workload::Workload;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 fn up(test: &str) -> bool {
     available(test, "NATS", "127.0.0.1:4222")
@@ -105,4 +108,45 @@ async fn nats_sigkill_crash_10k() {
     )
     .await;
     report.assert_exact("nats SIGKILL crash test");
+}
+
+/// Consumers `X.v1` and `X_v1` once shared one durable (`X_v1`) and split each other's
+/// messages; now each has its own durable and gets every message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_similar_consumer_names_get_separate_durables() {
+    if !up("nats_similar_consumer_names_get_separate_durables") {
+        return;
+    }
+    let name = unique("durable");
+    let url = url(&name);
+    let (dotted, underscored) = (format!("{name}.v1"), format!("{name}_v1"));
+    assert_ne!(
+        oncely_nats::durable_name(&dotted),
+        oncely_nats::durable_name(&underscored)
+    );
+    let workload = Workload::new(&name, 500, 0.0, 0, 5);
+    let a = oncely_nats::connect_source(&url, &dotted)
+        .await
+        .expect("connect a");
+    let b = oncely_nats::connect_source(&url, &underscored)
+        .await
+        .expect("connect b");
+    oncely_nats::publish(&url, &workload.messages)
+        .await
+        .expect("publish");
+    let ((db_a, _dir_a), (db_b, _dir_b)) = (sqlite_db().await, sqlite_db().await);
+    let mut options = RunOptions::new("orders");
+    options.idle_exit = Duration::from_secs(3);
+    let (ra, rb) = tokio::join!(
+        run_until_idle(&db_a, a, &options, CancellationToken::new()),
+        run_until_idle(&db_b, b, &options, CancellationToken::new()),
+    );
+    ra.expect("run a");
+    rb.expect("run b");
+    for (label, db) in [(&dotted, &db_a), (&underscored, &db_b)] {
+        Report::read(db, &workload)
+            .await
+            .expect("report")
+            .assert_exact(&format!("nats consumer {label}"));
+    }
 }

@@ -102,3 +102,31 @@ async fn redis_sigkill_crash_10k() {
     .await;
     report.assert_exact("redis SIGKILL crash test");
 }
+
+/// Default options (reclaim idle 30 s): deliveries abandoned by crashes after the claim and
+/// after the commit are claimed again by the same member at once, so everything is applied
+/// well within the idle exit of 4 s. Before, they waited 30 s for `XAUTOCLAIM` and were lost
+/// to the idle exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_default_options_redeliver_abandoned_entries_at_once() {
+    if !up("redis_default_options_redeliver_abandoned_entries_at_once") {
+        return;
+    }
+    let stream = unique("defaults");
+    let url = format!("{REDIS_URL}/?stream={stream}");
+    let source = oncely_redis::connect_source(&url, "defaults")
+        .await
+        .expect("connect");
+    assert_eq!(source.options().reclaim_idle, Duration::from_secs(30));
+    let publish_url = url.clone();
+    let run = conformance(
+        "redis defaults",
+        source,
+        |m| async move { oncely_redis::publish(&publish_url, &m).await },
+        2,
+        Duration::from_secs(4),
+    );
+    tokio::time::timeout(Duration::from_secs(25), run)
+        .await
+        .expect("redis defaults: took longer than 25 s (waiting for the reclaim idle time?)");
+}

@@ -3,9 +3,9 @@
 //! MQTT for oncely, on [rumqttc](https://docs.rs/rumqttc) (MQTT 5 client):
 //!
 //! - [`MqttSource`]: QoS 1 subscription in a persistent session with manual acks; the
-//!   PUBACK is sent only after the store's commit. Unacked messages come back when the
-//!   client reconnects, so the source reconnects (with backoff) after a lost connection
-//!   and after a nack.
+//!   PUBACK is sent only after the store's commit. A nack is held in-process and retried
+//!   after a backoff (the broker never sees it); after a lost connection the source
+//!   reconnects with backoff and the broker redelivers what was unacked.
 //! - [`MqttProducer`] / [`publish`]: QoS 1, the id in the MQTT 5 user property
 //!   `message-id`; `oncely-version`, `oncely-entity`, `oncely-source-time` user properties.
 //!
@@ -21,6 +21,7 @@
 //! # let _ = source; Ok(()) }
 //! ```
 
+mod hold;
 mod mapping;
 mod producer;
 mod source;
@@ -30,5 +31,5 @@ pub use mapping::{
     ENTITY_PROPERTY, ID_JSON_FIELD, ID_PROPERTY, SOURCE_TIME_PROPERTY, VERSION_PROPERTY,
     envelope_of, properties_of,
 };
-pub use producer::{MqttProducer, publish};
-pub use source::{DEFAULT_TOPIC, MqttOptions5, MqttSource, ReconnectHandle, connect_source};
+pub use producer::{MqttProducer, PACING_WINDOW, publish, publish_paced};
+pub use source::{Count, DEFAULT_TOPIC, MqttOptions5, MqttSource, ReconnectHandle, connect_source};

@@ -1,14 +1,16 @@
 //! [`MqttSource`]: an MQTT 5 subscription (QoS 1, persistent session, manual acks) as an
 //! oncely [`Source`].
 
+use crate::hold::{Hold, Item};
 use crate::mapping::envelope_of;
 use crate::url::split_params;
 use futures::future::BoxFuture;
 use oncely_core::{Acker, Delivery, Error, Result, Source};
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
+use rumqttc::v5::mqttbytes::v5::Packet;
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -90,24 +92,41 @@ impl MqttOptions5 {
     }
 }
 
-struct Item {
-    publish: Publish,
-    client: AsyncClient,
-}
-
 /// MQTT 5, QoS 1, persistent session (`clean_start = false`, session expiry), manual acks:
-/// the PUBACK is sent only after the commit. MQTT brokers redeliver unacked messages only
-/// when the client reconnects, so a nack or a delivery dropped unsettled makes this source
-/// reconnect (debounced); a lost connection is re-established with backoff. Each connection
-/// gets its own client handle, so a stale ack can never reach a later connection (where the
-/// packet id may name another message): such deliveries are redelivered and end as
-/// `Duplicate`. `attempt` is 1, or 2 for a `DUP` redelivery, raised by a local count of
-/// deliveries of the same id seen by this source.
+/// the PUBACK is sent only after the commit. A nack or a delivery dropped unsettled is
+/// held in this process and delivered again after a backoff (50 ms, doubled per attempt, at
+/// most 5 s); the broker sees no nack and keeps the message in flight (one slot of the
+/// receive maximum) until it is acked. A lost connection is re-established with backoff
+/// and the broker redelivers what was unacked; held publishes of the old connection are
+/// then forgotten. Each connection gets its own client handle, so a stale ack can never
+/// reach a later connection (where the packet id may name another message): such
+/// deliveries are redelivered and end as `Duplicate`. `attempt` is 1, or 2 for a `DUP`
+/// redelivery, raised by a local count of deliveries of the same id seen by this source
+/// and by the number of in-process retries.
 pub struct MqttSource {
     rx: mpsc::UnboundedReceiver<Item>,
     reconnect: Arc<Notify>,
+    hold: Arc<Hold>,
+    received: Count,
+    acked: Count,
     seen: Arc<Mutex<HashMap<Vec<u8>, u32>>>,
     driver: tokio::task::JoinHandle<()>,
+}
+
+/// A running count kept by an [`MqttSource`]: publishes received from the broker
+/// ([`MqttSource::received`]) or acked to it ([`MqttSource::acked`]).
+#[derive(Clone, Debug, Default)]
+pub struct Count(Arc<AtomicU64>);
+
+impl Count {
+    /// The count so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl MqttSource {
@@ -118,12 +137,23 @@ impl MqttSource {
         // the broker's receive maximum bounds what is in flight per connection.
         let (tx, rx) = mpsc::unbounded_channel();
         let reconnect = Arc::new(Notify::new());
+        let hold = Arc::new(Hold::default());
+        let received = Count::default();
         let (ready_tx, ready_rx) = oneshot::channel();
-        let driver = tokio::spawn(drive(options, tx, reconnect.clone(), ready_tx));
+        let link = Link {
+            tx,
+            reconnect: reconnect.clone(),
+            hold: hold.clone(),
+            received: received.clone(),
+        };
+        let driver = tokio::spawn(drive(options, link, ready_tx));
         match tokio::time::timeout(Duration::from_secs(15), ready_rx).await {
             Ok(Ok(())) => Ok(Self {
                 rx,
                 reconnect,
+                hold,
+                received,
+                acked: Count::default(),
                 seen: Arc::default(),
                 driver,
             }),
@@ -140,6 +170,41 @@ impl MqttSource {
     /// broker then redelivers everything unacked.
     pub fn reconnect_now(&self) {
         self.reconnect.notify_one();
+    }
+
+    /// Publishes received from the broker (redeliveries after a reconnect included). Fewer
+    /// than were published means the broker dropped some (queue limit).
+    pub fn received(&self) -> Count {
+        self.received.clone()
+    }
+
+    /// Publishes acked to the broker (PUBACK sent after the commit). Mosquitto counts every
+    /// unacked message, in flight or queued, against `max_queued_messages` (it does not
+    /// stop at the receive maximum), so a producer in this process paces itself on this
+    /// count ([`crate::MqttProducer::send_paced`]).
+    pub fn acked(&self) -> Count {
+        self.acked.clone()
+    }
+
+    /// Deliveries handed back and held for a retry in this process now.
+    pub fn held(&self) -> usize {
+        self.hold.len()
+    }
+
+    /// Waits for a held publish that is due, or for one from the broker.
+    async fn receive(&mut self) -> Option<(Item, u32)> {
+        loop {
+            let due = match self.hold.take_due() {
+                Ok(held) => return Some(held),
+                Err(due) => due,
+            };
+            let sleep = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now));
+            tokio::select! {
+                item = self.rx.recv() => return item.map(|i| (i, 1)),
+                _ = self.hold.changed() => {}
+                _ = sleep, if due.is_some() => {}
+            }
+        }
     }
 
     /// A handle that can drop the connection from another task (see [`MqttSource::reconnect_now`]).
@@ -165,24 +230,26 @@ impl Drop for MqttSource {
     }
 }
 
-async fn drive(
-    options: MqttOptions5,
+/// What the connection task shares with the source.
+struct Link {
     tx: mpsc::UnboundedSender<Item>,
     reconnect: Arc<Notify>,
-    ready: oneshot::Sender<()>,
-) {
+    hold: Arc<Hold>,
+    received: Count,
+}
+
+async fn drive(options: MqttOptions5, link: Link, ready: oneshot::Sender<()>) {
     let mut ready = Some(ready);
     let mut delay = Duration::from_millis(100);
     loop {
         let (client, mut eventloop) =
             AsyncClient::new(options.client_options(&options.client_id, true), 256);
+        let connection = link.hold.new_connection();
         loop {
             let event = tokio::select! {
                 e = eventloop.poll() => e,
-                _ = reconnect.notified() => {
-                    // Let other abandoned deliveries of this batch ask too, then reconnect once.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    info!("MQTT: reconnecting so the broker redelivers unacked messages");
+                _ = link.reconnect.notified() => {
+                    info!("MQTT: reconnecting on request; the broker redelivers unacked messages");
                     break;
                 }
             };
@@ -202,11 +269,13 @@ async fn drive(
                     }
                 }
                 Ok(Event::Incoming(Packet::Publish(publish))) => {
+                    link.received.add();
                     let item = Item {
                         publish,
                         client: client.clone(),
+                        connection,
                     };
-                    if tx.send(item).is_err() {
+                    if link.tx.send(item).is_err() {
                         return;
                     }
                 }
@@ -225,7 +294,15 @@ async fn drive(
 
 impl Source for MqttSource {
     async fn next(&mut self) -> Result<Option<Delivery>> {
-        let Some(Item { publish, client }) = self.rx.recv().await else {
+        let Some((
+            Item {
+                publish,
+                client,
+                connection,
+            },
+            held,
+        )) = self.receive().await
+        else {
             return Err(Error::transient("MQTT: connection task ended"));
         };
         let (raw, defect) = match oncely_core::map_envelope(|| {
@@ -251,10 +328,16 @@ impl Source for MqttSource {
             *n += 1;
             *n
         };
-        let attempt = local.max(if publish.dup { 2 } else { 1 });
+        let attempt = local.max(held).max(if publish.dup { 2 } else { 1 });
         let acker = MqttAcker {
-            inner: Some((client, publish)),
-            reconnect: self.reconnect.clone(),
+            inner: Some(Item {
+                publish,
+                client,
+                connection,
+            }),
+            attempt,
+            hold: self.hold.clone(),
+            acked: self.acked.clone(),
             seen: self.seen.clone(),
             key,
         };
@@ -266,39 +349,54 @@ impl Source for MqttSource {
 }
 
 struct MqttAcker {
-    inner: Option<(AsyncClient, Publish)>,
-    reconnect: Arc<Notify>,
+    /// Set until settled; a nack or a drop puts it on hold.
+    inner: Option<Item>,
+    attempt: u32,
+    hold: Arc<Hold>,
+    acked: Count,
     seen: Arc<Mutex<HashMap<Vec<u8>, u32>>>,
     key: Vec<u8>,
 }
 
 impl Acker for MqttAcker {
     fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        let (client, publish) = self.inner.take().expect("settled once");
+        let Item {
+            client, publish, ..
+        } = self.inner.take().expect("settled once");
         self.seen
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.key);
+        let acked = self.acked.clone();
         Box::pin(async move {
             client
                 .ack(&publish)
                 .await
-                .map_err(|e| Error::transient(format!("MQTT: PUBACK not sent: {e}")))
+                .map_err(|e| Error::transient(format!("MQTT: PUBACK not sent: {e}")))?;
+            acked.add();
+            Ok(())
         })
     }
 
+    /// Holds the publish in this process and delivers it again after a backoff; the
+    /// broker is not told.
     fn nack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        self.inner = None;
-        self.reconnect.notify_one();
+        self.hand_back();
         Box::pin(async { Ok(()) })
+    }
+}
+
+impl MqttAcker {
+    fn hand_back(&mut self) {
+        if let Some(item) = self.inner.take() {
+            self.hold.put(item, self.attempt);
+        }
     }
 }
 
 impl Drop for MqttAcker {
     fn drop(&mut self) {
-        if self.inner.take().is_some() {
-            self.reconnect.notify_one();
-        }
+        self.hand_back();
     }
 }
 

@@ -5,7 +5,8 @@
 //! - [`NatsSource`]: a durable pull consumer with explicit acks; the ack is confirmed
 //!   (`double_ack`) and sent only after the store's commit. Unacked messages are
 //!   redelivered after `ack_wait` (or at once after a `-NAK`); `attempt` is JetStream's
-//!   delivery count.
+//!   delivery count. The durable name is [`durable_name`] of the consumer name: the name
+//!   itself when NATS allows it, else its readable part plus a short hash (injective).
 //! - [`NatsProducer`] / [`publish`]: sets the id in the `Nats-Msg-Id` header (which also
 //!   gives broker-side dedup within the stream's duplicate window) and the
 //!   `oncely-version`, `oncely-entity`, `oncely-source-time` headers.
@@ -21,11 +22,13 @@
 //! # let _ = source; Ok(()) }
 //! ```
 
+mod durable;
 mod mapping;
 mod producer;
 mod source;
 mod url;
 
+pub use durable::durable_name;
 pub use mapping::{
     ENTITY_HEADER, ID_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER, envelope_of, headers_of,
 };

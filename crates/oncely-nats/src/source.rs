@@ -1,5 +1,6 @@
 //! [`NatsSource`]: a durable JetStream pull consumer as an oncely [`Source`].
 
+use crate::durable::durable_name;
 use crate::mapping::envelope_of;
 use crate::url::split_params;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
@@ -43,22 +44,12 @@ pub struct NatsOptions {
 
 impl NatsOptions {
     /// Defaults for consumer `consumer`: stream `ONCELY`, subject `oncely.messages`,
-    /// durable name = consumer name with characters NATS forbids replaced by `_`.
+    /// durable name = [`durable_name`] of the consumer name (readable and injective).
     pub fn new(consumer: &str) -> Self {
-        let durable = consumer
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
         Self {
             stream: DEFAULT_STREAM.to_owned(),
             subject: DEFAULT_SUBJECT.to_owned(),
-            durable,
+            durable: durable_name(consumer),
             ack_wait: Duration::from_secs(30),
             batch: 64,
             duplicate_window: Duration::from_secs(120),

@@ -8,8 +8,8 @@ use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use redis::{AsyncConnectionConfig, Client, Value};
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -110,6 +110,32 @@ enum Phase {
     New,
 }
 
+/// Entries of this member handed back (nacked, or dropped unsettled) with the attempt their
+/// next delivery is: claimed again at once (`XCLAIM … 0`) instead of waiting for the
+/// reclaim idle time.
+#[derive(Default)]
+struct Redo(Mutex<VecDeque<(String, u32)>>);
+
+impl Redo {
+    fn push(&self, entry: String, attempt: u32) {
+        self.lock().push_back((entry, attempt));
+    }
+
+    fn take(&self, n: usize) -> Vec<(String, u32)> {
+        let mut q = self.lock();
+        let n = n.min(q.len());
+        q.drain(..n).collect()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(String, u32)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 struct Live {
     read: MultiplexedConnection,
     ack: MultiplexedConnection,
@@ -119,8 +145,10 @@ struct Live {
 /// A Redis stream read through a consumer group: `XREADGROUP`, `XACK` after the commit,
 /// and `XAUTOCLAIM` of entries left pending longer than
 /// [`RedisOptions::reclaim_idle`] by a member that died or could not ack. After a
-/// (re)connect it first re-reads its own pending entries. `attempt` is the entry's
-/// delivery count from `XPENDING`.
+/// (re)connect it first re-reads its own pending entries. A delivery this member nacks or
+/// drops unsettled is claimed again by it at once (`XCLAIM` with min-idle 0, before the
+/// next read of new entries), so a retry never waits for the reclaim idle time. `attempt`
+/// is the entry's delivery count from `XPENDING` (or the abandoned attempt + 1).
 pub struct RedisSource {
     client: Client,
     options: RedisOptions,
@@ -129,6 +157,7 @@ pub struct RedisSource {
     buffer: VecDeque<Delivery>,
     reclaim_cursor: String,
     next_reclaim: Instant,
+    redo: Arc<Redo>,
 }
 
 impl RedisSource {
@@ -143,6 +172,7 @@ impl RedisSource {
             buffer: VecDeque::new(),
             reclaim_cursor: "0-0".to_owned(),
             next_reclaim: Instant::now(),
+            redo: Arc::default(),
         };
         me.live = Some(me.open().await?);
         Ok(me)
@@ -204,6 +234,8 @@ impl RedisSource {
                     info!(stream = %self.options.stream, "Redis: reconnected");
                     self.live = Some(live);
                     self.phase = Phase::OwnPending("0".to_owned());
+                    // The own-pending pass re-reads every entry handed back so far.
+                    self.redo.take(usize::MAX);
                     return;
                 }
                 Err(e) => {
@@ -241,8 +273,11 @@ impl RedisSource {
                     count = reply.claimed.len(),
                     "Redis: reclaimed idle pending entries"
                 );
-                return self.push(reply.claimed, None).await;
+                return self.push(reply.claimed, None, None).await;
             }
+        }
+        if matches!(self.phase, Phase::New) && !self.redo.is_empty() {
+            return self.claim_own_redo().await;
         }
         let (id, block) = match &self.phase {
             Phase::OwnPending(after) => (after.clone(), None),
@@ -273,16 +308,50 @@ impl RedisSource {
             Phase::OwnPending(_) => {
                 let last = entries.last().map(|e| e.id.clone()).unwrap_or_default();
                 self.phase = Phase::OwnPending(last);
-                self.push(entries, None).await
+                self.push(entries, None, None).await
             }
-            Phase::New => self.push(entries, Some(1)).await,
+            Phase::New => self.push(entries, Some(1), None).await,
         }
     }
 
-    /// Queues entries as deliveries; `attempt` is looked up with `XPENDING` unless given.
-    async fn push(&mut self, entries: Vec<StreamId>, attempt: Option<u32>) -> Result<()> {
+    /// Claims entries this member handed back (`XCLAIM` with min-idle 0: they are its own)
+    /// and queues them. An entry acked or deleted meanwhile is not returned by Redis.
+    async fn claim_own_redo(&mut self) -> Result<()> {
+        let o = &self.options;
+        let redo = self.redo.take(o.batch);
+        let live = self.live.as_mut().expect("connected");
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(&o.stream).arg(&o.group).arg(&o.member).arg(0);
+        for (id, _) in &redo {
+            cmd.arg(id);
+        }
+        let reply: redis::RedisResult<redis::streams::StreamClaimReply> =
+            cmd.query_async(&mut live.read).await;
+        let claimed = match reply {
+            Ok(r) => r.ids,
+            Err(e) => {
+                // Put them back for the next round (or the own-pending pass after a reconnect).
+                for (id, n) in redo {
+                    self.redo.push(id, n);
+                }
+                return Err(redis_err("XCLAIM", e));
+            }
+        };
+        let attempts: HashMap<String, u32> = redo.into_iter().collect();
+        self.push(claimed, None, Some(attempts)).await
+    }
+
+    /// Queues entries as deliveries; `attempt` is looked up with `XPENDING` unless given
+    /// (for all, or per entry in `known`).
+    async fn push(
+        &mut self,
+        entries: Vec<StreamId>,
+        attempt: Option<u32>,
+        known: Option<HashMap<String, u32>>,
+    ) -> Result<()> {
         let live = self.live.as_mut().expect("connected");
         let counts = match (attempt, entries.first(), entries.last()) {
+            _ if known.is_some() => known.unwrap_or_default(),
             (None, Some(first), Some(last)) => {
                 pending_counts(
                     &mut live.read,
@@ -307,6 +376,8 @@ impl RedisSource {
                 stream: self.options.stream.clone(),
                 group: self.options.group.clone(),
                 entry: entry.id,
+                attempt: n,
+                redo: Some(self.redo.clone()),
             };
             self.buffer.push_back(match raw {
                 Ok(raw) => Delivery::new(raw, n, Box::new(acker)),
@@ -375,10 +446,28 @@ struct RedisAcker {
     stream: String,
     group: String,
     entry: String,
+    attempt: u32,
+    /// Set until the delivery is settled; a nack or a drop hands the entry back through it.
+    redo: Option<Arc<Redo>>,
+}
+
+impl RedisAcker {
+    fn hand_back(&mut self) {
+        if let Some(redo) = self.redo.take() {
+            redo.push(self.entry.clone(), self.attempt.saturating_add(1));
+        }
+    }
+}
+
+impl Drop for RedisAcker {
+    fn drop(&mut self) {
+        self.hand_back();
+    }
 }
 
 impl Acker for RedisAcker {
-    fn ack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+    fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        self.redo = None;
         Box::pin(async move {
             let mut conn = self.conn.clone();
             let done: redis::RedisResult<Value> = redis::cmd("XACK")
@@ -394,8 +483,10 @@ impl Acker for RedisAcker {
         })
     }
 
-    /// Leaves the entry pending: it is taken over again after the reclaim idle time.
-    fn nack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+    /// Leaves the entry pending and hands it back to this source, which claims it again
+    /// before reading new entries.
+    fn nack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        self.hand_back();
         Box::pin(async { Ok(()) })
     }
 }

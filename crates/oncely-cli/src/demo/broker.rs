@@ -2,7 +2,9 @@
 //! the duplicates and the local reordering itself.
 
 use super::DemoArgs;
-use anyhow::Result;
+use anyhow::{Context, Result};
+use oncely::brokers::{AnySource, publish};
+use oncely::mqtt::{Count, PACING_WINDOW};
 use oncely_core::{Committed, RawEnvelope, Source};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -61,4 +63,131 @@ pub async fn drain<S: Source>(source: &mut S, url: &str) -> Result<u64> {
         discarded += 1;
     }
     Ok(discarded)
+}
+
+/// The demo's publisher over a real broker.
+pub struct Publishing {
+    task: Option<tokio::task::JoinHandle<oncely_core::Result<()>>>,
+    /// MQTT: the source's count of publishes from the broker, and its value at the start.
+    received: Option<(Count, u64)>,
+    copies: u64,
+}
+
+/// Publishes `copies` to `url`. Over MQTT the publisher runs alongside the consumer and
+/// keeps at most [`PACING_WINDOW`] messages that the source has not acked yet: the broker
+/// drops QoS 1 messages held unacked beyond its limit (Mosquitto `max_queued_messages`,
+/// default 1000). Other brokers keep any backlog, so everything is published first.
+pub async fn start_publishing(
+    url: &str,
+    source: &AnySource,
+    copies: &[RawEnvelope],
+) -> Result<Publishing> {
+    let counts = match source {
+        AnySource::Mqtt(s) => Some((s.received(), s.acked())),
+        _ => None,
+    };
+    let copies = &carriable(url, copies);
+    let Some((received, acked)) = counts else {
+        publish(url, copies).await?;
+        return Ok(Publishing {
+            task: None,
+            received: None,
+            copies: copies.len() as u64,
+        });
+    };
+    let base = received.get();
+    let task = {
+        let (url, copies) = (url.to_owned(), copies.to_vec());
+        tokio::spawn(async move {
+            oncely::mqtt::publish_paced(&url, &copies, &acked, PACING_WINDOW).await
+        })
+    };
+    Ok(Publishing {
+        task: Some(task),
+        received: Some((received, base)),
+        copies: copies.len() as u64,
+    })
+}
+
+impl Publishing {
+    /// Waits for the publisher to finish. Over MQTT, warns when the broker delivered
+    /// fewer messages than were published: it dropped some (queue limit).
+    pub async fn finish(self) -> Result<()> {
+        if let Some(task) = self.task {
+            task.await.context("the publisher task failed")??;
+        }
+        if let Some((received, base)) = self.received {
+            let got = received.get() - base;
+            if let Some(message) = broker_dropped(self.copies, got) {
+                tracing::warn!("{message}");
+                eprintln!("warning: {message}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The copies with every id the broker's producer cannot carry (MQTT user properties and
+/// NATS headers take no control characters, e.g. the demo's bad id `credit-7\n`) published
+/// without an id instead: still a message without a usable id, dead-lettered as `bad_id`.
+fn carriable(url: &str, copies: &[RawEnvelope]) -> Vec<RawEnvelope> {
+    let scheme = oncely::brokers::scheme(url);
+    let refused = |m: &RawEnvelope| match scheme {
+        "mqtt" | "tcp" => oncely::mqtt::properties_of(m).is_err(),
+        "nats" => oncely::nats::headers_of(m).is_err(),
+        _ => false,
+    };
+    copies
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            if refused(&m) {
+                m.id = None;
+            }
+            m
+        })
+        .collect()
+}
+
+/// The warning when an MQTT broker delivered `received` of `published` messages.
+fn broker_dropped(published: u64, received: u64) -> Option<String> {
+    (received < published).then(|| {
+        format!(
+            "the MQTT broker delivered {received} of {published} published messages: it dropped {} \
+             (Mosquitto drops QoS 1 messages queued for a client beyond max_queued_messages, \
+             default 1000; raise it or publish paced, see docs/wire-format.md)",
+            published - received
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_the_broker_cannot_carry_are_published_without_id() {
+        let copies = [
+            RawEnvelope::new("credit-7\n", "{}"),
+            RawEnvelope::new("credit-8", "{}"),
+        ];
+        for url in ["mqtt://127.0.0.1:1883", "nats://127.0.0.1:4222"] {
+            let out = carriable(url, &copies);
+            assert_eq!(out[0].id, None, "{url}");
+            assert_eq!(out[1].id.as_deref(), Some(&b"credit-8"[..]), "{url}");
+        }
+        let out = carriable("redis://127.0.0.1:6379", &copies);
+        assert_eq!(out[0].id.as_deref(), Some(&b"credit-7\n"[..]));
+    }
+
+    #[test]
+    fn warns_only_when_the_broker_delivered_fewer() {
+        assert!(broker_dropped(100, 100).is_none());
+        assert!(broker_dropped(100, 120).is_none());
+        let w = broker_dropped(2500, 1020).expect("dropped");
+        assert!(
+            w.contains("1480") && w.contains("max_queued_messages"),
+            "{w}"
+        );
+    }
 }

@@ -158,7 +158,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
                 eprintln!("discarded {discarded} leftover message(s) from earlier runs");
             }
             let copies = broker::with_duplicates(&published.messages, &args);
-            publish(broker, &copies).await?;
+            let publishing = broker::start_publishing(broker, &source, &copies).await?;
             let started = Instant::now();
             let idle = StopWhenIdle::new(source, Duration::from_secs(args.idle_exit));
             let stats = consume_with(
@@ -171,6 +171,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             )
             .await?;
             let elapsed = started.elapsed();
+            publishing.finish().await?;
             let source_stats = MemoryStats {
                 published: published.messages.len() as u64,
                 duplicates_injected: (copies.len() - published.messages.len()) as u64,
