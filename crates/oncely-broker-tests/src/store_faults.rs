@@ -249,9 +249,10 @@ where
     down().await;
     let t_down = log.now();
     tokio::time::sleep(plan.outage).await;
-    let rows_at_up = rows(check_db).await;
     up().await;
     let t_up = log.now();
+    // Read after `up`: while the store is down, the checker's reads would wait too.
+    let rows_at_up = rows(check_db).await;
     eprintln!(
         "{label}: store down at {:.1} s, back at {:.1} s ({rows_at_up} ledger rows)",
         t_down.as_secs_f64(),
@@ -264,7 +265,7 @@ where
         if first_apply.is_none() && rows(check_db).await > rows_at_up {
             first_apply = Some(log.now() - t_up);
         }
-        if let Ok(r) = Report::read(check_db, &workload).await
+        if let Ok(Ok(r)) = tokio::time::timeout(CHECK, Report::read(check_db, &workload)).await
             && (r.complete() || r.double > 0)
         {
             if r.complete() {
@@ -294,6 +295,12 @@ where
     }
 }
 
+/// How long one checker read may take (the checker's pool waits for a down server too).
+const CHECK: Duration = Duration::from_secs(3);
+
 async fn rows(db: &Db) -> i64 {
-    db.counts().await.map(|c| c.0).unwrap_or(0)
+    match tokio::time::timeout(CHECK, db.counts()).await {
+        Ok(Ok((rows, _))) => rows,
+        _ => 0,
+    }
 }
