@@ -3,7 +3,7 @@
 //! and the raw reference run. One [`Bed`] per database.
 
 use anyhow::{Context, Result};
-use oncely_core::{Envelope, Error, ErrorKind, Handled, Handler};
+use oncely_core::{Envelope, Error, Handled, Handler};
 use oncely_sql::sqlx::{
     self, AssertSqlSafe, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite, Transaction,
 };
@@ -125,15 +125,9 @@ impl Sql {
     }
 }
 
+/// A credit write's sqlx error, classified by the workspace's one classifier.
 pub(crate) fn db_err(e: sqlx::Error) -> Error {
-    let transient = matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001" | "40P01" | "5" | "6" | "517")))
-        || matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut);
-    let kind = if transient {
-        ErrorKind::Transient
-    } else {
-        ErrorKind::Permanent
-    };
-    Error::new(kind, "credit write failed").with_source(e)
+    oncely_sql::db("credit write", e)
 }
 
 /// The oncely handler: the same two statements as the plain consumer, through the store's

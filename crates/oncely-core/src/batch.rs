@@ -8,11 +8,14 @@
 //! When a handler fails (or the store fails mid-batch), the batch is rolled back and its
 //! deliveries are processed one at a time by the per-message [`Consumer`], so the failing
 //! message is isolated (retried or dead-lettered per its error kind) and the others apply once.
+//! When the store is unavailable, the batch is held and retried whole, sharing the consumer's
+//! [`StoreHealth`](crate::StoreHealth) breaker (no new batch is taken meanwhile).
 
 use crate::consumer::{Consumer, LatePolicy};
 use crate::envelope::{Envelope, PayloadHash};
 use crate::error::{Error, Result};
 use crate::handler::Handler;
+use crate::health::{StoreHealth, Turn};
 use crate::id::{ConsumerName, MessageId};
 use crate::outcome::{DeadLetterReason, Handled, Outcome};
 use crate::retry::RetryPolicy;
@@ -151,6 +154,11 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
         self.single.stats()
     }
 
+    /// The store's health as this consumer sees it (shared with the per-message fallback).
+    pub fn health(&self) -> Arc<StoreHealth> {
+        self.single.health()
+    }
+
     /// Batches committed whole vs. processed one at a time after a failure.
     pub fn batch_stats(&self) -> BatchStats {
         BatchStats {
@@ -161,12 +169,15 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
 
     /// Pulls batches from `source` until it is exhausted or `shutdown` is cancelled. On
     /// shutdown the batch being collected is still processed; nothing uncommitted is acked.
+    /// While the store is unavailable the batch in hand is held and retried (no new batch is
+    /// taken) and handed back only on shutdown.
     pub async fn run<Src: Source>(
         &self,
         mut source: Src,
         shutdown: CancellationToken,
     ) -> Result<StatsSnapshot> {
         let mut exhausted = false;
+        self.health().publish();
         while !exhausted && !shutdown.is_cancelled() {
             let first = tokio::select! {
                 biased;
@@ -202,7 +213,7 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
                     }
                 }
             }
-            self.process_batch(batch).await;
+            self.process_batch_until(batch, &shutdown).await;
         }
         Ok(self.stats().snapshot())
     }
@@ -210,6 +221,17 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
     /// Processes one batch through the contract and settles every delivery; returns the
     /// outcomes in delivery order.
     pub async fn process_batch(&self, deliveries: Vec<Delivery>) -> Vec<Outcome> {
+        self.process_batch_until(deliveries, &CancellationToken::new())
+            .await
+    }
+
+    /// [`BatchConsumer::process_batch`], handing held deliveries back if `stop` is cancelled
+    /// while the store fails.
+    async fn process_batch_until(
+        &self,
+        deliveries: Vec<Delivery>,
+        stop: &CancellationToken,
+    ) -> Vec<Outcome> {
         let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(deliveries.len());
         let mut valid = Vec::with_capacity(deliveries.len());
         let mut pending = Vec::with_capacity(deliveries.len());
@@ -225,11 +247,11 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
                 }
                 // Bad ids, undecodable envelopes and late messages: the per-message path
                 // dead-letters them.
-                _ => outcomes[at] = Some(self.single.process(delivery).await),
+                _ => outcomes[at] = Some(self.single.process_until(delivery, stop).await),
             }
         }
         if !valid.is_empty() {
-            match self.attempt(&valid).await {
+            match self.attempt_held(&valid, pending.len(), stop).await {
                 Ok(settled) => {
                     self.counts.committed.fetch_add(1, Relaxed);
                     let stats = self.stats();
@@ -244,7 +266,7 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
                                     .await
                             }
                             Settled::Conflict(stored) => {
-                                self.conflict(delivery, stored, message.payload_hash())
+                                self.conflict(delivery, stored, message.payload_hash(), stop)
                                     .await
                             }
                         };
@@ -253,11 +275,16 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
                         outcomes[at] = Some(outcome);
                     }
                 }
+                Err(e) if stop.is_cancelled() && e.is_unavailable() => {
+                    for (at, delivery) in pending {
+                        outcomes[at] = Some(self.hand_back(delivery, &e).await);
+                    }
+                }
                 Err(e) => {
                     self.counts.fallbacks.fetch_add(1, Relaxed);
                     debug!(consumer = %self.name(), error = %e, "batch rolled back; processing its messages one at a time");
                     for (at, delivery) in pending {
-                        outcomes[at] = Some(self.single.process(delivery).await);
+                        outcomes[at] = Some(self.single.process_until(delivery, stop).await);
                     }
                 }
             }
@@ -266,6 +293,41 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
             .into_iter()
             .map(|o| o.expect("every delivery settled"))
             .collect()
+    }
+
+    /// [`Self::attempt`], held and retried while the store is unavailable (one probe at a
+    /// time, backing off). Returns the unavailable error only if `stop` came first.
+    async fn attempt_held(
+        &self,
+        batch: &[Envelope],
+        deliveries: usize,
+        stop: &CancellationToken,
+    ) -> Result<Vec<Settled>> {
+        let health = self.health();
+        let _held = health.track(deliveries);
+        let mut probe = None;
+        loop {
+            let started = std::time::Instant::now();
+            let result = self.attempt(batch).await;
+            drop(probe.take());
+            match result {
+                Err(e) if e.is_unavailable() => {
+                    self.stats().store_retried();
+                    health.failed(&e);
+                    match health.turn(stop).await {
+                        // The next attempt runs as the only probe (or after recovery).
+                        Turn::Retry(turn) => probe = turn,
+                        Turn::Stopped => return Err(e),
+                    }
+                }
+                other => {
+                    if other.is_ok() {
+                        health.succeeded(started);
+                    }
+                    return other;
+                }
+            }
+        }
     }
 
     /// begin → claim_batch → handler for each fresh message → commit. Any failure rolls the
@@ -351,11 +413,24 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
         outcome
     }
 
+    async fn hand_back(&self, delivery: Delivery, error: &Error) -> Outcome {
+        warn!(error = %error, "shutting down while the store fails; delivery handed back to the broker");
+        if let Err(e) = delivery.nack().await {
+            warn!(error = %e, "nack failed; the broker redelivers after its timeout");
+        }
+        let outcome = Outcome::Retry(Error::new(error.kind(), error.to_string()));
+        self.stats().received();
+        self.stats().record(&outcome);
+        crate::metrics::outcome(self.name(), &outcome);
+        outcome
+    }
+
     async fn conflict(
         &self,
         delivery: Delivery,
         stored: PayloadHash,
         received: PayloadHash,
+        stop: &CancellationToken,
     ) -> Outcome {
         let letter = DeadLetter {
             consumer: self.name().clone(),
@@ -363,14 +438,14 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
             reason: DeadLetterReason::Conflict { stored, received },
             attempts: 1,
         };
-        match self.store().dead_letter(&letter).await {
+        match self.single.store_dead_letter(&letter, stop).await {
             Ok(proof) => {
                 warn!(reason = "conflict", detail = %letter.reason, "dead-lettered");
                 self.ack(delivery, proof, Outcome::Conflict { stored, received })
                     .await
             }
             Err(e) => {
-                warn!(error = %e, "storing a conflict failed; message handed back to the broker");
+                warn!(error = %e, "shutting down while storing a conflict; message handed back to the broker");
                 if let Err(e) = delivery.nack().await {
                     warn!(error = %e, "nack failed; the broker redelivers after its timeout");
                 }

@@ -4,9 +4,10 @@ use crate::chaos::Chaos;
 use crate::envelope::{Envelope, PayloadHash};
 use crate::error::Error;
 use crate::handler::Handler;
+use crate::health::{StoreHealth, Turn};
 use crate::id::{ConsumerName, MessageId};
 use crate::outcome::{DeadLetterReason, Handled, Outcome, Step};
-use crate::retry::RetryPolicy;
+use crate::retry::{Backoff, RetryPolicy};
 use crate::source::{Delivery, Source};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::store::{Claim, Committed, DeadLetter, Store};
@@ -80,7 +81,11 @@ pub struct Consumer<S: Store, H> {
     config: ConsumerConfig,
     chaos: Option<Arc<dyn Chaos>>,
     stats: Arc<Stats>,
+    health: Arc<StoreHealth>,
 }
+
+/// The probe turn a held delivery may own while the store is unhealthy.
+type Probe<'a> = Option<tokio::sync::MutexGuard<'a, ()>>;
 
 impl<S: Store, H> Clone for Consumer<S, H> {
     fn clone(&self) -> Self {
@@ -91,6 +96,7 @@ impl<S: Store, H> Clone for Consumer<S, H> {
             config: self.config.clone(),
             chaos: self.chaos.clone(),
             stats: self.stats.clone(),
+            health: self.health.clone(),
         }
     }
 }
@@ -99,6 +105,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// A consumer named `name` (the inbox key's first half) over `store`, running `handler`.
     pub fn new(name: ConsumerName, store: impl Into<Arc<S>>, handler: H) -> Self {
         Self {
+            health: Arc::new(StoreHealth::new(name.clone())),
             name,
             store: store.into(),
             handler: Arc::new(handler),
@@ -175,9 +182,18 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         self.stats.clone()
     }
 
+    /// The store's health as this consumer sees it (its circuit breaker).
+    pub fn health(&self) -> Arc<StoreHealth> {
+        self.health.clone()
+    }
+
     /// Pulls deliveries from `source` until it is exhausted or `shutdown` is cancelled,
     /// processing up to `concurrency` at once. On shutdown, in-flight deliveries finish;
     /// nothing uncommitted is acked.
+    ///
+    /// While the store fails, no new delivery is taken: the ones in flight are held and
+    /// retried (one probe at a time, backing off up to 30 s) until the store recovers, and
+    /// handed back to the source only on shutdown.
     pub async fn run<Src: Source>(
         &self,
         mut source: Src,
@@ -185,11 +201,27 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     ) -> crate::Result<StatsSnapshot> {
         let permits = Arc::new(Semaphore::new(self.config.concurrency));
         let mut tasks = JoinSet::new();
+        self.health.publish();
         loop {
             let permit = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
             };
+            // Intake pauses while the store fails; with nothing in flight, one delivery goes
+            // in as the probe.
+            while !self.health.is_healthy() && !tasks.is_empty() {
+                tokio::select! {
+                    _ = self.health.until_healthy(&shutdown) => break,
+                    Some(done) = tasks.join_next() => {
+                        if let Err(e) = done {
+                            warn!(consumer = %self.name, error = %e, "delivery task failed");
+                        }
+                    }
+                }
+            }
+            if shutdown.is_cancelled() {
+                break;
+            }
             let next = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -224,13 +256,17 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         Ok(self.stats.snapshot())
     }
 
-    /// Processes one delivery through the whole contract and settles it.
+    /// Processes one delivery through the whole contract and settles it. While the store
+    /// fails, the delivery is held until it recovers (see [`Consumer::process_until`]).
     pub async fn process(&self, delivery: Delivery) -> Outcome {
         self.process_until(delivery, &CancellationToken::new())
             .await
     }
 
-    async fn process_until(&self, delivery: Delivery, stop: &CancellationToken) -> Outcome {
+    /// [`Consumer::process`], handing the delivery back ([`Outcome::Retry`]) if `stop` is
+    /// cancelled while it is held for a failing store or waiting to retry.
+    pub async fn process_until(&self, delivery: Delivery, stop: &CancellationToken) -> Outcome {
+        let _in_flight = self.health.track(1);
         let span = info_span!(
             "oncely.delivery",
             consumer = %self.name,
@@ -258,24 +294,30 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         }
         if let Some(why) = delivery.defect() {
             let reason = DeadLetterReason::UndecodableEnvelope(why.to_owned());
-            return self.dead_letter(delivery, reason, 1).await;
+            return self.dead_letter(delivery, reason, 1, stop).await;
         }
         let raw = delivery.message();
         let id = match MessageId::parse_optional(raw.id.as_deref()) {
             Ok(id) => id,
             Err(e) => {
                 return self
-                    .dead_letter(delivery, DeadLetterReason::BadId(e), 1)
+                    .dead_letter(delivery, DeadLetterReason::BadId(e), 1, stop)
                     .await;
             }
         };
         let envelope = Envelope::from_parts(id, raw.payload.clone(), raw.meta.clone());
         let mut delivery = Some(delivery);
         let mut delays = self.config.retry.delays();
-        let mut attempt = 0;
+        let mut attempt = 1;
+        let mut store_backoff = Backoff::store();
+        let mut probe: Probe<'_> = None;
         loop {
-            attempt += 1;
+            let started = Instant::now();
             let result = self.attempt(&envelope, &mut delivery).await;
+            drop(probe.take());
+            if !matches!(result, Attempt::Crashed(_) | Attempt::Failed { .. }) {
+                self.health.succeeded(started);
+            }
             let Some(current) = delivery.take() else {
                 // Only the unsafe testing mode acks before the commit.
                 return match result {
@@ -292,41 +334,48 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 Attempt::Conflict(stored) => {
                     let received = envelope.payload_hash();
                     let reason = DeadLetterReason::Conflict { stored, received };
-                    return match self.dead_letter(current, reason, attempt).await {
+                    return match self.dead_letter(current, reason, attempt, stop).await {
                         Outcome::DeadLettered(_) => Outcome::Conflict { stored, received },
                         other => other,
                     };
                 }
                 Attempt::Late(age, window) => DeadLetterReason::Late { age, window },
                 Attempt::Panicked(msg) => DeadLetterReason::Panicked(msg),
-                Attempt::Failed { error, in_handler } => {
+                Attempt::Failed { error, in_handler } if error.is_unavailable() || !in_handler => {
+                    // The store failed (or is unavailable to the handler): hold the delivery.
+                    match self.hold(&error, &mut store_backoff, stop).await {
+                        Some(turn) => {
+                            probe = turn;
+                            delivery = Some(current);
+                            continue;
+                        }
+                        None => return self.nack(current, error).await,
+                    }
+                }
+                Attempt::Failed { error, .. } => {
+                    self.health.succeeded(started);
                     if error.is_transient() {
                         if let Some(delay) = delays.next() {
                             debug!(error = %error, ?delay, attempt, "transient failure; retrying");
                             self.stats.retried();
                             crate::metrics::retry(&self.name);
+                            attempt += 1;
                             delivery = Some(current);
                             tokio::select! {
                                 _ = tokio::time::sleep(delay) => continue,
                                 _ = stop.cancelled() => return self.nack(delivery.take().expect("set above"), error).await,
                             }
                         }
-                        if !in_handler {
-                            // The store itself keeps failing: hand the message back, don't dead-letter it.
-                            return self.nack(current, error).await;
-                        }
                         DeadLetterReason::AttemptsExhausted {
                             attempts: attempt,
                             last_error: error.to_string(),
                         }
-                    } else if in_handler {
-                        DeadLetterReason::Permanent(error.to_string())
                     } else {
-                        return self.nack(current, error).await;
+                        DeadLetterReason::Permanent(error.to_string())
                     }
                 }
             };
-            return self.dead_letter(current, reason, attempt).await;
+            return self.dead_letter(current, reason, attempt, stop).await;
         }
     }
 
@@ -447,19 +496,43 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         outcome
     }
 
+    /// Holds a delivery after the store failed with `error`: a transient failure (deadlock,
+    /// serialization) backs this delivery off; anything else opens the breaker and waits for
+    /// recovery or this task's probe turn. `None` when shutdown was requested.
+    async fn hold(
+        &self,
+        error: &Error,
+        backoff: &mut Backoff,
+        stop: &CancellationToken,
+    ) -> Option<Probe<'_>> {
+        self.stats.store_retried();
+        if error.is_transient() {
+            let delay = backoff.next_delay();
+            debug!(error = %error, ?delay, "transient store failure; retrying");
+            return self.health.pause(delay, stop).await.then_some(None);
+        }
+        self.health.failed(error);
+        match self.health.turn(stop).await {
+            Turn::Retry(probe) => Some(probe),
+            Turn::Stopped => None,
+        }
+    }
+
     async fn nack(&self, delivery: Delivery, error: Error) -> Outcome {
-        warn!(error = %error, "store failing; message handed back to the broker");
+        warn!(error = %error, "shutting down before the delivery could be settled; handed back to the broker");
         if let Err(e) = delivery.nack().await {
             warn!(error = %e, "nack failed; the broker redelivers after its timeout");
         }
         Outcome::Retry(error)
     }
 
+    /// Stores a dead letter and acks; while the store refuses it, the delivery is held.
     async fn dead_letter(
         &self,
         delivery: Delivery,
         reason: DeadLetterReason,
         attempts: u32,
+        stop: &CancellationToken,
     ) -> Outcome {
         let letter = DeadLetter {
             consumer: self.name.clone(),
@@ -467,13 +540,38 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             reason,
             attempts,
         };
-        match self.store.dead_letter(&letter).await {
+        match self.store_dead_letter(&letter, stop).await {
             Ok(proof) => {
                 warn!(reason = letter.reason.code(), detail = %letter.reason, "dead-lettered");
                 self.ack(delivery, proof, Outcome::DeadLettered(letter.reason))
                     .await
             }
             Err(e) => self.nack(delivery, e).await,
+        }
+    }
+
+    /// Inserts `letter`, holding and retrying while the store fails; fails only on shutdown.
+    pub(crate) async fn store_dead_letter(
+        &self,
+        letter: &DeadLetter,
+        stop: &CancellationToken,
+    ) -> crate::Result<Committed> {
+        let mut backoff = Backoff::store();
+        let mut probe: Probe<'_> = None;
+        loop {
+            let started = Instant::now();
+            let stored = self.store.dead_letter(letter).await;
+            drop(probe.take());
+            match stored {
+                Ok(proof) => {
+                    self.health.succeeded(started);
+                    return Ok(proof);
+                }
+                Err(e) => match self.hold(&e, &mut backoff, stop).await {
+                    Some(turn) => probe = turn,
+                    None => return Err(e),
+                },
+            }
         }
     }
 }

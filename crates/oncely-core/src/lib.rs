@@ -10,7 +10,8 @@
 //! - [`Store`]: the transaction the claim and the effect share; its commit yields the
 //!   [`Committed`] proof that [`Delivery::ack`] requires, so no ack can precede a commit.
 //! - [`Source`] and [`Delivery`]: what brokers deliver.
-//! - [`Consumer`]: the runtime (concurrency, retries with backoff, dead-lettering, shutdown).
+//! - [`Consumer`]: the runtime (concurrency, retries with backoff, dead-lettering, shutdown),
+//!   with a per-consumer [`StoreHealth`] circuit breaker that holds deliveries while the store fails.
 //! - [`MemorySource`] and [`CrashPlan`]: an in-process broker and deterministic fault injection.
 
 mod batch;
@@ -19,6 +20,7 @@ mod consumer;
 mod envelope;
 mod error;
 mod handler;
+mod health;
 mod id;
 mod memory;
 pub mod metrics;
@@ -30,11 +32,12 @@ mod store;
 
 pub use batch::{BatchConsumer, BatchStats};
 pub use chaos::{Chaos, CrashPlan};
-pub use consumer::{Consumer, LatePolicy};
 pub(crate) use consumer::panic_message;
+pub use consumer::{Consumer, LatePolicy};
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use handler::Handler;
+pub use health::StoreHealth;
 pub use id::{ConsumerName, IdError, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTES, MessageId};
 pub use memory::{MemorySource, MemoryStats, SourceFaults};
 pub use outcome::{DeadLetterReason, Handled, Outcome, Step};

@@ -65,3 +65,61 @@ impl RetryPolicy {
             .build()
     }
 }
+
+/// Capped exponential backoff with full jitter, for holding a delivery while the store fails:
+/// the n-th delay is drawn uniformly between `base` and `min(cap, base · 2ⁿ)`. Never ends.
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff {
+    base: Duration,
+    cap: Duration,
+    step: u32,
+}
+
+impl Backoff {
+    /// 100 ms doubling up to 30 s: a 10 s outage costs about eight probes.
+    pub(crate) fn store() -> Self {
+        Self {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(30),
+            step: 0,
+        }
+    }
+
+    /// The next delay.
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(1 << self.step.min(20))
+            .min(self.cap);
+        self.step = self.step.saturating_add(1);
+        let base = self.base.min(ceiling);
+        base + (ceiling - base).mul_f64(rand::random::<f64>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_backoff_doubles_within_bounds_and_caps() {
+        let mut backoff = Backoff::store();
+        let delays: Vec<Duration> = (0..40).map(|_| backoff.next_delay()).collect();
+        for (n, delay) in delays.iter().enumerate() {
+            let ceiling = Duration::from_millis(100 << n.min(20)).min(Duration::from_secs(30));
+            assert!(
+                *delay >= Duration::from_millis(100) && *delay <= ceiling,
+                "{n}: {delay:?}"
+            );
+        }
+        // Ten seconds of outage take only a handful of probes.
+        let mut backoff = Backoff::store();
+        let mut spent = Duration::ZERO;
+        let mut probes = 0;
+        while spent < Duration::from_secs(10) {
+            spent += backoff.next_delay();
+            probes += 1;
+        }
+        assert!(probes <= 20, "{probes}");
+    }
+}

@@ -12,6 +12,7 @@ pub struct Stats {
     conflicts: AtomicU64,
     stale: AtomicU64,
     retries: AtomicU64,
+    store_retries: AtomicU64,
     dead_lettered: AtomicU64,
     crashes: AtomicU64,
     nacked: AtomicU64,
@@ -33,6 +34,8 @@ pub struct StatsSnapshot {
     pub stale: u64,
     /// Attempts retried after a transient failure.
     pub retries: u64,
+    /// Attempts retried after the store failed (the delivery was held, not handed back).
+    pub store_retries: u64,
     /// Deliveries dead-lettered (conflicts included).
     pub dead_lettered: u64,
     /// Injected crashes survived.
@@ -50,6 +53,10 @@ impl Stats {
 
     pub(crate) fn retried(&self) {
         self.retries.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn store_retried(&self) {
+        self.store_retries.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn ack_failed(&self) {
@@ -81,6 +88,7 @@ impl Stats {
             conflicts: self.conflicts.load(Relaxed),
             stale: self.stale.load(Relaxed),
             retries: self.retries.load(Relaxed),
+            store_retries: self.store_retries.load(Relaxed),
             dead_lettered: self.dead_lettered.load(Relaxed),
             crashes: self.crashes.load(Relaxed),
             nacked: self.nacked.load(Relaxed),

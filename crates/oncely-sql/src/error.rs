@@ -1,54 +1,129 @@
-//! Maps sqlx errors onto oncely's transient / permanent kinds, without leaking credentials.
+//! The workspace's one database error classifier: maps sqlx errors (PostgreSQL SQLSTATEs,
+//! MySQL/MariaDB error numbers, SQLite result codes) onto oncely's [`ErrorKind`]s, without
+//! leaking credentials. Every crate that talks to a database calls [`error_kind`] or [`db`].
 
 use oncely_core::{Error, ErrorKind};
 
-/// SQLSTATEs (and SQLite result codes) that mean "try again": serialization failure, deadlock,
-/// lock timeout, server shutting down, too many connections, connection failures, SQLite
-/// busy/locked.
-const TRANSIENT_CODES: &[&str] = &[
-    "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "08000", "08003", "08006", "5",
-    "6", "261", "262", "517", "773",
+/// PostgreSQL (and standard) SQLSTATEs meaning the store is not available: read-only
+/// transaction (a standby, or the database switched read-only at a failover), admin / crash
+/// shutdown, cannot connect now. Class `08` (connection exception) and class `53`
+/// (insufficient resources: disk full, out of memory, too many connections) are matched by
+/// prefix in [`sqlstate_kind`].
+const UNAVAILABLE_SQLSTATES: &[&str] = &["25006", "57P01", "57P02", "57P03"];
+
+/// SQLSTATEs meaning "try the same thing again": serialization failure, deadlock, lock not
+/// available, statement timeout / query canceled (issue 13: a slow statement is not a bad
+/// message), statement completion unknown.
+const TRANSIENT_SQLSTATES: &[&str] = &["40001", "40P01", "55P03", "57014", "40003"];
+
+/// MySQL / MariaDB error numbers meaning the store is not available. Their SQLSTATE is often
+/// the generic `HY000`, so the number decides: 1290 `--read-only` option, 1836 read-only mode,
+/// 1792 read-only transaction, 1040 too many connections, 1053 server shutdown, 1927 connection
+/// killed, 1021 disk full, 2002/2003 can't connect, 2006 server gone away, 2013 connection
+/// lost during query.
+const UNAVAILABLE_MYSQL: &[u16] = &[
+    1290, 1836, 1792, 1040, 1053, 1927, 1021, 2002, 2003, 2006, 2013,
 ];
 
-/// MySQL / MariaDB error numbers that mean "try again". Their SQLSTATE is often the generic
-/// `HY000` (1205 lock wait timeout), so the number decides: 1213 deadlock, 1205 lock wait
-/// timeout, 1040 too many connections, 1053 server shutdown, 1927 connection killed,
-/// 2006 server gone away, 2013 connection lost during query.
-const TRANSIENT_MYSQL_NUMBERS: &[u16] = &[1213, 1205, 1040, 1053, 1927, 2006, 2013];
+/// MySQL / MariaDB error numbers meaning "try again": 1213 deadlock, 1205 lock wait timeout,
+/// 3024 (MySQL) and 1969 (MariaDB) statement timeout.
+const TRANSIENT_MYSQL: &[u16] = &[1213, 1205, 3024, 1969];
 
-/// The kind of a database error from its SQLSTATE and, for MySQL/MariaDB, its error number.
-pub(crate) fn kind_of(code: &str, mysql_number: Option<u16>) -> ErrorKind {
-    let transient = TRANSIENT_CODES.contains(&code)
-        || code.starts_with("08")
-        || mysql_number.is_some_and(|n| TRANSIENT_MYSQL_NUMBERS.contains(&n));
-    if transient {
-        ErrorKind::Transient
+/// SQLite primary result codes (the low byte of an extended code) meaning the store is not
+/// available: 8 `SQLITE_READONLY`, 10 `SQLITE_IOERR`, 13 `SQLITE_FULL`, 14 `SQLITE_CANTOPEN`.
+const UNAVAILABLE_SQLITE: &[i64] = &[8, 10, 13, 14];
+
+/// SQLite primary result codes meaning "try again": 5 `SQLITE_BUSY`, 6 `SQLITE_LOCKED`
+/// (extended codes 261, 262, 517, 773 share these low bytes).
+const TRANSIENT_SQLITE: &[i64] = &[5, 6];
+
+/// Which server reported a database error.
+#[derive(Debug, Clone, Copy)]
+enum Server {
+    Postgres,
+    MySql(u16),
+    Sqlite,
+}
+
+fn sqlstate_kind(code: &str) -> Option<ErrorKind> {
+    if UNAVAILABLE_SQLSTATES.contains(&code) || code.starts_with("08") || code.starts_with("53") {
+        Some(ErrorKind::Unavailable)
+    } else if TRANSIENT_SQLSTATES.contains(&code) {
+        Some(ErrorKind::Transient)
     } else {
-        ErrorKind::Permanent
+        None
     }
 }
 
-/// Wraps a sqlx error with what was being done, classified transient (deadlock, lock
-/// timeout, serialization failure, lost connection, SQLite busy) or permanent. Handlers
-/// writing their effects through sqlx can use it so the runtime retries the right errors.
-pub fn db(doing: &str, e: sqlx::Error) -> Error {
-    let kind = match &e {
+/// The kind of a database error from its code: a SQLSTATE (PostgreSQL, MySQL), the MySQL
+/// error number, or a SQLite (extended) result code.
+fn kind_of(code: &str, server: Server) -> ErrorKind {
+    let kind = match server {
+        Server::Postgres => sqlstate_kind(code),
+        Server::MySql(number) if UNAVAILABLE_MYSQL.contains(&number) => {
+            Some(ErrorKind::Unavailable)
+        }
+        Server::MySql(number) if TRANSIENT_MYSQL.contains(&number) => Some(ErrorKind::Transient),
+        Server::MySql(_) => sqlstate_kind(code),
+        Server::Sqlite => code.parse::<i64>().ok().and_then(|extended| {
+            let primary = extended & 0xff;
+            if UNAVAILABLE_SQLITE.contains(&primary) {
+                Some(ErrorKind::Unavailable)
+            } else {
+                TRANSIENT_SQLITE
+                    .contains(&primary)
+                    .then_some(ErrorKind::Transient)
+            }
+        }),
+    };
+    kind.unwrap_or(ErrorKind::Permanent)
+}
+
+/// What kind of failure a sqlx error is, for the runtime:
+///
+/// - [`ErrorKind::Unavailable`]: the store cannot be used at all, whatever the message: I/O
+///   errors (connection refused / reset), pool timeouts, closed pools, read-only databases
+///   (PostgreSQL 25006, MySQL 1290/1836/1792, `SQLITE_READONLY`), shutdowns (57P01-57P03, 1053),
+///   too many connections (53300, 1040), disk full (53100, `SQLITE_FULL`), lost connections
+///   (class 08, 1927, 2002/2003/2006/2013). The runtime holds the delivery and pauses intake.
+/// - [`ErrorKind::Transient`]: concurrency, worth retrying the same message: serialization
+///   failure 40001, deadlock 40P01 / 1213, lock timeouts 55P03 / 1205, statement timeout
+///   57014, SQLite busy / locked, protocol hiccups.
+/// - [`ErrorKind::Config`]: a bad URL or option.
+/// - [`ErrorKind::Permanent`]: everything else (constraint violations, missing tables, bad data).
+///
+/// ```
+/// use oncely_core::ErrorKind;
+/// let refused = oncely_sql::sqlx::Error::Io(std::io::ErrorKind::ConnectionRefused.into());
+/// assert_eq!(oncely_sql::error_kind(&refused), ErrorKind::Unavailable);
+/// ```
+pub fn error_kind(e: &sqlx::Error) -> ErrorKind {
+    match e {
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => ErrorKind::Transient,
+        | sqlx::Error::WorkerCrashed => ErrorKind::Unavailable,
+        sqlx::Error::Protocol(_) => ErrorKind::Transient,
         sqlx::Error::Database(db) => {
-            let code = db.code();
-            let number = db
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .map(|m| m.number());
-            kind_of(code.as_deref().unwrap_or(""), number)
+            let server = if let Some(m) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                Server::MySql(m.number())
+            } else if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                Server::Sqlite
+            } else {
+                Server::Postgres
+            };
+            kind_of(db.code().as_deref().unwrap_or(""), server)
         }
         sqlx::Error::Configuration(_) => ErrorKind::Config,
         _ => ErrorKind::Permanent,
-    };
-    Error::new(kind, format!("{doing} failed")).with_source(e)
+    }
+}
+
+/// Wraps a sqlx error with what was being done, classified by [`error_kind`]. Handlers
+/// writing their effects through sqlx use it so the runtime retries, holds or dead-letters
+/// for the right errors.
+pub fn db(doing: &str, e: sqlx::Error) -> Error {
+    Error::new(error_kind(&e), format!("{doing} failed")).with_source(e)
 }
 
 /// The URL with any password replaced by `***`, safe for logs and errors.
@@ -81,35 +156,104 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ErrorKind::{Permanent, Transient, Unavailable};
 
     #[test]
-    fn retryable_codes_are_transient() {
-        for code in [
-            "40001", "40P01", "55P03", "57P01", "08006", "08P01", "5", "517",
+    fn postgres_codes() {
+        for (code, kind) in [
+            ("25006", Unavailable), // read-only transaction (failover, standby)
+            ("57P01", Unavailable), // admin shutdown
+            ("57P02", Unavailable), // crash shutdown
+            ("57P03", Unavailable), // cannot connect now
+            ("53100", Unavailable), // disk full
+            ("53300", Unavailable), // too many connections
+            ("08000", Unavailable),
+            ("08003", Unavailable),
+            ("08006", Unavailable),
+            ("08P01", Unavailable),
+            ("40001", Transient), // serialization failure
+            ("40P01", Transient), // deadlock
+            ("55P03", Transient), // lock not available
+            ("57014", Transient), // statement timeout
+            ("23505", Permanent), // unique violation
+            ("42P01", Permanent), // no such table
+            ("22001", Permanent), // value too long
+            ("22021", Permanent), // bad encoding (NUL byte)
+            ("", Permanent),
         ] {
-            assert_eq!(kind_of(code, None), ErrorKind::Transient, "{code}");
-        }
-        for number in [1213, 1205, 2006, 2013] {
-            assert_eq!(
-                kind_of("HY000", Some(number)),
-                ErrorKind::Transient,
-                "{number}"
-            );
+            assert_eq!(kind_of(code, Server::Postgres), kind, "{code}");
         }
     }
 
     #[test]
-    fn other_codes_are_permanent() {
-        for code in ["23505", "42P01", "22001", "HY000", ""] {
-            assert_eq!(kind_of(code, None), ErrorKind::Permanent, "{code}");
+    fn mysql_numbers() {
+        for (number, kind) in [
+            (1290, Unavailable), // --read-only
+            (1836, Unavailable), // read-only mode
+            (1792, Unavailable), // read-only transaction
+            (1040, Unavailable), // too many connections
+            (1053, Unavailable), // shutdown in progress
+            (1927, Unavailable), // connection killed
+            (1021, Unavailable), // disk full
+            (2002, Unavailable),
+            (2003, Unavailable),
+            (2006, Unavailable), // gone away
+            (2013, Unavailable), // lost connection
+            (1205, Transient),   // lock wait timeout
+            (1213, Transient),   // deadlock
+            (3024, Transient),   // MySQL statement timeout
+            (1969, Transient),   // MariaDB statement timeout
+            (1062, Permanent),   // duplicate key
+            (1146, Permanent),   // no such table
+            (1406, Permanent),   // data too long
+        ] {
+            assert_eq!(kind_of("HY000", Server::MySql(number)), kind, "{number}");
         }
-        // 1062 duplicate key, 1146 no such table: retrying cannot help.
-        for number in [1062, 1146] {
-            assert_eq!(
-                kind_of("23000", Some(number)),
-                ErrorKind::Permanent,
-                "{number}"
-            );
+        // The SQLSTATE still counts when the number is not listed.
+        assert_eq!(kind_of("40001", Server::MySql(9999)), Transient);
+        assert_eq!(kind_of("25006", Server::MySql(9999)), Unavailable);
+        assert_eq!(kind_of("08S01", Server::MySql(9999)), Unavailable);
+    }
+
+    #[test]
+    fn sqlite_codes() {
+        for (code, kind) in [
+            ("8", Unavailable),    // SQLITE_READONLY
+            ("264", Unavailable),  // SQLITE_READONLY_RECOVERY
+            ("1032", Unavailable), // SQLITE_READONLY_DBMOVED
+            ("13", Unavailable),   // SQLITE_FULL
+            ("14", Unavailable),   // SQLITE_CANTOPEN
+            ("10", Unavailable),   // SQLITE_IOERR
+            ("266", Unavailable),  // SQLITE_IOERR_READ
+            ("5", Transient),      // SQLITE_BUSY
+            ("6", Transient),      // SQLITE_LOCKED
+            ("261", Transient),    // SQLITE_BUSY_RECOVERY
+            ("262", Transient),    // SQLITE_LOCKED_SHAREDCACHE
+            ("517", Transient),    // SQLITE_BUSY_SNAPSHOT
+            ("773", Transient),    // SQLITE_BUSY_TIMEOUT
+            ("19", Permanent),     // SQLITE_CONSTRAINT
+            ("2067", Permanent),   // SQLITE_CONSTRAINT_UNIQUE
+            ("1", Permanent),      // SQLITE_ERROR (no such table)
+        ] {
+            assert_eq!(kind_of(code, Server::Sqlite), kind, "{code}");
         }
+    }
+
+    #[test]
+    fn connection_errors_are_unavailable() {
+        use std::io::ErrorKind as Io;
+        for e in [
+            sqlx::Error::Io(Io::ConnectionRefused.into()),
+            sqlx::Error::Io(Io::ConnectionReset.into()),
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::WorkerCrashed,
+        ] {
+            assert_eq!(error_kind(&e), Unavailable, "{e}");
+        }
+        assert_eq!(error_kind(&sqlx::Error::RowNotFound), Permanent);
+        assert_eq!(error_kind(&sqlx::Error::Protocol("x".into())), Transient);
+        let kept = db("claim", sqlx::Error::PoolTimedOut);
+        assert!(kept.is_unavailable() && kept.to_string().starts_with("claim failed"));
     }
 }

@@ -24,7 +24,7 @@ mod tables;
 
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
-pub use error::{db as db_error, redact_url};
+pub use error::{db, db as db_error, error_kind, redact_url};
 pub use migrate::{Migration, migrations, print_migrations};
 pub use sqlx;
 pub use store::{MySqlStore, PgStore, SqlDatabase, SqlStore, SqliteStore};

@@ -1,0 +1,202 @@
+//! Store health: one circuit breaker per consumer, shared by all its tasks.
+//!
+//! When the store fails (or anything reports [`ErrorKind::Unavailable`](crate::ErrorKind)),
+//! the breaker opens: the run loop stops taking deliveries, the deliveries already taken are
+//! held (not handed back), and only one task at a time probes the store, after a capped,
+//! jittered exponential delay. The first success closes the breaker and every held delivery
+//! goes on. One WARN when it opens, one INFO when it closes; gauge `oncely_store_healthy`.
+
+use crate::error::Error;
+use crate::id::ConsumerName;
+use crate::retry::Backoff;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// The health of a consumer's store as the runtime sees it, with counters for tests and
+/// dashboards. Shared by all tasks of a [`Consumer`](crate::Consumer) or
+/// [`BatchConsumer`](crate::BatchConsumer); read it with `consumer.health()`.
+#[derive(Debug)]
+pub struct StoreHealth {
+    consumer: ConsumerName,
+    healthy: watch::Sender<bool>,
+    probe: tokio::sync::Mutex<()>,
+    outage: Mutex<Outage>,
+    in_flight: AtomicUsize,
+    outages: AtomicU64,
+    recoveries: AtomicU64,
+    failures: AtomicU64,
+    probes: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Outage {
+    since: Option<Instant>,
+    backoff: Backoff,
+}
+
+/// What a held delivery does next.
+pub(crate) enum Turn<'a> {
+    /// Try again; holding the guard (if any) makes this attempt the only probe.
+    Retry(Option<tokio::sync::MutexGuard<'a, ()>>),
+    /// Shutdown was requested: hand the delivery back.
+    Stopped,
+}
+
+/// Counts a delivery as in flight while alive.
+pub(crate) struct InFlight<'a>(&'a StoreHealth, usize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(self.1, Relaxed);
+    }
+}
+
+impl StoreHealth {
+    pub(crate) fn new(consumer: ConsumerName) -> Self {
+        Self {
+            consumer,
+            healthy: watch::Sender::new(true),
+            probe: tokio::sync::Mutex::new(()),
+            outage: Mutex::new(Outage {
+                since: None,
+                backoff: Backoff::store(),
+            }),
+            in_flight: AtomicUsize::new(0),
+            outages: AtomicU64::new(0),
+            recoveries: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            probes: AtomicU64::new(0),
+        }
+    }
+
+    /// True unless the store is failing.
+    pub fn is_healthy(&self) -> bool {
+        *self.healthy.borrow()
+    }
+
+    /// Times the store went unhealthy (one WARN each).
+    pub fn outages(&self) -> u64 {
+        self.outages.load(Relaxed)
+    }
+
+    /// Times the store recovered (one INFO each).
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries.load(Relaxed)
+    }
+
+    /// Store failures seen (every failed store call or unavailable error).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Relaxed)
+    }
+
+    /// Attempts made as the single probe while the store was unhealthy.
+    pub fn probes(&self) -> u64 {
+        self.probes.load(Relaxed)
+    }
+
+    /// Deliveries being processed or held right now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Relaxed)
+    }
+
+    fn outage(&self) -> MutexGuard<'_, Outage> {
+        self.outage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn track(&self, deliveries: usize) -> InFlight<'_> {
+        self.in_flight.fetch_add(deliveries, Relaxed);
+        InFlight(self, deliveries)
+    }
+
+    /// Publishes the gauge (at start, so it reads 1 before any outage).
+    pub(crate) fn publish(&self) {
+        crate::metrics::store_healthy(&self.consumer, self.is_healthy());
+    }
+
+    /// The store failed with `error`: opens the breaker (one WARN on the transition).
+    pub(crate) fn failed(&self, error: &Error) {
+        self.failures.fetch_add(1, Relaxed);
+        crate::metrics::store_failure(&self.consumer);
+        let mut outage = self.outage();
+        if outage.since.is_some() {
+            return;
+        }
+        outage.since = Some(Instant::now());
+        outage.backoff = Backoff::store();
+        self.outages.fetch_add(1, Relaxed);
+        self.healthy.send_replace(false);
+        drop(outage);
+        crate::metrics::store_healthy(&self.consumer, false);
+        warn!(
+            consumer = %self.consumer,
+            error = %error,
+            "store unavailable: {error}; holding {} deliveries, pausing intake",
+            self.in_flight()
+        );
+    }
+
+    /// A store call begun at `started` succeeded: closes the breaker (one INFO on the
+    /// transition). A call begun before the outage proves nothing and is ignored.
+    pub(crate) fn succeeded(&self, started: Instant) {
+        if self.is_healthy() {
+            return;
+        }
+        let mut outage = self.outage();
+        let Some(since) = outage.since.filter(|since| started >= *since) else {
+            return;
+        };
+        outage.since = None;
+        drop(outage);
+        self.recoveries.fetch_add(1, Relaxed);
+        self.healthy.send_replace(true);
+        crate::metrics::store_healthy(&self.consumer, true);
+        info!(
+            consumer = %self.consumer,
+            "store recovered after {:.1} s",
+            since.elapsed().as_secs_f64()
+        );
+    }
+
+    /// Waits until the store is healthy (true) or `stop` is cancelled (false).
+    pub(crate) async fn until_healthy(&self, stop: &CancellationToken) -> bool {
+        let mut rx = self.healthy.subscribe();
+        tokio::select! {
+            _ = stop.cancelled() => false,
+            ok = rx.wait_for(|healthy| *healthy) => ok.is_ok(),
+        }
+    }
+
+    /// After a store failure: waits until the store is healthy again (another task's probe
+    /// succeeded) or it is this task's turn to probe, after the outage's backoff delay.
+    pub(crate) async fn turn(&self, stop: &CancellationToken) -> Turn<'_> {
+        let mut rx = self.healthy.subscribe();
+        let guard = tokio::select! {
+            _ = stop.cancelled() => return Turn::Stopped,
+            _ = rx.wait_for(|healthy| *healthy) => return Turn::Retry(None),
+            guard = self.probe.lock() => guard,
+        };
+        let delay = self.outage().backoff.next_delay();
+        tokio::select! {
+            _ = stop.cancelled() => Turn::Stopped,
+            _ = rx.wait_for(|healthy| *healthy) => Turn::Retry(None),
+            _ = tokio::time::sleep(delay) => {
+                self.probes.fetch_add(1, Relaxed);
+                Turn::Retry(Some(guard))
+            }
+        }
+    }
+
+    /// Backs off one delivery after a transient store failure (a deadlock, a serialization
+    /// failure): the store works, so the breaker stays closed. False if `stop` came first.
+    pub(crate) async fn pause(&self, delay: Duration, stop: &CancellationToken) -> bool {
+        self.failures.fetch_add(1, Relaxed);
+        tokio::select! {
+            _ = stop.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
+        }
+    }
+}
