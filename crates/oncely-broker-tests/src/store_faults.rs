@@ -233,7 +233,11 @@ where
     // The run ends when the checker says so, not on idleness: a paused consumer is idle.
     options.idle_exit = plan.recover_within + Duration::from_secs(60);
     let run = {
-        let (db, source, stop) = (consumer_db.clone(), CountingSource::new(source, log.clone()), stop.clone());
+        let (db, source, stop) = (
+            consumer_db.clone(),
+            CountingSource::new(source, log.clone()),
+            stop.clone(),
+        );
         tokio::spawn(async move { run_until_idle(&db, source, &options, stop).await })
     };
     let publisher = {

@@ -95,7 +95,17 @@ where
                 let url = url.clone();
                 async move { brokers::publish(&url, &m).await }
             };
-            outage_run(label, consumer_db, check_db, source, publish, &plan, down, up).await
+            outage_run(
+                label,
+                consumer_db,
+                check_db,
+                source,
+                publish,
+                &plan,
+                down,
+                up,
+            )
+            .await
         }
         Broker::Kafka => {
             oncely_kafka::create_topic(&kafka_brokers(), &name, 1, &[])
@@ -108,7 +118,17 @@ where
                 let url = url.clone();
                 async move { oncely_kafka::publish(&url, &m).await }
             };
-            outage_run(label, consumer_db, check_db, source, publish, &plan, down, up).await
+            outage_run(
+                label,
+                consumer_db,
+                check_db,
+                source,
+                publish,
+                &plan,
+                down,
+                up,
+            )
+            .await
         }
     }
 }
@@ -138,7 +158,11 @@ async fn pg_fresh_db(server: &str) -> (String, String) {
 }
 
 async fn pg_drop_db(server: &str, name: &str) {
-    pg_exec(server, format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+    pg_exec(
+        server,
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+    )
+    .await;
 }
 
 /// Ends every session of database `name` (as a failover does): sessions opened afterwards
@@ -211,7 +235,10 @@ async fn pg_read_only_kafka() {
 
 // ---- connection cut / stalled by the fault proxy ------------------------------------
 
-async fn pg_proxy_case(fault: Fault, test: &str) {
+/// `fault` for the outage; at its end, if `reset`, every connection is closed (a partition
+/// that outlived the connections: the state a NAT or firewall kept is gone) before traffic
+/// passes again.
+async fn pg_proxy_case(fault: Fault, reset: bool, test: &str) {
     if !pg_up(test) || !Broker::Amqp.up(test) {
         return;
     }
@@ -226,7 +253,13 @@ async fn pg_proxy_case(fault: Fault, test: &str) {
         &consumer_db,
         &check_db,
         || async { proxy.set(fault) },
-        || async { proxy.set(Fault::Pass) },
+        || async {
+            if reset {
+                proxy.set(Fault::Drop);
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+            proxy.set(Fault::Pass)
+        },
     )
     .await;
     eprintln!("{test}: proxy {:?}", proxy.stats());
@@ -237,12 +270,78 @@ async fn pg_proxy_case(fault: Fault, test: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_dropped_amqp() {
-    pg_proxy_case(Fault::Drop, "pg_connection_dropped_amqp").await;
+    pg_proxy_case(Fault::Drop, false, "pg_connection_dropped_amqp").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_blackholed_amqp() {
-    pg_proxy_case(Fault::Blackhole, "pg_connection_blackholed_amqp").await;
+    pg_proxy_case(Fault::Blackhole, false, "pg_connection_blackholed_amqp").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_connection_blackholed_then_reset_amqp() {
+    pg_proxy_case(
+        Fault::Blackhole,
+        true,
+        "pg_connection_blackholed_then_reset_amqp",
+    )
+    .await;
+}
+
+/// How long one store call waits in a blackhole that does not end: a new call waits for the
+/// pool's acquire timeout; a statement on a connection already in use has no client-side
+/// bound at all (PostgreSQL's `statement_timeout` runs on the server, which never sees it).
+/// Prints the figures; asserts only that a new call gives up (within the 30 s acquire
+/// timeout + margin).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_blackhole_bounds_of_a_store_call() {
+    use oncely_core::Store;
+    use std::time::{Duration, Instant};
+    let test = "pg_blackhole_bounds_of_a_store_call";
+    if !pg_up(test) {
+        return;
+    }
+    let (name, _url) = pg_fresh_db(PG_SERVER).await;
+    let proxy = FaultProxy::start(PG_SERVER).await.expect("proxy");
+    let url = format!("postgres://postgres@{}/{name}", proxy.addr());
+    let Db::Pg(store) = Db::open(&url, None).await.expect("store") else {
+        unreachable!("a postgres:// URL")
+    };
+    let mut tx = store.begin().await.expect("begin");
+    proxy.set(Fault::Blackhole);
+    let in_tx = tokio::spawn(async move {
+        let t = Instant::now();
+        let r = tokio::time::timeout(
+            Duration::from_secs(45),
+            sqlx::query("SELECT 1").execute(&mut *tx),
+        )
+        .await;
+        (t.elapsed(), r.map(|r| r.map(|_| ())))
+    });
+    let t = Instant::now();
+    let fresh = tokio::time::timeout(Duration::from_secs(45), store.begin()).await;
+    let fresh_took = t.elapsed();
+    let (in_tx_took, in_tx) = in_tx.await.expect("join");
+    fn outcome<T, E: std::fmt::Display, L>(r: &Result<Result<T, E>, L>) -> String {
+        match r {
+            Ok(Ok(_)) => "ok".to_owned(),
+            Ok(Err(e)) => format!("error: {e}"),
+            Err(_) => "no answer".to_owned(),
+        }
+    }
+    eprintln!(
+        "FIGURES {test}: new store call (begin): {} after {:.1} s; statement on an open transaction: {} after {:.1} s",
+        outcome(&fresh),
+        fresh_took.as_secs_f64(),
+        outcome(&in_tx),
+        in_tx_took.as_secs_f64()
+    );
+    drop((store, proxy));
+    pg_drop_db(PG_SERVER, &name).await;
+    assert!(
+        matches!(fresh, Ok(Err(_))),
+        "{test}: a new store call in a blackhole must fail, not hang"
+    );
 }
 
 // ---- restart of the test-owned PostgreSQL -------------------------------------------

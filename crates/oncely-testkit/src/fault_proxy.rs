@@ -256,7 +256,9 @@ mod tests {
         round_trip(&mut open, b"x", WAIT).await.unwrap();
         proxy.set(Fault::Drop);
         let mut buf = [0u8; 1];
-        let eof = tokio::time::timeout(WAIT, open.read(&mut buf)).await.unwrap();
+        let eof = tokio::time::timeout(WAIT, open.read(&mut buf))
+            .await
+            .unwrap();
         assert!(matches!(eof, Ok(0) | Err(_)), "open connection not closed");
         let mut new = TcpStream::connect(proxy.addr()).await.unwrap();
         assert!(round_trip(&mut new, b"y", WAIT).await.is_err());
@@ -300,7 +302,11 @@ mod tests {
         let t = std::time::Instant::now();
         assert_eq!(round_trip(&mut s, b"slow", WAIT).await.unwrap(), b"slow");
         // One chunk each way.
-        assert!(t.elapsed() >= Duration::from_millis(400), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(400),
+            "{:?}",
+            t.elapsed()
+        );
         assert_eq!(proxy.fault(), Fault::Delay(Duration::from_millis(200)));
     }
 }
