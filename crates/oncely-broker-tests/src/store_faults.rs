@@ -203,14 +203,23 @@ fn secs(d: Option<Duration>) -> String {
     d.map_or("never".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()))
 }
 
-/// Runs `source` into `consumer_db` (the store under test, possibly behind a fault) while
-/// `publish` feeds the workload in paced chunks; once `plan.down_after_rows` rows are in,
-/// calls `down`, waits `plan.outage`, calls `up`, then waits until `check_db` (a separate
-/// connection to the same tables) shows every message applied. Measures, does not assert.
+/// The database twice: as the consumer reaches it (perhaps through a fault) and as the
+/// checker does (directly).
+#[derive(Clone, Copy)]
+pub struct Stores<'a> {
+    /// The consumer's store.
+    pub consumer: &'a Db,
+    /// A separate connection to the same tables, for the checker.
+    pub check: &'a Db,
+}
+
+/// Runs `source` into `stores.consumer` (the store under test, possibly behind a fault)
+/// while `publish` feeds the workload in paced chunks; once `plan.down_after_rows` rows are
+/// in, calls `down`, waits `plan.outage`, calls `up`, then waits until `stores.check` shows
+/// every message applied. Measures, does not assert.
 pub async fn outage_run<Src, P, PF, D, DF, U, UF>(
     label: &str,
-    consumer_db: &Db,
-    check_db: &Db,
+    stores: Stores<'_>,
     source: Src,
     publish: P,
     plan: &Plan,
@@ -226,6 +235,7 @@ where
     U: FnOnce() -> UF,
     UF: Future<Output = ()>,
 {
+    let (consumer_db, check_db) = (stores.consumer, stores.check);
     let workload = Workload::new(label, plan.messages, 0.05, 0, 17);
     let log = DeliveryLog::new();
     let stop = CancellationToken::new();

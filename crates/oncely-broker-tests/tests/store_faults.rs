@@ -11,7 +11,7 @@
 use oncely_broker_tests::brokers;
 use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::services::{AMQP_URL, NATS_URL, available, required, unique};
-use oncely_broker_tests::store_faults::{Measured, Plan, outage_run};
+use oncely_broker_tests::store_faults::{Measured, Plan, Stores, outage_run};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Connection, PgConnection};
 use oncely_testkit::{Fault, FaultProxy};
 use std::future::Future;
@@ -86,6 +86,10 @@ where
     let name = unique(&format!("sf_{broker:?}").to_lowercase());
     let url = broker.url(&name);
     let plan = Plan::default();
+    let stores = Stores {
+        consumer: consumer_db,
+        check: check_db,
+    };
     match broker {
         Broker::Amqp | Broker::Nats => {
             let source = brokers::connect_source(&url, "faults")
@@ -95,17 +99,7 @@ where
                 let url = url.clone();
                 async move { brokers::publish(&url, &m).await }
             };
-            outage_run(
-                label,
-                consumer_db,
-                check_db,
-                source,
-                publish,
-                &plan,
-                down,
-                up,
-            )
-            .await
+            outage_run(label, stores, source, publish, &plan, down, up).await
         }
         Broker::Kafka => {
             oncely_kafka::create_topic(&kafka_brokers(), &name, 1, &[])
@@ -118,17 +112,7 @@ where
                 let url = url.clone();
                 async move { oncely_kafka::publish(&url, &m).await }
             };
-            outage_run(
-                label,
-                consumer_db,
-                check_db,
-                source,
-                publish,
-                &plan,
-                down,
-                up,
-            )
-            .await
+            outage_run(label, stores, source, publish, &plan, down, up).await
         }
     }
 }
