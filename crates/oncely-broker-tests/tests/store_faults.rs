@@ -222,8 +222,8 @@ async fn pg_read_only_kafka() {
 /// `fault` for the outage; at its end, if `reset`, every connection is closed (a partition
 /// that outlived the connections: the state a NAT or firewall kept is gone) before traffic
 /// passes again.
-async fn pg_proxy_case(fault: Fault, reset: bool, test: &str) {
-    if !pg_up(test) || !Broker::Amqp.up(test) {
+async fn pg_proxy_case(broker: Broker, fault: Fault, reset: bool, test: &str) {
+    if !pg_up(test) || !broker.up(test) {
         return;
     }
     let (name, url) = pg_fresh_db(PG_SERVER).await;
@@ -232,7 +232,7 @@ async fn pg_proxy_case(fault: Fault, reset: bool, test: &str) {
     let consumer_db = Db::open(&via_proxy, None).await.expect("store via proxy");
     let check_db = Db::open(&url, None).await.expect("checker");
     let measured = run(
-        Broker::Amqp,
+        broker,
         test,
         &consumer_db,
         &check_db,
@@ -254,17 +254,41 @@ async fn pg_proxy_case(fault: Fault, reset: bool, test: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_dropped_amqp() {
-    pg_proxy_case(Fault::Drop, false, "pg_connection_dropped_amqp").await;
+    pg_proxy_case(
+        Broker::Amqp,
+        Fault::Drop,
+        false,
+        "pg_connection_dropped_amqp",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_connection_dropped_nats() {
+    pg_proxy_case(
+        Broker::Nats,
+        Fault::Drop,
+        false,
+        "pg_connection_dropped_nats",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_blackholed_amqp() {
-    pg_proxy_case(Fault::Blackhole, false, "pg_connection_blackholed_amqp").await;
+    pg_proxy_case(
+        Broker::Amqp,
+        Fault::Blackhole,
+        false,
+        "pg_connection_blackholed_amqp",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_blackholed_then_reset_amqp() {
     pg_proxy_case(
+        Broker::Amqp,
         Fault::Blackhole,
         true,
         "pg_connection_blackholed_then_reset_amqp",
