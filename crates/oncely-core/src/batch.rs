@@ -15,10 +15,10 @@ use crate::consumer::{Consumer, LatePolicy};
 use crate::envelope::{Envelope, PayloadHash};
 use crate::error::{Error, Result};
 use crate::handler::Handler;
-use crate::health::{StoreHealth, Turn};
+use crate::health::StoreHealth;
 use crate::id::{ConsumerName, MessageId};
 use crate::outcome::{DeadLetterReason, Handled, Outcome};
-use crate::retry::RetryPolicy;
+use crate::retry::{Backoff, RetryPolicy};
 use crate::source::{Delivery, Source};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::store::{Claim, Committed, DeadLetter, Store};
@@ -305,6 +305,7 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
     ) -> Result<Vec<Settled>> {
         let health = self.health();
         let _held = health.track(deliveries);
+        let mut backoff = Backoff::store();
         let mut probe = None;
         loop {
             let started = std::time::Instant::now();
@@ -313,11 +314,10 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
             match result {
                 Err(e) if e.is_unavailable() => {
                     self.stats().store_retried();
-                    health.failed(&e);
-                    match health.turn(stop).await {
+                    match health.hold(&e, &mut backoff, stop).await {
                         // The next attempt runs as the only probe (or after recovery).
-                        Turn::Retry(turn) => probe = turn,
-                        Turn::Stopped => return Err(e),
+                        Some(turn) => probe = turn,
+                        None => return Err(e),
                     }
                 }
                 other => {

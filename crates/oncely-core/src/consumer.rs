@@ -4,7 +4,7 @@ use crate::chaos::Chaos;
 use crate::envelope::{Envelope, PayloadHash};
 use crate::error::Error;
 use crate::handler::Handler;
-use crate::health::{StoreHealth, Turn};
+use crate::health::{Probe, StoreHealth};
 use crate::id::{ConsumerName, MessageId};
 use crate::outcome::{DeadLetterReason, Handled, Outcome, Step};
 use crate::retry::{Backoff, RetryPolicy};
@@ -83,9 +83,6 @@ pub struct Consumer<S: Store, H> {
     stats: Arc<Stats>,
     health: Arc<StoreHealth>,
 }
-
-/// The probe turn a held delivery may own while the store is unhealthy.
-type Probe<'a> = Option<tokio::sync::MutexGuard<'a, ()>>;
 
 impl<S: Store, H> Clone for Consumer<S, H> {
     fn clone(&self) -> Self {
@@ -496,26 +493,20 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         outcome
     }
 
-    /// Holds a delivery after the store failed with `error`: a transient failure (deadlock,
-    /// serialization) backs this delivery off; anything else opens the breaker and waits for
-    /// recovery or this task's probe turn. `None` when shutdown was requested.
+    /// Holds a delivery after the store failed (see [`StoreHealth`]); `None` on shutdown.
     async fn hold(
         &self,
         error: &Error,
         backoff: &mut Backoff,
         stop: &CancellationToken,
     ) -> Option<Probe<'_>> {
-        self.stats.store_retried();
         if error.is_transient() {
-            let delay = backoff.next_delay();
-            debug!(error = %error, ?delay, "transient store failure; retrying");
-            return self.health.pause(delay, stop).await.then_some(None);
+            self.stats.retried();
+            crate::metrics::retry(&self.name);
+        } else {
+            self.stats.store_retried();
         }
-        self.health.failed(error);
-        match self.health.turn(stop).await {
-            Turn::Retry(probe) => Some(probe),
-            Turn::Stopped => None,
-        }
+        self.health.hold(error, backoff, stop).await
     }
 
     async fn nack(&self, delivery: Delivery, error: Error) -> Outcome {

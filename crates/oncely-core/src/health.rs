@@ -11,10 +11,10 @@ use crate::id::ConsumerName;
 use crate::retry::Backoff;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// The health of a consumer's store as the runtime sees it, with counters for tests and
 /// dashboards. Shared by all tasks of a [`Consumer`](crate::Consumer) or
@@ -38,13 +38,9 @@ struct Outage {
     backoff: Backoff,
 }
 
-/// What a held delivery does next.
-pub(crate) enum Turn<'a> {
-    /// Try again; holding the guard (if any) makes this attempt the only probe.
-    Retry(Option<tokio::sync::MutexGuard<'a, ()>>),
-    /// Shutdown was requested: hand the delivery back.
-    Stopped,
-}
+/// The probe turn a held delivery may own while the store is unhealthy: while it holds the
+/// guard, its next attempt is the only probe.
+pub(crate) type Probe<'a> = Option<tokio::sync::MutexGuard<'a, ()>>;
 
 /// Counts a delivery as in flight while alive.
 pub(crate) struct InFlight<'a>(&'a StoreHealth, usize);
@@ -118,7 +114,7 @@ impl StoreHealth {
     }
 
     /// The store failed with `error`: opens the breaker (one WARN on the transition).
-    pub(crate) fn failed(&self, error: &Error) {
+    fn failed(&self, error: &Error) {
         self.failures.fetch_add(1, Relaxed);
         crate::metrics::store_failure(&self.consumer);
         let mut outage = self.outage();
@@ -170,33 +166,47 @@ impl StoreHealth {
         }
     }
 
-    /// After a store failure: waits until the store is healthy again (another task's probe
-    /// succeeded) or it is this task's turn to probe, after the outage's backoff delay.
-    pub(crate) async fn turn(&self, stop: &CancellationToken) -> Turn<'_> {
+    /// Holds a delivery after the store failed with `error`. A transient failure (deadlock,
+    /// serialization) backs only this delivery off: the store works, the breaker stays
+    /// closed. Anything else opens the breaker and waits until another task's probe
+    /// succeeded or it is this task's turn to probe. `None` when `stop` came first.
+    pub(crate) async fn hold(
+        &self,
+        error: &Error,
+        backoff: &mut Backoff,
+        stop: &CancellationToken,
+    ) -> Option<Probe<'_>> {
+        if error.is_transient() {
+            self.failures.fetch_add(1, Relaxed);
+            crate::metrics::store_failure(&self.consumer);
+            let delay = backoff.next_delay();
+            debug!(consumer = %self.consumer, error = %error, ?delay, "transient store failure; retrying");
+            return tokio::select! {
+                _ = stop.cancelled() => None,
+                _ = tokio::time::sleep(delay) => Some(None),
+            };
+        }
+        self.failed(error);
+        self.turn(stop).await
+    }
+
+    /// Waits until the store is healthy again or it is this task's turn to probe, after the
+    /// outage's backoff delay.
+    async fn turn(&self, stop: &CancellationToken) -> Option<Probe<'_>> {
         let mut rx = self.healthy.subscribe();
         let guard = tokio::select! {
-            _ = stop.cancelled() => return Turn::Stopped,
-            _ = rx.wait_for(|healthy| *healthy) => return Turn::Retry(None),
+            _ = stop.cancelled() => return None,
+            _ = rx.wait_for(|healthy| *healthy) => return Some(None),
             guard = self.probe.lock() => guard,
         };
         let delay = self.outage().backoff.next_delay();
         tokio::select! {
-            _ = stop.cancelled() => Turn::Stopped,
-            _ = rx.wait_for(|healthy| *healthy) => Turn::Retry(None),
+            _ = stop.cancelled() => None,
+            _ = rx.wait_for(|healthy| *healthy) => Some(None),
             _ = tokio::time::sleep(delay) => {
                 self.probes.fetch_add(1, Relaxed);
-                Turn::Retry(Some(guard))
+                Some(Some(guard))
             }
-        }
-    }
-
-    /// Backs off one delivery after a transient store failure (a deadlock, a serialization
-    /// failure): the store works, so the breaker stays closed. False if `stop` came first.
-    pub(crate) async fn pause(&self, delay: Duration, stop: &CancellationToken) -> bool {
-        self.failures.fetch_add(1, Relaxed);
-        tokio::select! {
-            _ = stop.cancelled() => false,
-            _ = tokio::time::sleep(delay) => true,
         }
     }
 }

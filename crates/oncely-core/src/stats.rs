@@ -34,7 +34,9 @@ pub struct StatsSnapshot {
     pub stale: u64,
     /// Attempts retried after a transient failure.
     pub retries: u64,
-    /// Attempts retried after the store failed (the delivery was held, not handed back).
+    /// Attempts retried after the store was unavailable or failed for no fault of the
+    /// message (the delivery was held while the breaker was open, not handed back).
+    /// Transient store failures (deadlocks) count in `retries`.
     pub store_retries: u64,
     /// Deliveries dead-lettered (conflicts included).
     pub dead_lettered: u64,

@@ -49,9 +49,14 @@ async fn admin(sql: String) {
 
 async fn read_only(database: &str, on: bool) {
     let on = if on { "on" } else { "off" };
+    // Two statements, not one multi-statement query: that would run in one implicit
+    // transaction, so the backends would reconnect before the ALTER is committed.
     admin(format!(
-        "ALTER DATABASE {database} SET default_transaction_read_only = {on}; \
-         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' AND pid <> pg_backend_pid()"
+        "ALTER DATABASE {database} SET default_transaction_read_only = {on}"
+    ))
+    .await;
+    admin(format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'"
     ))
     .await;
 }
@@ -104,7 +109,9 @@ async fn pg_read_only_failover_holds_deliveries() {
     read_only(&database, true).await;
     let before = source.stats();
     let (probes, failures) = (health.probes(), health.failures());
-    tokio::time::sleep(READ_ONLY_FOR).await;
+    tokio::time::sleep(READ_ONLY_FOR / 2).await;
+    let held = health.in_flight();
+    tokio::time::sleep(READ_ONLY_FOR / 2).await;
     let during = source.stats();
     let (probes, failures) = (health.probes() - probes, health.failures() - failures);
     let was_healthy = health.is_healthy();
@@ -132,7 +139,7 @@ async fn pg_read_only_failover_holds_deliveries() {
     let nacks_during = during.requeued - before.requeued;
     let deliveries_during = during.deliveries - before.deliveries;
     println!(
-        "read-only {READ_ONLY_FOR:?}: deliveries during outage {deliveries_during}, nacks during outage {nacks_during}, \
+        "read-only {READ_ONLY_FOR:?}: held {held}, deliveries during outage {deliveries_during}, nacks during outage {nacks_during}, \
          probes {probes}, store failures {failures}, outages {}, recoveries {}; \
          total deliveries {} for {MESSAGES} messages ({:.3} per message); double {double}, lost {lost}; {stats:?}",
         health.outages(),
@@ -158,4 +165,71 @@ async fn pg_read_only_failover_holds_deliveries() {
     assert!(probes <= 10, "one probe at a time, backing off: {probes}");
     assert_eq!(health.outages(), 1);
     assert_eq!(health.recoveries(), 1);
+}
+
+/// The classifier on real servers' read-only errors: PostgreSQL 25006, MariaDB 1792 and
+/// `SQLITE_READONLY` are all `Unavailable` (the downcasts to each driver's error work).
+#[tokio::test]
+async fn read_only_errors_of_each_server_are_unavailable() {
+    use oncely_core::ErrorKind;
+    use oncely_sql::error_kind;
+    const TEST: &str = "read_only_errors_of_each_server_are_unavailable";
+    let pg = pg_url();
+    if let Err(e) = probe(&pg).await {
+        missing("PostgreSQL", TEST, &e);
+    } else {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&pg)
+            .await
+            .expect("connect");
+        let e = sqlx::raw_sql("BEGIN READ ONLY; CREATE TEMP TABLE oncely_ro_probe (x int); COMMIT")
+            .execute(&mut conn)
+            .await
+            .expect_err("read-only transaction refuses writes");
+        assert_eq!(error_kind(&e), ErrorKind::Unavailable, "{e}");
+    }
+    let my = common::mysql_url();
+    if let Err(e) = probe(&my).await {
+        missing("MariaDB", TEST, &e);
+    } else {
+        let mut conn = <sqlx::MySqlConnection as sqlx::Connection>::connect(&my)
+            .await
+            .expect("connect");
+        let table = unique("ro_probe");
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE TABLE {table} (x INT)")))
+            .execute(&mut conn)
+            .await
+            .expect("create");
+        sqlx::raw_sql("START TRANSACTION READ ONLY")
+            .execute(&mut conn)
+            .await
+            .expect("start");
+        let e = sqlx::raw_sql(AssertSqlSafe(format!("INSERT INTO {table} VALUES (1)")))
+            .execute(&mut conn)
+            .await
+            .expect_err("read-only transaction refuses writes");
+        assert_eq!(error_kind(&e), ErrorKind::Unavailable, "{e}");
+        sqlx::raw_sql(AssertSqlSafe(format!("ROLLBACK; DROP TABLE {table}")))
+            .execute(&mut conn)
+            .await
+            .expect("drop");
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("ro.db");
+    let rw = format!("sqlite:{}?mode=rwc", file.display());
+    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&rw)
+        .await
+        .expect("create");
+    sqlx::raw_sql("CREATE TABLE t (x INT)")
+        .execute(&mut conn)
+        .await
+        .expect("create table");
+    let ro = format!("sqlite:{}?mode=ro", file.display());
+    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&ro)
+        .await
+        .expect("open read-only");
+    let e = sqlx::raw_sql("INSERT INTO t VALUES (1)")
+        .execute(&mut conn)
+        .await
+        .expect_err("read-only database refuses writes");
+    assert_eq!(error_kind(&e), ErrorKind::Unavailable, "{e}");
 }
