@@ -134,9 +134,7 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
         let (Some(window), Some(sent)) = (self.late_window, message.meta().source_time) else {
             return false;
         };
-        std::time::SystemTime::now()
-            .duration_since(sent)
-            .is_ok_and(|age| age > window)
+        crate::consumer::age(sent) > window
     }
 
     /// The consumer's name.

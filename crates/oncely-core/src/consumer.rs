@@ -474,8 +474,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
 
     fn late(&self, envelope: &Envelope) -> Option<Attempt> {
         let window = self.config.late_window?;
-        let sent = envelope.meta().source_time?;
-        let age = SystemTime::now().duration_since(sent).ok()?;
+        let age = age(envelope.meta().source_time?);
         (age > window && self.config.late_policy == LatePolicy::Quarantine)
             .then_some(Attempt::Late(age, window))
     }
@@ -567,10 +566,49 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     }
 }
 
+/// How far ahead of this host's clock a source time may be before it is logged as skew.
+const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
+
+/// The age of a message sent at `sent`. A source time in the future (the producer's clock is
+/// ahead) counts as "now", so it is never late; beyond [`MAX_CLOCK_SKEW`] it is logged.
+pub(crate) fn age(sent: SystemTime) -> Duration {
+    match SystemTime::now().duration_since(sent) {
+        Ok(age) => age,
+        Err(ahead) => {
+            let ahead = ahead.duration();
+            if ahead > MAX_CLOCK_SKEW {
+                warn!(
+                    ahead_s = ahead.as_secs(),
+                    "source time is {} s in the future (clock skew beyond {} s); treated as now",
+                    ahead.as_secs(),
+                    MAX_CLOCK_SKEW.as_secs()
+                );
+            }
+            Duration::ZERO
+        }
+    }
+}
+
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic payload".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn future_source_times_count_as_now() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(age(SystemTime::now() + hour), Duration::ZERO);
+        assert_eq!(
+            age(SystemTime::now() + Duration::from_secs(10)),
+            Duration::ZERO
+        );
+        assert!(age(SystemTime::now() - hour) >= hour);
+    }
 }
