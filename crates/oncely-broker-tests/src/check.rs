@@ -61,6 +61,16 @@ impl Report {
                     .await
                     .map_err(db_err)?,
             ),
+            Db::MySql(s) => (
+                sqlx::query_scalar(AssertSqlSafe(ledger_q))
+                    .fetch_all(s.pool())
+                    .await
+                    .map_err(db_err)?,
+                sqlx::query_as(AssertSqlSafe(dl_q))
+                    .fetch_all(s.pool())
+                    .await
+                    .map_err(db_err)?,
+            ),
         };
         let expected: HashSet<&str> = workload.unique.iter().map(|(id, _)| id.as_str()).collect();
         let mut per_id: HashMap<&str, usize> = HashMap::new();

@@ -2,23 +2,41 @@
 //! handler that writes one ledger row per applied message.
 
 use oncely_core::{Envelope, Error, Handled, Handler, Result};
-use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Sqlite, Transaction};
-use oncely_sql::{ConnectOptions, PgStore, SqliteStore, Tables};
+use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
+use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables};
 
-/// A store for tests: SQLite file or PostgreSQL schema, migrated, with a ledger table.
+/// A store for tests: SQLite file, PostgreSQL schema or MySQL/MariaDB database, migrated,
+/// with a ledger table.
 #[derive(Clone)]
 pub enum Db {
     /// `sqlite:/path/file.db`.
     Sqlite(SqliteStore),
     /// `postgres://…` with the tables in a schema.
     Pg(PgStore),
+    /// `mysql://…` / `mariadb://…` (the schema is the URL's database).
+    MySql(MySqlStore),
 }
 
 impl Db {
-    /// Opens `url` (sqlite: or postgres:), applies oncely's migrations and creates the
-    /// ledger table. `schema` is used for PostgreSQL only.
+    /// Opens `url` (sqlite:, postgres:, mysql: or mariadb:), applies oncely's migrations and
+    /// creates the ledger table. `schema` is used for PostgreSQL only.
     pub async fn open(url: &str, schema: Option<&str>) -> Result<Self> {
-        if url.starts_with("sqlite:") {
+        if url.starts_with("mysql:") || url.starts_with("mariadb:") {
+            let opts = ConnectOptions {
+                max_connections: 8,
+                ..ConnectOptions::default()
+            };
+            let store = MySqlStore::connect_with(url, &opts).await?;
+            store.migrate().await?;
+            sqlx::raw_sql(
+                "CREATE TABLE IF NOT EXISTS ledger (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
+                 message_id VARCHAR(255) NOT NULL, account VARCHAR(255) NOT NULL, amount BIGINT NOT NULL)",
+            )
+            .execute(store.pool())
+            .await
+            .map_err(db_err)?;
+            Ok(Self::MySql(store))
+        } else if url.starts_with("sqlite:") {
             let opts = ConnectOptions {
                 max_connections: 4,
                 ..ConnectOptions::default()
@@ -66,7 +84,7 @@ impl Db {
     /// The ledger's qualified table name.
     pub fn ledger(&self) -> String {
         match self {
-            Self::Sqlite(_) => "ledger".to_owned(),
+            Self::Sqlite(_) | Self::MySql(_) => "ledger".to_owned(),
             Self::Pg(s) => ledger_table(s.tables().schema()),
         }
     }
@@ -76,6 +94,7 @@ impl Db {
         match self {
             Self::Sqlite(s) => s.tables().table("dead_letters"),
             Self::Pg(s) => s.tables().table("dead_letters"),
+            Self::MySql(s) => s.tables().table("dead_letters"),
         }
     }
 
@@ -83,7 +102,7 @@ impl Db {
     pub fn handler(&self) -> Ledger {
         let table = self.ledger();
         let sql = match self {
-            Self::Sqlite(_) => {
+            Self::Sqlite(_) | Self::MySql(_) => {
                 format!("INSERT INTO {table} (message_id, account, amount) VALUES (?, ?, ?)")
             }
             Self::Pg(_) => {
@@ -100,6 +119,7 @@ impl Db {
         Ok(match self {
             Self::Sqlite(s) => (scalar_sqlite(s, q1).await?, scalar_sqlite(s, q2).await?),
             Self::Pg(s) => (scalar_pg(s, q1).await?, scalar_pg(s, q2).await?),
+            Self::MySql(s) => (scalar_mysql(s, q1).await?, scalar_mysql(s, q2).await?),
         })
     }
 }
@@ -112,6 +132,13 @@ async fn scalar_sqlite(s: &SqliteStore, q: String) -> Result<i64> {
 }
 
 async fn scalar_pg(s: &PgStore, q: String) -> Result<i64> {
+    sqlx::query_scalar(AssertSqlSafe(q))
+        .fetch_one(s.pool())
+        .await
+        .map_err(db_err)
+}
+
+async fn scalar_mysql(s: &MySqlStore, q: String) -> Result<i64> {
     sqlx::query_scalar(AssertSqlSafe(q))
         .fetch_one(s.pool())
         .await
@@ -173,3 +200,4 @@ macro_rules! ledger_handler {
 
 ledger_handler!(Sqlite);
 ledger_handler!(Postgres);
+ledger_handler!(MySql);

@@ -11,6 +11,7 @@
 //! - [`brokers`]: one URL-driven entry over the four broker crates.
 //! - [`runner`]: runs a consumer until it has been idle for a while.
 //! - [`services`]: skip-or-fail when a server is missing.
+//! - [`store_faults`]: store outages under a real broker, deliveries counted at the source.
 //!
 //! The binary `oncely-broker-consumer` is the child process of the SIGKILL crash and
 //! scale-out tests.
@@ -21,5 +22,6 @@ pub mod faults;
 pub mod ledger;
 pub mod runner;
 pub mod services;
+pub mod store_faults;
 pub mod suite;
 pub mod workload;

@@ -84,6 +84,7 @@ pub async fn run_until_idle<Src: Source>(
     match db {
         Db::Sqlite(s) => go(s.clone(), db.handler(), source, options, stop).await,
         Db::Pg(s) => go(s.clone(), db.handler(), source, options, stop).await,
+        Db::MySql(s) => go(s.clone(), db.handler(), source, options, stop).await,
     }
 }
 

@@ -14,11 +14,13 @@
 //! never from the consumer's own counters.
 
 mod check;
+mod fault_proxy;
 mod harness;
 mod ledger;
 pub mod store_suite;
 
 pub use check::{Tally, tally};
+pub use fault_proxy::{Fault, FaultProxy, ProxyStats};
 pub use harness::StoreHarness;
 pub use ledger::{LedgerHandler, Script};
 

@@ -130,6 +130,13 @@ pub async fn consume_from(
                 .run(source, stop)
                 .await?
         }
+        Db::MySql(store) => {
+            Consumer::new(name, store.clone(), db.handler())
+                .concurrency(concurrency)
+                .retry(RetryPolicy::default().max_attempts(10))
+                .run(source, stop)
+                .await?
+        }
     };
     let timing = *timing.lock().unwrap();
     Ok((stats, timing))

@@ -1,0 +1,312 @@
+//! A loopback TCP fault proxy: put it between a client (the consumer's store pool) and its
+//! server, and cut, stall or slow the connection at runtime — real network faults, no mocks.
+//!
+//! ```ignore
+//! let proxy = FaultProxy::start("127.0.0.1:5432").await?;
+//! let url = format!("postgres://postgres@{}/test", proxy.addr());
+//! // … connect through `url`, then:
+//! proxy.set(Fault::Drop);       // every connection closed, new ones closed at once
+//! proxy.set(Fault::Blackhole);  // connections accepted, nothing forwarded: clients hang
+//! proxy.set(Fault::Pass);       // back to normal
+//! ```
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// What the proxy does to the traffic, set with [`FaultProxy::set`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// Forward everything (the normal state).
+    #[default]
+    Pass,
+    /// Close every open connection, and close each new one as soon as it is accepted.
+    Drop,
+    /// Accept connections but forward nothing in either direction, so clients wait until
+    /// their own timeouts. The bytes are held, not lost: back in [`Fault::Pass`] they flow on,
+    /// as after a network partition healed by TCP retransmission. Set [`Fault::Drop`] before
+    /// [`Fault::Pass`] for a partition that outlived the connections.
+    Blackhole,
+    /// Forward everything, each chunk (one read, in either direction) this much later.
+    Delay(Duration),
+}
+
+/// Counters of what the proxy saw (for test reports).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProxyStats {
+    /// Connections accepted from clients.
+    pub accepted: u64,
+    /// Connections closed by the proxy because of [`Fault::Drop`].
+    pub dropped: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    accepted: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// A running fault proxy on `127.0.0.1:<random port>`. Dropping it stops it and closes
+/// every connection.
+pub struct FaultProxy {
+    addr: SocketAddr,
+    state: watch::Sender<Fault>,
+    counters: Arc<Counters>,
+    accept: JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Listens on `127.0.0.1:0` and forwards each connection to `target`, in [`Fault::Pass`].
+    pub async fn start(target: impl ToSocketAddrs) -> io::Result<Self> {
+        let target = tokio::net::lookup_host(target)
+            .await?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no target address"))?;
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (state, rx) = watch::channel(Fault::Pass);
+        let counters = Arc::new(Counters::default());
+        let accept = tokio::spawn(accept_loop(listener, target, rx, counters.clone()));
+        Ok(Self {
+            addr,
+            state,
+            counters,
+            accept,
+        })
+    }
+
+    /// The address clients connect to instead of the target.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Switches the fault, for open and new connections alike.
+    pub fn set(&self, fault: Fault) {
+        self.state.send_replace(fault);
+    }
+
+    /// The fault in force.
+    pub fn fault(&self) -> Fault {
+        *self.state.borrow()
+    }
+
+    /// What the proxy saw so far.
+    pub fn stats(&self) -> ProxyStats {
+        ProxyStats {
+            accepted: self.counters.accepted.load(Ordering::Relaxed),
+            dropped: self.counters.dropped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        // Connection tasks end when the state sender is gone (see `until_dropped`).
+        self.accept.abort();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    target: SocketAddr,
+    rx: watch::Receiver<Fault>,
+    counters: Arc<Counters>,
+) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        counters.accepted.fetch_add(1, Ordering::Relaxed);
+        if *rx.borrow() == Fault::Drop {
+            counters.dropped.fetch_add(1, Ordering::Relaxed);
+            drop(client);
+            continue;
+        }
+        let rx = rx.clone();
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            let _ = client.set_nodelay(true);
+            tokio::select! {
+                _ = serve(client, target, rx.clone()) => {}
+                _ = until_dropped(rx) => {
+                    counters.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+}
+
+/// Resolves when the fault becomes [`Fault::Drop`] or the proxy is gone.
+async fn until_dropped(mut rx: watch::Receiver<Fault>) {
+    loop {
+        if *rx.borrow_and_update() == Fault::Drop {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Waits while blackholed; `None` when the connection must end, else the delay to add.
+async fn gate(rx: &mut watch::Receiver<Fault>) -> Option<Option<Duration>> {
+    loop {
+        match *rx.borrow_and_update() {
+            Fault::Pass => return Some(None),
+            Fault::Delay(d) => return Some(Some(d)),
+            Fault::Drop => return None,
+            Fault::Blackhole => {}
+        }
+        rx.changed().await.ok()?;
+    }
+}
+
+async fn serve(client: TcpStream, target: SocketAddr, mut rx: watch::Receiver<Fault>) {
+    // A connection accepted while blackholed reaches the server only once traffic passes.
+    if gate(&mut rx).await.is_none() {
+        return;
+    }
+    let Ok(server) = TcpStream::connect(target).await else {
+        return;
+    };
+    let _ = server.set_nodelay(true);
+    let (client_r, client_w) = client.into_split();
+    let (server_r, server_w) = server.into_split();
+    let _ = tokio::join!(
+        pump(client_r, server_w, rx.clone()),
+        pump(server_r, client_w, rx)
+    );
+}
+
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut rx: watch::Receiver<Fault>,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        if gate(&mut rx).await.is_none() {
+            return Ok(());
+        }
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        // The fault may have changed while reading: hold the chunk while blackholed.
+        let Some(delay) = gate(&mut rx).await else {
+            return Ok(());
+        };
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
+        to.write_all(&buf[..n]).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn echo_server() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// Sends `msg` and reads the echo, or fails/times out.
+    async fn round_trip(s: &mut TcpStream, msg: &[u8], wait: Duration) -> io::Result<Vec<u8>> {
+        s.write_all(msg).await?;
+        let mut got = vec![0u8; msg.len()];
+        match tokio::time::timeout(wait, s.read_exact(&mut got)).await {
+            Ok(r) => r.map(|_| got),
+            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "no echo")),
+        }
+    }
+
+    const WAIT: Duration = Duration::from_secs(2);
+
+    #[tokio::test]
+    async fn passes_traffic() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut s, b"hello", WAIT).await.unwrap(), b"hello");
+        assert_eq!(proxy.stats().accepted, 1);
+    }
+
+    #[tokio::test]
+    async fn drop_closes_open_and_new_connections() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut open = TcpStream::connect(proxy.addr()).await.unwrap();
+        round_trip(&mut open, b"x", WAIT).await.unwrap();
+        proxy.set(Fault::Drop);
+        let mut buf = [0u8; 1];
+        let eof = tokio::time::timeout(WAIT, open.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(matches!(eof, Ok(0) | Err(_)), "open connection not closed");
+        let mut new = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(round_trip(&mut new, b"y", WAIT).await.is_err());
+        proxy.set(Fault::Pass);
+        let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut again, b"z", WAIT).await.unwrap(), b"z");
+        assert_eq!(proxy.stats().dropped, 2);
+    }
+
+    #[tokio::test]
+    async fn blackhole_holds_then_releases() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut open = TcpStream::connect(proxy.addr()).await.unwrap();
+        round_trip(&mut open, b"a", WAIT).await.unwrap();
+        proxy.set(Fault::Blackhole);
+        let short = Duration::from_millis(300);
+        let err = round_trip(&mut open, b"b", short).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let mut new = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(round_trip(&mut new, b"c", short).await.is_err());
+        proxy.set(Fault::Pass);
+        // The held bytes flow on once the partition heals.
+        let mut got = [0u8; 1];
+        tokio::time::timeout(WAIT, open.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got, b"b");
+        tokio::time::timeout(WAIT, new.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got, b"c");
+    }
+
+    #[tokio::test]
+    async fn delay_slows_each_chunk() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        proxy.set(Fault::Delay(Duration::from_millis(200)));
+        let t = std::time::Instant::now();
+        assert_eq!(round_trip(&mut s, b"slow", WAIT).await.unwrap(), b"slow");
+        // One chunk each way.
+        assert!(
+            t.elapsed() >= Duration::from_millis(400),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(proxy.fault(), Fault::Delay(Duration::from_millis(200)));
+    }
+}
