@@ -11,7 +11,7 @@
 //! When the store is unavailable, the batch is held and retried whole, sharing the consumer's
 //! [`StoreHealth`](crate::StoreHealth) breaker (no new batch is taken meanwhile).
 
-use crate::consumer::{Consumer, LatePolicy};
+use crate::consumer::{Consumer, DEFAULT_RETENTION, LatePolicy};
 use crate::envelope::{Envelope, PayloadHash};
 use crate::error::{Error, Result};
 use crate::handler::Handler;
@@ -98,7 +98,7 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
             handler,
             max_batch: 100,
             linger: Duration::from_millis(10),
-            late_window: None,
+            late_window: Some(DEFAULT_RETENTION),
             counts: Arc::default(),
         }
     }

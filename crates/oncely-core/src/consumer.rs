@@ -20,6 +20,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
+/// The default inbox retention window, 7 days: the pruner keeps ids at least this long
+/// (`oncely_ops::retention`), and a consumer quarantines, by default, a fresh message whose
+/// source time (the producer's, or the broker's when the producer set none) is older than it.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// What to do with a message whose source time is older than the retention window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LatePolicy {
@@ -46,7 +51,7 @@ impl Default for ConsumerConfig {
         Self {
             concurrency: 4,
             retry: RetryPolicy::default(),
-            late_window: None,
+            late_window: Some(DEFAULT_RETENTION),
             late_policy: LatePolicy::default(),
             unsafe_ack_before_commit: false,
             check_inbox_first: false,
@@ -143,7 +148,9 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     }
 
     /// Messages whose source time is older than `window` are late duplicate risks,
-    /// handled by `policy` (see [`LatePolicy`]). Set it to the inbox retention window.
+    /// handled by `policy` (see [`LatePolicy`]). Set it to the inbox retention window; the
+    /// default is [`DEFAULT_RETENTION`] with [`LatePolicy::Quarantine`], which agrees with the
+    /// pruner's default. `LatePolicy::Apply` turns the check off (naturally idempotent effects).
     pub fn late_after(mut self, window: Duration, policy: LatePolicy) -> Self {
         self.config.late_window = Some(window);
         self.config.late_policy = policy;

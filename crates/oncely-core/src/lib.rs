@@ -34,7 +34,7 @@ pub mod wire;
 pub use batch::{BatchConsumer, BatchStats};
 pub use chaos::{Chaos, CrashPlan};
 pub(crate) use consumer::panic_message;
-pub use consumer::{Consumer, LatePolicy};
+pub use consumer::{Consumer, DEFAULT_RETENTION, LatePolicy};
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use handler::Handler;

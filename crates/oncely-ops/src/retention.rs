@@ -9,8 +9,8 @@ use oncely_core::{Consumer, Error, Handler, LatePolicy, Result, Store};
 use std::time::Duration;
 use tracing::warn;
 
-/// Default retention window: 7 days.
-pub const DEFAULT_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Default retention window: 7 days (the consumers' default late window, one constant).
+pub const DEFAULT_WINDOW: Duration = oncely_core::DEFAULT_RETENTION;
 
 /// Retention settings shared by the pruner and the consumers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
