@@ -1,54 +1,82 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace: builds all test targets once, then runs the groups below
-# in parallel (they share no database, queue or stream names; each test makes its own), each
-# into its own log, and prints the logs one after another with a closing summary.
+# Runs every test of the workspace: builds all test targets once (one feature resolution, so
+# nothing is built twice), then runs the test executables in groups, the groups in parallel
+# (they share no database, queue or stream names; each test makes its own), each into its own
+# log, and prints the logs one after another with a closing summary.
 #
 #   bash scripts/test.sh              all groups
 #   bash scripts/test.sh faults core  only these groups
 #
-# Same tests as `cargo test --workspace`, which also works (one group after another).
+# Groups: faults (store-fault tests), brokers (the other broker tests), cli (admin commands and
+# the demo through the binary), kafka, core (everything else), doc (doc tests).
+# Same tests as `cargo test --workspace`, which also works (one after another).
 # Environment: ONCELY_TEST_JOBS (groups at once, default 3), ONCELY_TEST_LOGS (log dir).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-declare -A GROUPS=(
-  [core]="--workspace --exclude oncely-broker-tests --exclude oncely-cli --exclude oncely-kafka"
-  [cli]="-p oncely-cli"
-  [brokers]="-p oncely-broker-tests --lib --bins $(for f in crates/oncely-broker-tests/tests/*.rs; do
-    t=$(basename "$f" .rs); [ "$t" = store_faults ] || printf -- '--test %s ' "$t"; done)"
-  [faults]="-p oncely-broker-tests --test store_faults"
-  [kafka]="-p oncely-kafka"
-)
-ORDER=(faults brokers cli kafka core)
+ORDER=(faults brokers cli kafka core doc)
 [ $# -gt 0 ] && ORDER=("$@")
-
 jobs_max=${ONCELY_TEST_JOBS:-3}
 logs=${ONCELY_TEST_LOGS:-$(mktemp -d)}
 mkdir -p "$logs"
 
 echo "test: building every test target once"
-cargo test --workspace --no-run --quiet || { echo "test: build failed"; exit 1; }
+cargo test --workspace --no-run --message-format=json-render-diagnostics > "$logs/build.json" ||
+  { echo "test: build failed"; exit 1; }
 
-declare -A PIDS STARTED
+# One line per test executable: group, package dir, executable.
+python3 - "$logs/build.json" > "$logs/targets.tsv" <<'PY'
+import json, os, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+        continue
+    pkg_dir = os.path.dirname(m["manifest_path"])
+    pkg, target = os.path.basename(pkg_dir), m["target"]["name"]
+    if pkg == "oncely-broker-tests":
+        group = "faults" if target == "store_faults" else "brokers"
+    elif pkg in ("oncely-cli", "oncely-kafka"):
+        group = pkg.removeprefix("oncely-")
+    else:
+        group = "core"
+    print(f"{group}\t{pkg_dir}\t{m['executable']}")
+PY
+
+run_group() { # group: runs its executables one after another, or the doc tests
+  local group=$1 rc=0
+  if [ "$group" = doc ]; then
+    cargo test --workspace --doc || rc=1
+  else
+    while IFS=$'\t' read -r g dir exe; do
+      [ "$g" = "$group" ] || continue
+      echo "     Running $(basename "$exe") (${dir##*/})"
+      (cd "$dir" && "$exe") || rc=1
+    done < "$logs/targets.tsv"
+  fi
+  return $rc
+}
+
+declare -A STARTED
+ran=()
 for group in "${ORDER[@]}"; do
-  [ -n "${GROUPS[$group]:-}" ] || { echo "test: no group named $group" >&2; exit 2; }
-  [ "$group" = faults ] && [ ! -f crates/oncely-broker-tests/tests/store_faults.rs ] && continue
+  case $group in faults|brokers|cli|kafka|core|doc) ;; *) echo "test: no group named $group" >&2; exit 2 ;; esac
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
   echo "test: group $group starts"
   STARTED[$group]=$SECONDS
-  # shellcheck disable=SC2086
-  ( cargo test ${GROUPS[$group]} > "$logs/$group.log" 2>&1; echo $? > "$logs/$group.rc";
-    echo "test: group $group done in $((SECONDS - ${STARTED[$group]})) s" ) &
-  PIDS[$group]=$!
+  ( run_group "$group" > "$logs/$group.log" 2>&1; echo $? > "$logs/$group.rc"
+    echo "test: group $group done in $((SECONDS - STARTED[$group])) s" ) &
+  ran+=("$group")
 done
 wait
 
 passed=0 failed=0 ignored=0 bad=()
-for group in "${!PIDS[@]}"; do
+for group in "${ran[@]}"; do
   echo; echo "================ group $group ================"
   cat "$logs/$group.log"
-  rc=$(cat "$logs/$group.rc" 2>/dev/null || echo 1)
-  [ "$rc" = 0 ] || bad+=("$group")
+  [ "$(cat "$logs/$group.rc" 2>/dev/null || echo 1)" = 0 ] || bad+=("$group")
   while read -r p f i; do
     passed=$((passed + p)) failed=$((failed + f)) ignored=$((ignored + i))
   done < <(sed -nE 's/^test result: [A-Za-z]+\. ([0-9]+) passed; ([0-9]+) failed; ([0-9]+) ignored.*/\1 \2 \3/p' "$logs/$group.log")
