@@ -55,8 +55,9 @@ pub async fn stats(ops: &Ops) -> Result<InboxStats> {
     let inbox_sql = format!(
         "SELECT {consumer} AS consumer, COUNT(*) AS n, MIN(received_at) AS oldest, MAX(received_at) AS newest FROM {inbox} GROUP BY consumer"
     );
-    let dl_sql =
-        format!("SELECT consumer, reason, COUNT(*) AS n FROM {dl} GROUP BY consumer, reason");
+    let dl_sql = format!(
+        "SELECT {consumer} AS consumer, reason, COUNT(*) AS n FROM {dl} GROUP BY consumer, reason"
+    );
     let mut by_name: BTreeMap<String, ConsumerStats> = BTreeMap::new();
     let (held, letters) = with_pool!(ops, p => {
         let held = sqlx::query(AssertSqlSafe(inbox_sql)).fetch_all(p).await
