@@ -23,6 +23,8 @@ RUN=${ONCELY_KAFKA_RUN:-$CACHE/run}
 PIDFILE=$RUN/tansu-$PORT.pid
 LOG=$RUN/tansu-$PORT.log
 
+. "$(dirname "$0")/lib/daemon.sh"
+
 say() { echo "kafka-broker: $*"; }
 
 tcp_answers() { timeout 2 bash -c "exec 3<>/dev/tcp/$HOST/$PORT" 2>/dev/null; }
@@ -49,13 +51,7 @@ install() {
   say "tansu built in $((SECONDS - started)) s"
 }
 
-our_pid() {
-  [ -f "$PIDFILE" ] || return 1
-  local pid
-  pid=$(cat "$PIDFILE")
-  kill -0 "$pid" 2>/dev/null && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$BIN")" ] \
-    && echo "$pid"
-}
+our_pid() { daemon_pid "$PIDFILE" "$BIN"; }
 
 start() {
   install
@@ -92,25 +88,7 @@ start() {
   exit 1
 }
 
-stop() {
-  local pid
-  if ! pid=$(our_pid); then
-    say "no broker started by this script is running on port $PORT"
-    rm -f "$PIDFILE"
-    return
-  fi
-  kill "$pid"
-  for _ in $(seq 1 20); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    say "tansu (pid $pid) ignored SIGTERM; sending SIGKILL"
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$PIDFILE"
-  say "stopped tansu (pid $pid)"
-}
+stop() { daemon_stop tansu "$PIDFILE" "$BIN" 0.5; }
 
 case "${1:-}" in
   install) install ;;

@@ -20,6 +20,8 @@ CONF=$RUN/mosquitto-$PORT.conf
 PIDFILE=$RUN/mosquitto-$PORT.pid
 LOG=$RUN/mosquitto-$PORT.log
 
+. "$(dirname "$0")/lib/daemon.sh"
+
 say() { echo "mosquitto: $*"; }
 
 bin() {
@@ -39,13 +41,7 @@ mqtt_answers() {
   fi
 }
 
-our_pid() {
-  [ -f "$PIDFILE" ] || return 1
-  local pid
-  pid=$(cat "$PIDFILE")
-  kill -0 "$pid" 2>/dev/null && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$(bin)")" ] \
-    && echo "$pid"
-}
+our_pid() { daemon_pid "$PIDFILE" "$(bin)"; }
 
 start() {
   local mosquitto pid
@@ -85,25 +81,7 @@ start() {
   exit 1
 }
 
-stop() {
-  local pid
-  if ! pid=$(our_pid); then
-    say "no broker started by this script is running on port $PORT"
-    rm -f "$PIDFILE"
-    return
-  fi
-  kill "$pid"
-  for _ in $(seq 1 20); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.25
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    say "mosquitto (pid $pid) ignored SIGTERM; sending SIGKILL"
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$PIDFILE"
-  say "stopped mosquitto (pid $pid)"
-}
+stop() { daemon_stop mosquitto "$PIDFILE" "$(bin)" 0.25; }
 
 case "${1:-}" in
   start) start ;;
