@@ -1,7 +1,9 @@
 //! # oncely-testkit
 //!
-//! The conformance suite every oncely store must pass, as River's `Exercise()`: implement
-//! [`StoreHarness`] for your store and call [`exercise`] from a test.
+//! The conformance suites, as River's `Exercise()`: every oncely store must pass
+//! [`exercise`] (implement [`StoreHarness`]), every source [`exercise_source`] (implement
+//! [`SourceHarness`]). [`MemoryStore`] is the reference store: it passes the store suite and
+//! is what the source suite consumes into.
 //!
 //! ```ignore
 //! #[tokio::test(flavor = "multi_thread")]
@@ -17,12 +19,16 @@ mod check;
 mod fault_proxy;
 mod harness;
 mod ledger;
+mod memory_store;
+pub mod source_suite;
 pub mod store_suite;
 
 pub use check::{Tally, tally};
 pub use fault_proxy::{Fault, FaultProxy, ProxyStats};
 pub use harness::StoreHarness;
 pub use ledger::{LedgerHandler, Script};
+pub use memory_store::{MemoryHarness, MemoryStore, MemoryTx};
+pub use source_suite::{SourceHarness, SourceTraits, exercise_source};
 
 use std::future::Future;
 use std::pin::Pin;
