@@ -100,12 +100,12 @@ fn sample(case: &str, i: usize) -> RawEnvelope {
     let mut payload = format!("{i}:").into_bytes();
     payload.extend_from_slice(&[0, 1, 0xfe, 0xff, b'\n']);
     let mut meta = Meta::default();
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         meta.entity_key = Some(format!("acct-{}", i % 5));
         meta.version = Some(i as i64 + 1);
         meta.headers = BTreeMap::from([("trace".to_owned(), format!("t-{i}"))]);
     }
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         let ms = 1_700_000_000_000 + i as u64 * 1000;
         meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(ms));
     }
