@@ -24,7 +24,6 @@
 mod mapping;
 mod producer;
 mod source;
-mod url;
 
 pub use mapping::{
     ENTITY_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER, attempt_of, envelope_of, properties_of,

@@ -6,12 +6,7 @@ use oncely_core::{Error, Meta, RawEnvelope, Result, wire};
 use std::time::UNIX_EPOCH;
 use tracing::debug;
 
-/// Header carrying the entity version.
-pub const VERSION_HEADER: &str = "oncely-version";
-/// Header carrying the entity key.
-pub const ENTITY_HEADER: &str = "oncely-entity";
-/// Header carrying the source time in Unix milliseconds (the `timestamp` property has seconds).
-pub const SOURCE_TIME_HEADER: &str = "oncely-source-time";
+pub use oncely_core::wire::{ENTITY_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER};
 
 /// Builds the properties a producer sets: `message_id`, persistent delivery mode,
 /// `timestamp` (seconds) and the `oncely-*` headers. Fails for what an AMQP short string

@@ -1,8 +1,7 @@
 //! [`AmqpProducer`]: publishes [`RawEnvelope`]s with the id in the `message_id` property.
 
 use crate::mapping::properties_of;
-use crate::source::{DEFAULT_QUEUE, PARAMS, amqp_err, declare_queue};
-use crate::url::split_params;
+use crate::source::{AmqpOptions, amqp_err, declare_queue};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{Channel, Connection, ConnectionProperties};
 use oncely_core::{Error, RawEnvelope, Result};
@@ -80,10 +79,8 @@ impl AmqpProducer {
 /// with `?queue_type=`, default `quorum`),
 /// e.g. `amqp://guest:guest@127.0.0.1:5672/%2f?queue=credits`.
 pub async fn publish(url: &str, messages: &[RawEnvelope]) -> Result<()> {
-    let (url, params) = split_params(url, PARAMS);
-    let queue = params.get("queue").map_or(DEFAULT_QUEUE, String::as_str);
-    let queue_type = params.get("queue_type").map_or("quorum", String::as_str);
-    let producer = AmqpProducer::connect(&url, queue, queue_type).await?;
+    let (url, options) = AmqpOptions::from_url(url, "producer")?;
+    let producer = AmqpProducer::connect(&url, &options.queue, &options.queue_type).await?;
     for chunk in messages.chunks(1000) {
         producer.send_all(chunk).await?;
     }

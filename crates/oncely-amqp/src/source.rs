@@ -1,7 +1,6 @@
 //! [`AmqpSource`]: a RabbitMQ queue as an oncely [`Source`], with manual acks after commit.
 
 use crate::mapping::{attempt_of, envelope_of};
-use crate::url::split_params;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use lapin::options::{
@@ -9,12 +8,10 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
+use oncely_core::wire::UrlParams;
 use oncely_core::{Acker, Delivery, Error, Result, Source};
 use std::time::Duration;
 use tracing::{info, warn};
-
-/// oncely's own URL parameters (taken off before the URL goes to lapin).
-pub(crate) const PARAMS: &[&str] = &["queue", "prefetch", "queue_type"];
 
 /// Default queue name when the URL has no `?queue=`.
 pub const DEFAULT_QUEUE: &str = "oncely";
@@ -52,26 +49,20 @@ impl Default for AmqpOptions {
 }
 
 impl AmqpOptions {
-    /// Options for `consumer` from a URL: `?queue=` (default `oncely`) and `?prefetch=`
-    /// are taken off the URL; the rest is passed to lapin.
+    /// Options for `consumer` from a URL: `?queue=` (default `oncely`), `?prefetch=`
+    /// (default 32) and `?queue_type=` (default `quorum`) are taken off the URL; the rest
+    /// is passed to lapin.
     pub fn from_url(url: &str, consumer: &str) -> Result<(String, Self)> {
-        let (rest, params) = split_params(url, PARAMS);
-        let mut options = Self {
+        let params = UrlParams::new(url);
+        let defaults = Self::default();
+        let options = Self {
+            queue: params.text_or("queue", &defaults.queue),
+            prefetch: params.number("prefetch")?.unwrap_or(defaults.prefetch),
+            queue_type: params.text_or("queue_type", &defaults.queue_type),
             connection_name: format!("oncely:{consumer}"),
-            ..Self::default()
+            ..defaults
         };
-        if let Some(q) = params.get("queue") {
-            options.queue = q.clone();
-        }
-        if let Some(t) = params.get("queue_type") {
-            options.queue_type = t.clone();
-        }
-        if let Some(p) = params.get("prefetch") {
-            options.prefetch = p
-                .parse()
-                .map_err(|_| Error::config(format!("prefetch={p:?} is not a number")))?;
-        }
-        Ok((rest, options))
+        Ok((params.rest(), options))
     }
 }
 
@@ -319,4 +310,24 @@ impl Drop for AmqpAcker {
 pub async fn connect_source(url: &str, consumer: &str) -> Result<AmqpSource> {
     let (url, options) = AmqpOptions::from_url(url, consumer)?;
     AmqpSource::connect(&url, options).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_parameters() {
+        let (rest, o) = AmqpOptions::from_url(
+            "amqp://guest:guest@127.0.0.1:5672/%2f?heartbeat=10&queue=jobs&prefetch=8",
+            "billing",
+        )
+        .unwrap();
+        assert_eq!(rest, "amqp://guest:guest@127.0.0.1:5672/%2f?heartbeat=10");
+        assert_eq!((o.queue.as_str(), o.prefetch), ("jobs", 8));
+        assert_eq!(o.queue_type, "quorum");
+        assert_eq!(o.connection_name, "oncely:billing");
+        let e = AmqpOptions::from_url("amqp://h/?prefetch=abc", "c").unwrap_err();
+        assert!(e.to_string().contains("prefetch"), "{e}");
+    }
 }

@@ -1,10 +1,21 @@
-//! Total conversions for broker mappings: numbers and header text to [`Meta`](crate::Meta)
-//! values, without arithmetic that can panic. A value that does not convert is `None`; the
-//! mapping drops it from `Meta` and reports it with [`dropped`], and the message is still
-//! processed (its id and payload are what count).
+//! What the broker crates share: the header names oncely's metadata travels under and the
+//! [`Meta`](crate::Meta) ↔ header list mapping ([`meta_headers`], [`read_header`]), the
+//! parser of oncely's own URL parameters ([`UrlParams`]), and total conversions from
+//! numbers and header text to `Meta` values, without arithmetic that can panic. A value that
+//! does not convert is `None`; the mapping drops it from `Meta` and reports it with
+//! [`dropped`], and the message is still processed (its id and payload are what count).
 //!
 //! Times are accepted from the Unix epoch up to `i64::MAX` milliseconds after it, so that
 //! every accepted time can also be stored as Unix milliseconds in an `i64` column.
+
+mod headers;
+mod params;
+
+pub use headers::{
+    ENTITY_HEADER, MESSAGE_ID_FIELD, MESSAGE_ID_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER,
+    meta_headers, read_header,
+};
+pub use params::UrlParams;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

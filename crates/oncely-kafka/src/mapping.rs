@@ -2,43 +2,27 @@
 
 use oncely_core::{MAX_MESSAGE_ID_BYTES, Meta, PayloadHash, RawEnvelope, wire};
 use rdkafka::message::Headers;
-use std::time::UNIX_EPOCH;
 use tracing::warn;
 
+pub use oncely_core::wire::{ENTITY_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER};
 /// Header carrying the producer's message id (the inbox key). Required: a record without
 /// it (or with an unusable value) is dead-lettered with reason `bad_id`.
-pub const ID_HEADER: &str = "message-id";
-/// Header carrying the entity version (decimal).
-pub const VERSION_HEADER: &str = "oncely-version";
-/// Header carrying the entity key (also used as the record key, so that one entity's
-/// messages stay in one partition, in order).
-pub const ENTITY_HEADER: &str = "oncely-entity";
-/// Header carrying the source time in Unix milliseconds (decimal). Without it, the
-/// record's own timestamp is used.
-pub const SOURCE_TIME_HEADER: &str = "oncely-source-time";
+pub const ID_HEADER: &str = wire::MESSAGE_ID_HEADER;
 
 /// The headers a producer sets for `message`, as `(key, value)` pairs in order:
-/// `message-id`, `oncely-version`, `oncely-entity`, `oncely-source-time`, then
-/// `message.meta.headers`.
+/// `message-id`, then [`wire::meta_headers`] (`oncely-version`, `oncely-entity`,
+/// `oncely-source-time`, then `message.meta.headers`). The entity key is also the record
+/// key ([`key_of`]); without `oncely-source-time` the consumer uses the record timestamp.
 pub fn headers_of(message: &RawEnvelope) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
+    let meta = wire::meta_headers(&message.meta);
+    let mut out = Vec::with_capacity(1 + meta.len());
     if let Some(id) = &message.id {
         out.push((ID_HEADER.to_owned(), id.clone()));
     }
-    let meta = &message.meta;
-    if let Some(v) = meta.version {
-        out.push((VERSION_HEADER.to_owned(), v.to_string().into_bytes()));
-    }
-    if let Some(e) = &meta.entity_key {
-        out.push((ENTITY_HEADER.to_owned(), e.clone().into_bytes()));
-    }
-    if let Some(t) = meta.source_time {
-        let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        out.push((SOURCE_TIME_HEADER.to_owned(), ms.to_string().into_bytes()));
-    }
-    for (k, v) in &meta.headers {
-        out.push((k.clone(), v.clone().into_bytes()));
-    }
+    out.extend(
+        meta.into_iter()
+            .map(|(k, v)| (k.to_owned(), v.into_bytes())),
+    );
     out
 }
 
@@ -93,14 +77,6 @@ pub fn offset_id(topic: &str, partition: i32, offset: i64) -> Vec<u8> {
     format!("#{}/{partition}/{offset}", &hash[..16]).into_bytes()
 }
 
-fn text<'v>(key: &str, value: &'v [u8]) -> Option<&'v str> {
-    let text = std::str::from_utf8(value).ok().map(str::trim);
-    if text.is_none() {
-        wire::dropped(key, value, "not UTF-8");
-    }
-    text
-}
-
 /// Reads a record back into a [`RawEnvelope`] from its headers (`(key, value)` pairs; a
 /// header without a value has `None`), payload and timestamp in Unix milliseconds.
 ///
@@ -120,7 +96,6 @@ pub fn envelope_of<'a>(
 ) -> RawEnvelope {
     let mut id = None;
     let mut meta = Meta::default();
-    let mut source_time = None;
     for (key, value) in headers {
         let Some(value) = value else { continue };
         match key {
@@ -129,27 +104,10 @@ pub fn envelope_of<'a>(
                     id = Some(value.to_vec());
                 }
             }
-            VERSION_HEADER => match text(key, value).map(wire::parse_version) {
-                Some(Some(v)) => meta.version = Some(v),
-                Some(None) => wire::dropped(key, value, "not a decimal i64"),
-                None => {}
-            },
-            ENTITY_HEADER => meta.entity_key = text(key, value).map(str::to_owned),
-            SOURCE_TIME_HEADER => match text(key, value).map(wire::parse_unix_ms) {
-                Some(Some(t)) => source_time = Some(t),
-                Some(None) => wire::dropped(key, value, "not Unix ms in range"),
-                None => {}
-            },
-            other => {
-                if let Ok(text) = std::str::from_utf8(value) {
-                    meta.headers.insert(other.to_owned(), text.to_owned());
-                } else {
-                    wire::dropped(other, value, "not UTF-8");
-                }
-            }
+            other => wire::read_header(&mut meta, other, value),
         }
     }
-    meta.source_time = source_time.or_else(|| {
+    meta.source_time = meta.source_time.or_else(|| {
         let ms = timestamp_ms?;
         let t = wire::time_from_unix_ms(ms);
         if t.is_none() {
@@ -167,7 +125,7 @@ pub fn envelope_of<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     fn round_trip(raw: &RawEnvelope, ts: Option<i64>) -> RawEnvelope {
         let headers = headers_of(raw);

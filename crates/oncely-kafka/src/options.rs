@@ -1,5 +1,6 @@
 //! [`KafkaOptions`] and the `kafka://` URL.
 
+use oncely_core::wire::UrlParams;
 use oncely_core::{Error, Result};
 use std::time::Duration;
 
@@ -67,13 +68,6 @@ impl Default for KafkaOptions {
     }
 }
 
-fn millis(key: &str, value: &str) -> Result<Duration> {
-    value
-        .parse()
-        .map(Duration::from_millis)
-        .map_err(|_| Error::config(format!("{key}={value:?} is not a number of milliseconds")))
-}
-
 impl KafkaOptions {
     /// Options for consumer `consumer` from a URL:
     ///
@@ -82,57 +76,55 @@ impl KafkaOptions {
     /// The group defaults to the consumer name and the topic to `oncely`. Parameters with a
     /// dot in their name are librdkafka settings, passed through.
     pub fn from_url(url: &str, consumer: &str) -> Result<Self> {
-        let rest = url
+        let params = UrlParams::new(url);
+        let rest = params
+            .base()
             .strip_prefix("kafka://")
             .ok_or_else(|| Error::config(format!("not a kafka:// URL: {url}")))?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (hosts, topics) = rest.split_once('/').unwrap_or((rest, ""));
         if hosts.is_empty() {
             return Err(Error::config(format!("no broker address in {url}")));
         }
-        let mut options = Self {
-            brokers: hosts.to_owned(),
-            group: consumer.to_owned(),
-            ..Self::default()
-        };
+        let defaults = Self::default();
         let topics: Vec<String> = topics
             .split(',')
             .filter(|t| !t.is_empty())
             .map(str::to_owned)
             .collect();
-        if !topics.is_empty() {
-            options.topics = topics;
-        }
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            match k {
-                "group" => options.group = v.to_owned(),
-                "partitions" => {
-                    options.partitions = v
-                        .parse()
-                        .map_err(|_| Error::config(format!("partitions={v:?} is not a number")))?;
-                }
-                "commit_interval_ms" => options.commit_interval = millis(k, v)?,
-                "revoke_wait_ms" => options.revoke_wait = millis(k, v)?,
-                "idle_exit_ms" => options.idle_exit = Some(millis(k, v)?),
-                "id" => {
-                    options.id_from = match v {
-                        "header" => IdFrom::Header,
-                        "offset" => IdFrom::Offset,
-                        _ => {
-                            return Err(Error::config(format!(
-                                "id={v:?}: use id=header (the message-id header) or id=offset"
-                            )));
-                        }
-                    }
-                }
-                key if key.contains('.') => options.client.push((key.to_owned(), v.to_owned())),
-                other => {
+        let mut options = Self {
+            brokers: hosts.to_owned(),
+            topics: if topics.is_empty() {
+                defaults.topics
+            } else {
+                topics
+            },
+            group: params.text_or("group", consumer),
+            commit_interval: params
+                .millis("commit_interval_ms")?
+                .unwrap_or(defaults.commit_interval),
+            revoke_wait: params
+                .millis("revoke_wait_ms")?
+                .unwrap_or(defaults.revoke_wait),
+            idle_exit: params.millis("idle_exit_ms")?,
+            id_from: match params.text("id") {
+                None | Some("header") => IdFrom::Header,
+                Some("offset") => IdFrom::Offset,
+                Some(v) => {
                     return Err(Error::config(format!(
-                        "unknown kafka URL parameter {other:?} (librdkafka settings contain a dot)"
+                        "id={v:?}: use id=header (the message-id header) or id=offset"
                     )));
                 }
+            },
+            partitions: params.number("partitions")?.unwrap_or(defaults.partitions),
+            client: Vec::new(),
+        };
+        for (key, value) in params.others() {
+            if !key.contains('.') {
+                return Err(Error::config(format!(
+                    "unknown kafka URL parameter {key:?} (librdkafka settings contain a dot)"
+                )));
             }
+            options.client.push((key.to_owned(), value.to_owned()));
         }
         Ok(options)
     }

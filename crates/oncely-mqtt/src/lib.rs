@@ -25,7 +25,6 @@ mod hold;
 mod mapping;
 mod producer;
 mod source;
-mod url;
 
 pub use mapping::{
     ENTITY_PROPERTY, ID_JSON_FIELD, ID_PROPERTY, SOURCE_TIME_PROPERTY, VERSION_PROPERTY,

@@ -3,18 +3,17 @@
 
 use oncely_core::{Error, Meta, RawEnvelope, Result, wire};
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
-use std::time::UNIX_EPOCH;
 
 /// MQTT 5 user property carrying the producer-set id.
-pub const ID_PROPERTY: &str = "message-id";
+pub const ID_PROPERTY: &str = wire::MESSAGE_ID_HEADER;
 /// JSON payload field carrying the id when the producer speaks MQTT 3.1.1 (no properties).
-pub const ID_JSON_FIELD: &str = "message_id";
+pub const ID_JSON_FIELD: &str = wire::MESSAGE_ID_FIELD;
 /// User property carrying the entity version.
-pub const VERSION_PROPERTY: &str = "oncely-version";
+pub const VERSION_PROPERTY: &str = wire::VERSION_HEADER;
 /// User property carrying the entity key.
-pub const ENTITY_PROPERTY: &str = "oncely-entity";
+pub const ENTITY_PROPERTY: &str = wire::ENTITY_HEADER;
 /// User property carrying the source time in Unix milliseconds.
-pub const SOURCE_TIME_PROPERTY: &str = "oncely-source-time";
+pub const SOURCE_TIME_PROPERTY: &str = wire::SOURCE_TIME_HEADER;
 
 fn checked(s: String) -> Result<String> {
     if s.chars().any(char::is_control) {
@@ -36,20 +35,11 @@ pub fn properties_of(message: &RawEnvelope) -> Result<PublishProperties> {
             String::from_utf8_lossy(id).into_owned(),
         ));
     }
-    let meta = &message.meta;
-    if let Some(v) = meta.version {
-        user.push((VERSION_PROPERTY.to_owned(), v.to_string()));
-    }
-    if let Some(e) = &meta.entity_key {
-        user.push((ENTITY_PROPERTY.to_owned(), e.clone()));
-    }
-    if let Some(t) = meta.source_time {
-        let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        user.push((SOURCE_TIME_PROPERTY.to_owned(), ms.to_string()));
-    }
-    for (k, v) in &meta.headers {
-        user.push((k.clone(), v.clone()));
-    }
+    user.extend(
+        wire::meta_headers(&message.meta)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v)),
+    );
     let user = user
         .into_iter()
         .map(|(k, v)| Ok((checked(k)?, checked(v)?)))
@@ -79,18 +69,7 @@ pub fn envelope_of(properties: Option<&PublishProperties>, payload: &[u8]) -> Ra
     {
         match k.as_str() {
             ID_PROPERTY => raw.id = Some(v.as_bytes().to_vec()),
-            VERSION_PROPERTY => match wire::parse_version(v) {
-                Some(version) => raw.meta.version = Some(version),
-                None => wire::dropped(k, v.as_bytes(), "not a decimal i64"),
-            },
-            ENTITY_PROPERTY => raw.meta.entity_key = Some(v.clone()),
-            SOURCE_TIME_PROPERTY => match wire::parse_unix_ms(v) {
-                Some(t) => raw.meta.source_time = Some(t),
-                None => wire::dropped(k, v.as_bytes(), "not Unix ms in range"),
-            },
-            other => {
-                raw.meta.headers.insert(other.to_owned(), v.clone());
-            }
+            name => wire::read_header(&mut raw.meta, name, v.as_bytes()),
         }
     }
     if raw.id.is_none()
@@ -105,21 +84,6 @@ pub fn envelope_of(properties: Option<&PublishProperties>, payload: &[u8]) -> Ra
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn round_trips_user_properties() {
-        let mut raw = RawEnvelope::new("m-1", br#"{"account":"acct-17","amount":5}"#.to_vec());
-        raw.meta.version = Some(3);
-        raw.meta.entity_key = Some("acct-17".into());
-        raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
-        raw.meta.headers.insert("trace".into(), "t".into());
-        assert_eq!(
-            envelope_of(Some(&properties_of(&raw).unwrap()), &raw.payload),
-            raw
-        );
-        assert!(properties_of(&RawEnvelope::new("a\nb", "x")).is_err());
-    }
 
     #[test]
     fn mqtt311_id_from_json_payload() {

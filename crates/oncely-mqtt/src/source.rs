@@ -3,8 +3,8 @@
 
 use crate::hold::{Hold, Item};
 use crate::mapping::envelope_of;
-use crate::url::split_params;
 use futures::future::BoxFuture;
+use oncely_core::wire::UrlParams;
 use oncely_core::{Acker, Delivery, Error, Result, Source};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::Packet;
@@ -18,7 +18,6 @@ use tracing::{info, warn};
 
 /// Default topic.
 pub const DEFAULT_TOPIC: &str = "oncely/messages";
-pub(crate) const PARAMS: &[&str] = &["topic", "client_id", "inflight", "session_expiry"];
 
 /// Settings of an [`MqttSource`].
 #[derive(Debug, Clone)]
@@ -41,10 +40,11 @@ impl MqttOptions5 {
     /// Options from `mqtt://host:port?topic=…&client_id=…&inflight=…&session_expiry=SECS`;
     /// the client id defaults to `oncely-{consumer}`.
     pub fn from_url(url: &str, consumer: &str) -> Result<Self> {
-        let (rest, p) = split_params(url, PARAMS);
-        let hostport = rest
+        let p = UrlParams::new(url);
+        let hostport = p
+            .base()
             .strip_prefix("mqtt://")
-            .or_else(|| rest.strip_prefix("tcp://"))
+            .or_else(|| p.base().strip_prefix("tcp://"))
             .ok_or_else(|| Error::config(format!("not an mqtt:// URL: {url}")))?
             .trim_end_matches('/');
         let (host, port) = match hostport.rsplit_once(':') {
@@ -55,28 +55,27 @@ impl MqttOptions5 {
             ),
             None => (hostport.to_owned(), 1883),
         };
-        let num = |k: &str| -> Result<Option<u64>> {
-            p.get(k)
-                .map(|v| {
-                    v.parse()
-                        .map_err(|_| Error::config(format!("{k}={v:?} is not a number")))
-                })
-                .transpose()
-        };
-        Ok(Self {
+        let options = Self {
             host,
             port,
-            topic: p
-                .get("topic")
-                .cloned()
-                .unwrap_or_else(|| DEFAULT_TOPIC.to_owned()),
+            topic: p.text_or("topic", DEFAULT_TOPIC),
             client_id: p
-                .get("client_id")
-                .cloned()
-                .unwrap_or_else(|| format!("oncely-{consumer}")),
-            inflight: num("inflight")?.map_or(20, |n| n.clamp(1, 65_535) as u16),
-            session_expiry: Duration::from_secs(num("session_expiry")?.unwrap_or(86_400)),
-        })
+                .text("client_id")
+                .map_or_else(|| format!("oncely-{consumer}"), str::to_owned),
+            inflight: p
+                .number::<u64>("inflight")?
+                .map_or(20, |n| n.clamp(1, 65_535) as u16),
+            session_expiry: p
+                .secs("session_expiry")?
+                .unwrap_or(Duration::from_secs(86_400)),
+        };
+        // The client takes settings, not a URL: anything else in the query is a mistake.
+        if let Some((key, _)) = p.others().next() {
+            return Err(Error::config(format!(
+                "unknown mqtt URL parameter {key:?} in {url}"
+            )));
+        }
+        Ok(options)
     }
 
     pub(crate) fn client_options(&self, client_id: &str, persistent: bool) -> MqttOptions {

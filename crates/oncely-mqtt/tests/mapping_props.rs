@@ -1,11 +1,14 @@
 //! `envelope_of` is total: any MQTT 5 user properties (and any payload) map without a
 //! panic, the payload stays byte-exact and a `message-id` property comes back as the id.
 
+use oncely_core::RawEnvelope;
+use oncely_mqtt::properties_of;
 use oncely_mqtt::{
     ENTITY_PROPERTY, ID_PROPERTY, SOURCE_TIME_PROPERTY, VERSION_PROPERTY, envelope_of,
 };
 use proptest::prelude::*;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
+use std::time::{Duration, UNIX_EPOCH};
 
 fn payload() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
@@ -93,4 +96,18 @@ fn out_of_range_properties_are_dropped() {
     assert_eq!(raw.payload, deep);
     assert_eq!((raw.meta.source_time, raw.meta.version), (None, None));
     assert_eq!(envelope_of(None, &deep).id, None);
+}
+
+#[test]
+fn round_trips_user_properties() {
+    let mut raw = RawEnvelope::new("m-1", br#"{"account":"acct-17","amount":5}"#.to_vec());
+    raw.meta.version = Some(3);
+    raw.meta.entity_key = Some("acct-17".into());
+    raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
+    raw.meta.headers.insert("trace".into(), "t".into());
+    assert_eq!(
+        envelope_of(Some(&properties_of(&raw).unwrap()), &raw.payload),
+        raw
+    );
+    assert!(properties_of(&RawEnvelope::new("a\nb", "x")).is_err());
 }

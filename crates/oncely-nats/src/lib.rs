@@ -26,7 +26,6 @@ mod durable;
 mod mapping;
 mod producer;
 mod source;
-mod url;
 
 pub use durable::durable_name;
 pub use mapping::{

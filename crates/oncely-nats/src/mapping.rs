@@ -2,17 +2,12 @@
 
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use oncely_core::{Error, Meta, RawEnvelope, Result, wire};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
+pub use oncely_core::wire::{ENTITY_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER};
 /// Header carrying the producer-set id; JetStream also dedups on it within the stream's
 /// duplicate window.
 pub const ID_HEADER: &str = "Nats-Msg-Id";
-/// Header carrying the entity version.
-pub const VERSION_HEADER: &str = "oncely-version";
-/// Header carrying the entity key.
-pub const ENTITY_HEADER: &str = "oncely-entity";
-/// Header carrying the source time in Unix milliseconds.
-pub const SOURCE_TIME_HEADER: &str = "oncely-source-time";
 
 /// The headers a producer sets. Fails for values NATS headers cannot carry (CR or LF,
 /// e.g. an id with a line break) instead of sending the message without its id.
@@ -31,19 +26,8 @@ pub fn headers_of(message: &RawEnvelope) -> Result<HeaderMap> {
     if let Some(id) = &message.id {
         put(ID_HEADER, &String::from_utf8_lossy(id))?;
     }
-    let meta = &message.meta;
-    if let Some(v) = meta.version {
-        put(VERSION_HEADER, &v.to_string())?;
-    }
-    if let Some(e) = &meta.entity_key {
-        put(ENTITY_HEADER, e)?;
-    }
-    if let Some(t) = meta.source_time {
-        let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        put(SOURCE_TIME_HEADER, &ms.to_string())?;
-    }
-    for (k, v) in &meta.headers {
-        put(k, v)?;
+    for (k, v) in wire::meta_headers(&message.meta) {
+        put(k, &v)?;
     }
     Ok(h)
 }
@@ -65,7 +49,6 @@ pub fn envelope_of(
         payload: payload.to_vec(),
         meta: Meta::default(),
     };
-    let mut source_time = None;
     for (name, values) in headers.into_iter().flat_map(HeaderMap::iter) {
         let Some(value) = values.first() else {
             continue;
@@ -74,29 +57,20 @@ pub fn envelope_of(
         let name: &str = name.as_ref();
         match name {
             ID_HEADER => raw.id = Some(text.as_bytes().to_vec()),
-            VERSION_HEADER => match wire::parse_version(text) {
-                Some(v) => raw.meta.version = Some(v),
-                None => wire::dropped(name, text.as_bytes(), "not a decimal i64"),
-            },
-            ENTITY_HEADER => raw.meta.entity_key = Some(text.to_owned()),
-            SOURCE_TIME_HEADER => match wire::parse_unix_ms(text) {
-                Some(t) => source_time = Some(t),
-                None => wire::dropped(name, text.as_bytes(), "not Unix ms in range"),
-            },
-            other => {
-                raw.meta.headers.insert(other.to_owned(), text.to_owned());
-            }
+            name => wire::read_header(&mut raw.meta, name, text.as_bytes()),
         }
     }
-    raw.meta.source_time =
-        source_time.or_else(|| published.and_then(|t| wire::time_in_range(t.into())));
+    raw.meta.source_time = raw
+        .meta
+        .source_time
+        .or_else(|| published.and_then(|t| wire::time_in_range(t.into())));
     raw
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     const NONE: Option<SystemTime> = None;
 

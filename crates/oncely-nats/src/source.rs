@@ -2,12 +2,12 @@
 
 use crate::durable::durable_name;
 use crate::mapping::envelope_of;
-use crate::url::split_params;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
 use async_nats::jetstream::message::{AckKind, Acker as JsAcker};
 use async_nats::jetstream::{self, Context, stream};
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use oncely_core::wire::UrlParams;
 use oncely_core::{Acker, Delivery, Error, Result, Source};
 use std::time::Duration;
 use tracing::warn;
@@ -16,14 +16,6 @@ use tracing::warn;
 pub const DEFAULT_STREAM: &str = "ONCELY";
 /// Default subject.
 pub const DEFAULT_SUBJECT: &str = "oncely.messages";
-pub(crate) const PARAMS: &[&str] = &[
-    "stream",
-    "subject",
-    "durable",
-    "ack_wait_ms",
-    "batch",
-    "dup_window_ms",
-];
 
 /// Settings of a [`NatsSource`] (and of the stream a producer creates).
 #[derive(Debug, Clone)]
@@ -59,35 +51,17 @@ impl NatsOptions {
     /// Options from a URL's `?stream=`, `?subject=`, `?durable=`, `?ack_wait_ms=`,
     /// `?batch=`, `?dup_window_ms=`; returns the URL without them.
     pub fn from_url(url: &str, consumer: &str) -> Result<(String, Self)> {
-        let (rest, p) = split_params(url, PARAMS);
-        let mut o = Self::new(consumer);
-        let num = |k: &str| -> Result<Option<u64>> {
-            p.get(k)
-                .map(|v| {
-                    v.parse()
-                        .map_err(|_| Error::config(format!("{k}={v:?} is not a number")))
-                })
-                .transpose()
+        let p = UrlParams::new(url);
+        let d = Self::new(consumer);
+        let o = Self {
+            stream: p.text_or("stream", &d.stream),
+            subject: p.text_or("subject", &d.subject),
+            durable: p.text_or("durable", &d.durable),
+            ack_wait: p.millis("ack_wait_ms")?.unwrap_or(d.ack_wait),
+            batch: p.number::<usize>("batch")?.map_or(d.batch, |b| b.max(1)),
+            duplicate_window: p.millis("dup_window_ms")?.unwrap_or(d.duplicate_window),
         };
-        if let Some(s) = p.get("stream") {
-            o.stream = s.clone();
-        }
-        if let Some(s) = p.get("subject") {
-            o.subject = s.clone();
-        }
-        if let Some(s) = p.get("durable") {
-            o.durable = s.clone();
-        }
-        if let Some(ms) = num("ack_wait_ms")? {
-            o.ack_wait = Duration::from_millis(ms);
-        }
-        if let Some(b) = num("batch")? {
-            o.batch = b.max(1) as usize;
-        }
-        if let Some(ms) = num("dup_window_ms")? {
-            o.duplicate_window = Duration::from_millis(ms);
-        }
-        Ok((rest, o))
+        Ok((p.rest(), o))
     }
 }
 

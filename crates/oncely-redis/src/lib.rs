@@ -24,7 +24,6 @@
 mod mapping;
 mod producer;
 mod source;
-mod url;
 
 pub use mapping::{
     ENTITY_FIELD, ID_FIELD, PAYLOAD_FIELD, SOURCE_TIME_FIELD, VERSION_FIELD, envelope_of, fields_of,

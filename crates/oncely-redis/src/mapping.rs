@@ -3,18 +3,18 @@
 use oncely_core::{Meta, RawEnvelope, wire};
 use redis::Value;
 use std::collections::HashMap;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// Field carrying the producer-set message id (the entry id is the broker's, not the producer's).
-pub const ID_FIELD: &str = "message_id";
+pub const ID_FIELD: &str = wire::MESSAGE_ID_FIELD;
 /// Field carrying the payload bytes.
 pub const PAYLOAD_FIELD: &str = "payload";
 /// Field carrying the entity version.
-pub const VERSION_FIELD: &str = "oncely-version";
+pub const VERSION_FIELD: &str = wire::VERSION_HEADER;
 /// Field carrying the entity key.
-pub const ENTITY_FIELD: &str = "oncely-entity";
+pub const ENTITY_FIELD: &str = wire::ENTITY_HEADER;
 /// Field carrying the source time in Unix milliseconds.
-pub const SOURCE_TIME_FIELD: &str = "oncely-source-time";
+pub const SOURCE_TIME_FIELD: &str = wire::SOURCE_TIME_HEADER;
 
 /// The fields a producer writes with `XADD`, in order.
 pub fn fields_of(message: &RawEnvelope) -> Vec<(String, Vec<u8>)> {
@@ -23,20 +23,11 @@ pub fn fields_of(message: &RawEnvelope) -> Vec<(String, Vec<u8>)> {
         fields.push((ID_FIELD.to_owned(), id.clone()));
     }
     fields.push((PAYLOAD_FIELD.to_owned(), message.payload.clone()));
-    let meta = &message.meta;
-    if let Some(v) = meta.version {
-        fields.push((VERSION_FIELD.to_owned(), v.to_string().into_bytes()));
-    }
-    if let Some(e) = &meta.entity_key {
-        fields.push((ENTITY_FIELD.to_owned(), e.clone().into_bytes()));
-    }
-    if let Some(t) = meta.source_time {
-        let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        fields.push((SOURCE_TIME_FIELD.to_owned(), ms.to_string().into_bytes()));
-    }
-    for (k, v) in &meta.headers {
-        fields.push((k.clone(), v.clone().into_bytes()));
-    }
+    fields.extend(
+        wire::meta_headers(&message.meta)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.into_bytes())),
+    );
     fields
 }
 
@@ -81,36 +72,10 @@ pub fn envelope_of(entry_id: &str, map: &HashMap<String, Value>) -> RawEnvelope 
             wire::dropped(name, format!("{v:?}").as_bytes(), "not a string");
             continue;
         };
-        let text = match name {
-            ID_FIELD => {
-                raw.id = Some(bytes);
-                continue;
-            }
-            PAYLOAD_FIELD => {
-                raw.payload = bytes;
-                continue;
-            }
-            _ => match String::from_utf8(bytes) {
-                Ok(text) => text,
-                Err(e) => {
-                    wire::dropped(name, e.as_bytes(), "not UTF-8");
-                    continue;
-                }
-            },
-        };
         match name {
-            VERSION_FIELD => match wire::parse_version(&text) {
-                Some(v) => meta.version = Some(v),
-                None => wire::dropped(name, text.as_bytes(), "not a decimal i64"),
-            },
-            ENTITY_FIELD => meta.entity_key = Some(text),
-            SOURCE_TIME_FIELD => match wire::parse_unix_ms(&text) {
-                Some(t) => meta.source_time = Some(t),
-                None => wire::dropped(name, text.as_bytes(), "not Unix ms in range"),
-            },
-            other => {
-                meta.headers.insert(other.to_owned(), text);
-            }
+            ID_FIELD => raw.id = Some(bytes),
+            PAYLOAD_FIELD => raw.payload = bytes,
+            _ => wire::read_header(&mut meta, name, &bytes),
         }
     }
     meta.source_time = meta.source_time.or_else(|| entry_time(entry_id));
@@ -121,25 +86,6 @@ pub fn envelope_of(entry_id: &str, map: &HashMap<String, Value>) -> RawEnvelope 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn round_trips() {
-        let mut raw = RawEnvelope::new("m-1", br#"{"account":"acct-17","amount":5}"#.to_vec());
-        raw.meta.version = Some(3);
-        raw.meta.entity_key = Some("acct-17".into());
-        raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
-        raw.meta.headers.insert("trace".into(), "t".into());
-        let map: HashMap<String, Value> = fields_of(&raw)
-            .into_iter()
-            .map(|(k, v)| (k, Value::BulkString(v)))
-            .collect();
-        assert_eq!(
-            envelope_of("5-0", &map),
-            raw,
-            "the field wins over the entry id"
-        );
-    }
 
     #[test]
     fn no_id_field_means_no_id() {

@@ -1,8 +1,7 @@
 //! [`RedisProducer`]: `XADD`s [`RawEnvelope`]s with the id in the `message_id` field.
 
 use crate::mapping::fields_of;
-use crate::source::{DEFAULT_STREAM, redis_err};
-use crate::url::split_params;
+use crate::source::{RedisOptions, redis_err};
 use oncely_core::{Error, RawEnvelope, Result};
 use redis::aio::MultiplexedConnection;
 
@@ -50,18 +49,8 @@ impl RedisProducer {
 
 /// Publishes `messages` to the stream named by the URL's `?stream=` (default `oncely`).
 pub async fn publish(url: &str, messages: &[RawEnvelope]) -> Result<()> {
-    let (url, params) = split_params(
-        url,
-        &[
-            "stream",
-            "group",
-            "member",
-            "batch",
-            "reclaim_ms",
-            "block_ms",
-        ],
-    );
-    let stream = params.get("stream").map_or(DEFAULT_STREAM, String::as_str);
+    let (url, options) = RedisOptions::from_url(url, "producer")?;
+    let stream = options.stream.as_str();
     let mut producer = RedisProducer::connect(&url, stream).await?;
     for chunk in messages.chunks(1000) {
         producer.send_all(chunk).await?;

@@ -1,8 +1,8 @@
 //! [`RedisSource`]: a Redis stream consumer group as an oncely [`Source`].
 
 use crate::mapping::envelope_of;
-use crate::url::split_params;
 use futures::future::BoxFuture;
+use oncely_core::wire::UrlParams;
 use oncely_core::{Acker, Delivery, Error, Result, Source};
 use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
@@ -57,45 +57,20 @@ impl RedisOptions {
     /// Options from a URL's `?stream=`, `?group=`, `?member=`, `?batch=`, `?reclaim_ms=`,
     /// `?block_ms=`; returns the URL without them.
     pub fn from_url(url: &str, consumer: &str) -> Result<(String, Self)> {
-        let (rest, p) = split_params(
-            url,
-            &[
-                "stream",
-                "group",
-                "member",
-                "batch",
-                "reclaim_ms",
-                "block_ms",
-            ],
-        );
-        let mut o = Self::new(consumer);
-        let num = |k: &str| -> Result<Option<u64>> {
-            p.get(k)
-                .map(|v| {
-                    v.parse()
-                        .map_err(|_| Error::config(format!("{k}={v:?} is not a number")))
-                })
-                .transpose()
+        let p = UrlParams::new(url);
+        let d = Self::new(consumer);
+        let o = Self {
+            stream: p.text_or("stream", &d.stream),
+            group: p.text_or("group", &d.group),
+            member: p.text_or("member", &d.member),
+            batch: p.number::<usize>("batch")?.map_or(d.batch, |b| b.max(1)),
+            reclaim_idle: p.millis("reclaim_ms")?.unwrap_or(d.reclaim_idle),
+            block: p
+                .millis("block_ms")?
+                .map_or(d.block, |b| b.max(Duration::from_millis(1))),
+            ..d
         };
-        if let Some(s) = p.get("stream") {
-            o.stream = s.clone();
-        }
-        if let Some(g) = p.get("group") {
-            o.group = g.clone();
-        }
-        if let Some(m) = p.get("member") {
-            o.member = m.clone();
-        }
-        if let Some(b) = num("batch")? {
-            o.batch = b.max(1) as usize;
-        }
-        if let Some(ms) = num("reclaim_ms")? {
-            o.reclaim_idle = Duration::from_millis(ms);
-        }
-        if let Some(ms) = num("block_ms")? {
-            o.block = Duration::from_millis(ms.max(1));
-        }
-        Ok((rest, o))
+        Ok((p.rest(), o))
     }
 }
 

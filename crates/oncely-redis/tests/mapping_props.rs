@@ -1,13 +1,16 @@
 //! `envelope_of` is total: any stream entry maps without a panic, the payload stays
 //! byte-exact and a `message_id` field comes back as the same id bytes.
 
+use oncely_core::RawEnvelope;
 use oncely_core::wire::time_from_unix_ms;
+use oncely_redis::fields_of;
 use oncely_redis::{
     ENTITY_FIELD, ID_FIELD, PAYLOAD_FIELD, SOURCE_TIME_FIELD, VERSION_FIELD, envelope_of,
 };
 use proptest::prelude::*;
 use redis::Value;
 use std::collections::HashMap;
+use std::time::{Duration, UNIX_EPOCH};
 
 fn bytes() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
@@ -120,4 +123,22 @@ fn out_of_range_fields_are_dropped_entry_time_is_the_fallback() {
     assert!(raw.meta.headers.is_empty());
     let raw = envelope_of("1700000000123-7", &map);
     assert_eq!(raw.meta.source_time, time_from_unix_ms(1_700_000_000_123));
+}
+
+#[test]
+fn round_trips() {
+    let mut raw = RawEnvelope::new("m-1", br#"{"account":"acct-17","amount":5}"#.to_vec());
+    raw.meta.version = Some(3);
+    raw.meta.entity_key = Some("acct-17".into());
+    raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
+    raw.meta.headers.insert("trace".into(), "t".into());
+    let map: HashMap<String, Value> = fields_of(&raw)
+        .into_iter()
+        .map(|(k, v)| (k, Value::BulkString(v)))
+        .collect();
+    assert_eq!(
+        envelope_of("5-0", &map),
+        raw,
+        "the field wins over the entry id"
+    );
 }

@@ -127,7 +127,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         },
     );
     let name = ConsumerName::new("demo")?;
-    let (stats, source_stats, elapsed) = match &args.source {
+    let (stats, source_stats, elapsed, broker_dedups) = match &args.source {
         None => {
             let source = MemorySource::with_faults(SourceFaults {
                 seed: args.seed,
@@ -143,7 +143,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             let started = Instant::now();
             let stats =
                 consume_with(&args, &store, &credit_tables, &name, source.clone(), copies).await?;
-            (stats, source.stats(), started.elapsed())
+            (stats, source.stats(), started.elapsed(), false)
         }
         Some(broker) => {
             let url = broker::consume_url(broker, &args);
@@ -153,6 +153,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
                 publish(&url, &[]).await?;
             }
             let mut source = connect_source(&url, name.as_str()).await?;
+            let broker_dedups = source.broker_drops_republished_ids();
             let discarded = broker::drain(&mut source, &url).await?;
             if discarded > 0 && !args.json {
                 eprintln!("discarded {discarded} leftover message(s) from earlier runs");
@@ -178,17 +179,13 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
                 deliveries: stats.received,
                 ..MemoryStats::default()
             };
-            (stats, source_stats, elapsed)
+            (stats, source_stats, elapsed, broker_dedups)
         }
     };
 
     let mut verdict = check(&store, &credit_tables, &name, &published).await?;
-    if args
-        .source
-        .as_deref()
-        .is_some_and(|s| s.starts_with("nats"))
-    {
-        // JetStream drops a second publish with the same Nats-Msg-Id inside its dedup window,
+    if broker_dedups {
+        // The broker (JetStream) drops a second publish of an id inside its dedup window,
         // so a conflicting copy never reaches the consumer: the broker resolved it.
         verdict.broker_dropped_conflicts = verdict.conflicts_injected - verdict.conflicts_caught;
     }
