@@ -44,9 +44,15 @@ impl<Tx, H: Handler<Tx>> Handler<Tx> for Shared<H> {
     }
 }
 
-/// What one message of a committed batch came to.
+/// What one message of a batch came to.
 enum Settled {
     Done(Outcome),
+    Conflict(PayloadHash),
+}
+
+/// What one message of a committed batch came to: settled messages carry their proof.
+enum Committable {
+    Done(Outcome, Committed),
     Conflict(PayloadHash),
 }
 
@@ -253,17 +259,14 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
                 Ok(settled) => {
                     self.counts.committed.fetch_add(1, Relaxed);
                     let stats = self.stats();
-                    // One commit covers every delivery of the batch: each ack gets its own
-                    // copy of the proof `commit` returned.
                     let rows = pending.into_iter().zip(&valid).zip(settled);
                     for (((at, delivery), message), settled) in rows {
                         stats.received();
                         let outcome = match settled {
-                            Settled::Done(outcome) => {
-                                self.ack(delivery, Committed::after_durable_commit(), outcome)
-                                    .await
+                            Committable::Done(outcome, proof) => {
+                                self.ack(delivery, proof, outcome).await
                             }
-                            Settled::Conflict(stored) => {
+                            Committable::Conflict(stored) => {
                                 self.conflict(delivery, stored, message.payload_hash(), stop)
                                     .await
                             }
@@ -300,7 +303,7 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
         batch: &[Envelope],
         deliveries: usize,
         stop: &CancellationToken,
-    ) -> Result<Vec<Settled>> {
+    ) -> Result<Vec<Committable>> {
         let health = self.health();
         let _held = health.track(deliveries);
         let mut backoff = Backoff::store();
@@ -330,7 +333,7 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
 
     /// begin → claim_batch → handler for each fresh message → commit. Any failure rolls the
     /// whole batch back and is returned.
-    async fn attempt(&self, batch: &[Envelope]) -> Result<Vec<Settled>> {
+    async fn attempt(&self, batch: &[Envelope]) -> Result<Vec<Committable>> {
         let store = self.store();
         let mut tx = store.begin().await?;
         let items: Vec<(MessageId, PayloadHash)> = batch
@@ -395,10 +398,14 @@ impl<S: Store, H: Handler<S::Tx>> BatchConsumer<S, H> {
                 }));
             }
         }
-        let _proof: Committed = store.commit(tx).await?;
+        store.commit(tx).await?;
+        // One commit covers every delivery of the batch: each gets its own proof of it.
         Ok(settled
             .into_iter()
-            .map(|s| s.expect("every message settled"))
+            .map(|s| match s.expect("every message settled") {
+                Settled::Done(outcome) => Committable::Done(outcome, Committed::new()),
+                Settled::Conflict(stored) => Committable::Conflict(stored),
+            })
             .collect())
     }
 

@@ -397,8 +397,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 .committed_claim(&self.name, envelope.id(), hash)
                 .await
             {
-                Ok(Some(proof)) => return Attempt::Done(Outcome::Duplicate, proof),
-                Ok(None) => {}
+                Ok(true) => return Attempt::Done(Outcome::Duplicate, Committed::new()),
+                Ok(false) => {}
                 Err(e) => return store_err(e),
             }
         }
@@ -453,12 +453,13 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         if self.config.unsafe_ack_before_commit {
             let early = delivery.take().expect("delivery present");
             let crash = self.crash(Step::Effected, &early);
-            let _ = early.ack(Committed::after_durable_commit()).await;
+            // The test-only breach of the contract: acked before the commit, so without a proof.
+            let _ = early.discard().await;
             if crash {
                 return Attempt::Crashed(Step::Effected);
             }
             return match self.store.commit(tx).await {
-                Ok(proof) => Attempt::Done(outcome, proof),
+                Ok(()) => Attempt::Done(outcome, Committed::new()),
                 Err(e) => store_err(e),
             };
         }
@@ -470,11 +471,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let committed = self.store.commit(tx).await;
         crate::metrics::commit_time(&self.name, started.elapsed());
         match committed {
-            Ok(proof) if self.crash(Step::Committed, d) => {
-                drop(proof);
-                Attempt::Crashed(Step::Committed)
-            }
-            Ok(proof) => Attempt::Done(outcome, proof),
+            Ok(()) if self.crash(Step::Committed, d) => Attempt::Crashed(Step::Committed),
+            Ok(()) => Attempt::Done(outcome, Committed::new()),
             // A transient commit failure after the handler ran is the handler's attempt
             // failing (e.g. PostgreSQL refusing to commit a transaction the handler let abort):
             // it counts toward the retry policy and ends in a dead letter, never in a hold
@@ -558,6 +556,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     }
 
     /// Inserts `letter`, holding and retrying while the store fails; fails only on shutdown.
+    /// The proof stands for the stored dead letter.
     pub(crate) async fn store_dead_letter(
         &self,
         letter: &DeadLetter,
@@ -570,9 +569,9 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             let stored = self.store.dead_letter(letter).await;
             drop(probe.take());
             match stored {
-                Ok(proof) => {
+                Ok(()) => {
                     self.health.succeeded(started);
-                    return Ok(proof);
+                    return Ok(Committed::new());
                 }
                 Err(e) => match self.hold(&e, &mut backoff, stop).await {
                     Some(turn) => probe = turn,

@@ -7,8 +7,10 @@
 //! ```
 //!
 //! - [`MessageId`], [`ConsumerName`], [`Envelope`], [`PayloadHash`]: the validated model.
-//! - [`Store`]: the transaction the claim and the effect share; its commit yields the
-//!   [`Committed`] proof that [`Delivery::ack`] requires, so no ack can precede a commit.
+//! - [`Store`]: the transaction the claim and the effect share. After its commit returns
+//!   `Ok`, the runtime makes the [`Committed`] proof that [`Delivery::ack`] requires; only
+//!   oncely-core can make one, so no processed delivery is acked before its commit.
+//!   [`Delivery::discard`] drops a message on purpose, without a proof.
 //! - [`Source`] and [`Delivery`]: what brokers deliver.
 //! - [`Consumer`]: the runtime (concurrency, retries with backoff, dead-lettering, shutdown),
 //!   with a per-consumer [`StoreHealth`] circuit breaker that holds deliveries while the store fails.

@@ -257,13 +257,12 @@ impl Drop for MemoryAcker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Committed;
 
     async fn drain(source: &mut MemorySource) -> Vec<String> {
         let mut ids = Vec::new();
         while let Some(d) = source.next().await.unwrap() {
             ids.push(d.message().display_id().unwrap());
-            d.ack(Committed::after_durable_commit()).await.unwrap();
+            d.discard().await.unwrap();
         }
         ids
     }
@@ -314,7 +313,7 @@ mod tests {
         d.nack().await.unwrap();
         let d = s.next().await.unwrap().unwrap();
         assert_eq!(d.attempt(), 3);
-        d.ack(Committed::after_durable_commit()).await.unwrap();
+        d.discard().await.unwrap();
         assert!(s.next().await.unwrap().is_none());
         assert_eq!(s.stats().requeued, 2);
     }

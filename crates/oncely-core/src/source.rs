@@ -1,4 +1,5 @@
-//! The source contract: deliveries from a broker, acked only with a [`Committed`] proof.
+//! The source contract: deliveries from a broker, acked only with a [`Committed`] proof
+//! (or dropped on purpose with [`Delivery::discard`]).
 
 use crate::envelope::RawEnvelope;
 use crate::error::Result;
@@ -64,9 +65,32 @@ impl Delivery {
         self.attempt
     }
 
-    /// Acks after the commit that `proof` stands for.
+    /// Acks after the commit that `proof` stands for. Only the runtime ([`Consumer`],
+    /// [`BatchConsumer`]) holds proofs, so this is the ack of a processed message.
+    ///
+    /// [`Consumer`]: crate::Consumer
+    /// [`BatchConsumer`]: crate::BatchConsumer
     pub async fn ack(self, proof: Committed) -> Result<()> {
         let _ = proof;
+        self.acker.ack().await
+    }
+
+    /// Acks without a proof: the message is dropped on purpose; nothing was committed. The
+    /// broker will not deliver it again. For draining a source (demos, benchmarks of a
+    /// broker alone, tests of a source), never for a message that was meant to be processed.
+    ///
+    /// ```
+    /// use oncely_core::{MemorySource, RawEnvelope, Source};
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let mut source = MemorySource::new();
+    /// source.publish(RawEnvelope::new("m-1", "5"));
+    /// source.close();
+    /// while let Some(delivery) = source.next().await.unwrap() {
+    ///     delivery.discard().await.unwrap();
+    /// }
+    /// # });
+    /// ```
+    pub async fn discard(self) -> Result<()> {
         self.acker.ack().await
     }
 

@@ -1,5 +1,6 @@
-//! The store contract: a transaction the handler writes through, a claim inside it,
-//! a commit that yields the [`Committed`] proof an ack requires, and a dead-letter table.
+//! The store contract: a transaction the handler writes through, a claim inside it, a
+//! commit, and a dead-letter table; plus the [`Committed`] proof the runtime makes from a
+//! successful commit and an ack requires.
 
 use crate::envelope::{Meta, PayloadHash, RawEnvelope};
 use crate::error::Result;
@@ -8,8 +9,24 @@ use crate::outcome::DeadLetterReason;
 use std::future::Future;
 use std::time::SystemTime;
 
-/// Proof that a transaction committed. Acking a delivery requires one, so an ack
-/// cannot be written before the commit it depends on.
+/// Proof that the store reported a durable commit. [`Delivery::ack`](crate::Delivery::ack)
+/// requires one, so a processed delivery cannot be acked before the commit it depends on.
+///
+/// Only the runtime in `oncely-core` makes it, right after [`Store::commit`] or
+/// [`Store::dead_letter`] returned `Ok` (or [`Store::committed_claim`] returned `Ok(true)`).
+/// A store reports success with `Ok(())` and never holds a proof. User code can neither call
+/// a constructor nor write a struct literal:
+///
+/// ```compile_fail
+/// let proof = oncely_core::Committed::new();
+/// ```
+///
+/// ```compile_fail
+/// let proof = oncely_core::Committed { _sealed: () };
+/// ```
+///
+/// Draining a source without processing is explicit and needs no proof:
+/// [`Delivery::discard`](crate::Delivery::discard).
 #[must_use = "a Committed proof exists to be passed to an ack"]
 #[derive(Debug)]
 pub struct Committed {
@@ -17,9 +34,8 @@ pub struct Committed {
 }
 
 impl Committed {
-    /// For store implementations only: call this right after the database confirmed the commit.
-    #[doc(hidden)]
-    pub fn after_durable_commit() -> Self {
+    /// The runtime only: call right after a store call confirmed a durable commit.
+    pub(crate) fn new() -> Self {
         Self { _sealed: () }
     }
 }
@@ -138,10 +154,10 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 
-    /// Looks `(consumer, id)` up outside any transaction, before a claim. `Some(proof)` when
-    /// the inbox already holds it with this `hash`: a committed claim, so the delivery is a
-    /// duplicate and may be acked with the proof. `None` when it is absent or held with
-    /// another hash (the claim then decides, as always). The default finds nothing.
+    /// Looks `(consumer, id)` up outside any transaction, before a claim. `true` when the
+    /// inbox already holds it with this `hash`: a committed claim, so the delivery is a
+    /// duplicate and may be acked. `false` when it is absent or held with another hash (the
+    /// claim then decides, as always). The default finds nothing.
     ///
     /// Used by [`crate::Consumer::check_inbox_first`].
     fn committed_claim(
@@ -149,13 +165,14 @@ pub trait Store: Send + Sync + 'static {
         consumer: &ConsumerName,
         id: &crate::MessageId,
         hash: PayloadHash,
-    ) -> impl Future<Output = Result<Option<Committed>>> + Send {
+    ) -> impl Future<Output = Result<bool>> + Send {
         let _ = (consumer, id, hash);
-        async { Ok(None) }
+        async { Ok(false) }
     }
 
-    /// Commits durably and returns the proof an ack needs.
-    fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<Committed>> + Send;
+    /// Commits durably. `Ok(())` means the claim and the effect are durable: the runtime
+    /// acks the delivery only after it.
+    fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<()>> + Send;
 
     /// Rolls back (dropping the transaction must do the same).
     fn rollback(&self, tx: Self::Tx) -> impl Future<Output = Result<()>> + Send;
@@ -163,8 +180,9 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a dead letter in its own transaction and commits it. Storing the same dead
     /// letter again (same consumer, raw id, payload and reason code) updates the stored row
     /// (see [`StoredDeadLetter::deliveries`]) instead of adding one. It must not fail because
-    /// of the message's content (sizes, NUL bytes, invalid UTF-8).
-    fn dead_letter(&self, letter: &DeadLetter) -> impl Future<Output = Result<Committed>> + Send;
+    /// of the message's content (sizes, NUL bytes, invalid UTF-8). `Ok(())` means the row
+    /// is durable: the runtime acks the delivery only after it.
+    fn dead_letter(&self, letter: &DeadLetter) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// Read access for checks, admin commands and the conformance suite.

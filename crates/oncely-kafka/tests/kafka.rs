@@ -12,7 +12,7 @@ use oncely_broker_tests::faults::wait_for_rows;
 use oncely_broker_tests::services::unique;
 use oncely_broker_tests::suite::{conformance, sqlite_db};
 use oncely_broker_tests::workload::Workload;
-use oncely_core::{Committed, Delivery, RawEnvelope, Source};
+use oncely_core::{Delivery, RawEnvelope, Source};
 use oncely_kafka::{KafkaOptions, KafkaSource, create_topic};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -40,10 +40,6 @@ async fn kafka_conformance() {
         Duration::from_secs(120),
     )
     .await;
-}
-
-fn proof() -> Committed {
-    Committed::after_durable_commit()
 }
 
 async fn next(source: &mut KafkaSource) -> Delivery {
@@ -94,8 +90,8 @@ async fn kafka_redelivery_and_contiguous_commits() {
     let d2 = next(&mut s).await;
     assert_eq!([id(&d0), id(&d1), id(&d2)], ["k-0", "k-1", "k-2"]);
     assert_eq!(d0.attempt(), 1);
-    d2.ack(proof()).await.expect("ack");
-    d1.ack(proof()).await.expect("ack");
+    d2.discard().await.expect("ack");
+    d1.discard().await.expect("ack");
     assert_eq!(
         s.commit_now().await.expect("commit"),
         0,
@@ -104,7 +100,7 @@ async fn kafka_redelivery_and_contiguous_commits() {
     d0.nack().await.expect("nack");
     let again = next(&mut s).await;
     assert_eq!((id(&again).as_str(), again.attempt()), ("k-0", 2));
-    again.ack(proof()).await.expect("ack");
+    again.discard().await.expect("ack");
     assert_eq!(s.commit_now().await.expect("commit"), 1);
     assert!(
         s.next().await.expect("idle").is_none(),
@@ -120,7 +116,7 @@ async fn kafka_redelivery_and_contiguous_commits() {
     let d3 = next(&mut s).await;
     assert_eq!(id(&d3), "k-3", "offsets 0..=2 were committed");
     let d4 = next(&mut s).await;
-    d4.ack(proof()).await.expect("ack");
+    d4.discard().await.expect("ack");
     assert_eq!(s.commit_now().await.expect("commit"), 0);
     std::mem::forget(d3); // the process "dies" with k-3 unsettled
     drop(s);
@@ -131,8 +127,8 @@ async fn kafka_redelivery_and_contiguous_commits() {
     let first = next(&mut s).await;
     let second = next(&mut s).await;
     assert_eq!([id(&first), id(&second)], ["k-3", "k-4"]);
-    first.ack(proof()).await.expect("ack");
-    second.ack(proof()).await.expect("ack");
+    first.discard().await.expect("ack");
+    second.discard().await.expect("ack");
 }
 
 /// Records without a usable `message-id` header are delivered with a bad id (and

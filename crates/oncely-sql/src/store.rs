@@ -5,8 +5,8 @@ use crate::error::db;
 use crate::letter::LetterRow;
 use crate::tables::Tables;
 use oncely_core::{
-    Claim, Committed, ConsumerName, DeadLetter, Error, Inspect, MessageId, Meta, PayloadHash,
-    Result, Store, StoredDeadLetter,
+    Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, Meta, PayloadHash, Result, Store,
+    StoredDeadLetter,
 };
 use sqlx::{AssertSqlSafe, Database, MySql, Pool, Postgres, Row, SqlSafeStr, SqlStr, Sqlite};
 use std::sync::Arc;
@@ -224,10 +224,10 @@ macro_rules! sql_store {
                 consumer: &ConsumerName,
                 id: &MessageId,
                 hash: PayloadHash,
-            ) -> Result<Option<Committed>> {
+            ) -> Result<bool> {
                 let stored = self.claimed_hash(consumer, id.as_str()).await?;
                 // A row read outside a transaction was committed (with this store's durability).
-                Ok((stored == Some(hash)).then(Committed::after_durable_commit))
+                Ok(stored == Some(hash))
             }
 
             async fn claim(
@@ -276,17 +276,16 @@ macro_rules! sql_store {
                 crate::batch::resolve(items, &found)
             }
 
-            async fn commit(&self, mut tx: Self::Tx) -> Result<Committed> {
+            async fn commit(&self, mut tx: Self::Tx) -> Result<()> {
                 self.before_commit(&mut tx).await?;
-                tx.commit().await.map_err(|e| db("commit", e))?;
-                Ok(Committed::after_durable_commit())
+                tx.commit().await.map_err(|e| db("commit", e))
             }
 
             async fn rollback(&self, tx: Self::Tx) -> Result<()> {
                 tx.rollback().await.map_err(|e| db("rollback", e))
             }
 
-            async fn dead_letter(&self, letter: &DeadLetter) -> Result<Committed> {
+            async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
                 let limit = self.packet_limit().await?;
                 let row = LetterRow::new(letter, <$db as SqlDatabase>::DIALECT, limit);
                 sqlx::query(self.queries.upsert_dead_letter.clone())
@@ -307,7 +306,7 @@ macro_rules! sql_store {
                     .execute(&self.pool)
                     .await
                     .map_err(|e| db("storing a dead letter", e))?;
-                Ok(Committed::after_durable_commit())
+                Ok(())
             }
         }
 

@@ -139,10 +139,7 @@ pub async fn inbox_check_first<H: StoreHarness>(h: &H) -> CaseResult {
     let name = ConsumerName::new("billing").expect("valid name");
     let id = MessageId::new("m-1").expect("valid id");
     let found = store.committed_claim(&name, &id, PayloadHash::of(b"10"));
-    ensure!(
-        found.await.map_err(err)?.is_none(),
-        "found a claim before any"
-    );
+    ensure!(!found.await.map_err(err)?, "found a claim before any");
     let outcomes = [
         deliver(&c, RawEnvelope::new("m-1", "10")).await,
         deliver(&c, RawEnvelope::new("m-1", "10")).await,
@@ -162,15 +159,9 @@ pub async fn inbox_check_first<H: StoreHarness>(h: &H) -> CaseResult {
         "outcomes {outcomes:?}, want Applied, Duplicate, Conflict, Applied"
     );
     let same = store.committed_claim(&name, &id, PayloadHash::of(b"10"));
-    ensure!(
-        same.await.map_err(err)?.is_some(),
-        "committed claim not found"
-    );
+    ensure!(same.await.map_err(err)?, "committed claim not found");
     let other = store.committed_claim(&name, &id, PayloadHash::of(b"99"));
-    ensure!(
-        other.await.map_err(err)?.is_none(),
-        "another hash must not match"
-    );
+    ensure!(!other.await.map_err(err)?, "another hash must not match");
     let effects = H::effects(&store).await.map_err(err)?;
     let want = vec![("m-1".to_owned(), 10), ("m-2".to_owned(), 5)];
     ensure!(effects == want, "effects {effects:?}, want {want:?}");

@@ -5,7 +5,7 @@ use super::DemoArgs;
 use anyhow::{Context, Result};
 use oncely::brokers::{AnySource, publish};
 use oncely::mqtt::{Count, PACING_WINDOW};
-use oncely_core::{Committed, RawEnvelope, Source};
+use oncely_core::{RawEnvelope, Source};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -59,7 +59,7 @@ pub async fn drain<S: Source>(source: &mut S, url: &str) -> Result<u64> {
         wait = Duration::from_secs(1);
         let Some(delivery) = next? else { break };
         // Deliberately dropped without processing: not part of this run.
-        delivery.ack(Committed::after_durable_commit()).await?;
+        delivery.discard().await?;
         discarded += 1;
     }
     Ok(discarded)

@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use oncely_core::{
-    Claim, Committed, ConsumerName, DeadLetter, Envelope, Error, ErrorKind, Handled, Handler,
-    MessageId, PayloadHash, Result, Store,
+    Claim, ConsumerName, DeadLetter, Envelope, Error, ErrorKind, Handled, Handler, MessageId,
+    PayloadHash, Result, Store,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -100,14 +100,14 @@ impl Store for MemStore {
         Ok(Claim::Fresh)
     }
 
-    async fn commit(&self, mut tx: MemTx) -> Result<Committed> {
+    async fn commit(&self, mut tx: MemTx) -> Result<()> {
         let mut t = lock(&self.tables);
         for (key, hash) in tx.claims.drain(..) {
             t.pending.remove(&key);
             t.inbox.insert(key, hash);
         }
         t.ledger.append(&mut tx.effects);
-        Ok(Committed::after_durable_commit())
+        Ok(())
     }
 
     async fn rollback(&self, tx: MemTx) -> Result<()> {
@@ -115,10 +115,10 @@ impl Store for MemStore {
         Ok(())
     }
 
-    async fn dead_letter(&self, letter: &DeadLetter) -> Result<Committed> {
+    async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
         let id = letter.message.display_id().unwrap_or_default();
         lock(&self.tables).dead_letters.push(id);
-        Ok(Committed::after_durable_commit())
+        Ok(())
     }
 }
 
@@ -191,12 +191,12 @@ impl Store for Faulty {
         _consumer: &ConsumerName,
         _id: &MessageId,
         _hash: PayloadHash,
-    ) -> Result<Option<Committed>> {
+    ) -> Result<bool> {
         self.check(Calls::All)?;
-        Ok(None)
+        Ok(false)
     }
 
-    async fn commit(&self, tx: MemTx) -> Result<Committed> {
+    async fn commit(&self, tx: MemTx) -> Result<()> {
         self.check(Calls::All)?;
         self.inner.commit(tx).await
     }
@@ -205,7 +205,7 @@ impl Store for Faulty {
         self.inner.rollback(tx).await
     }
 
-    async fn dead_letter(&self, letter: &DeadLetter) -> Result<Committed> {
+    async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
         self.check(Calls::DeadLetter)?;
         self.inner.dead_letter(letter).await
     }
