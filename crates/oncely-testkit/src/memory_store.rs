@@ -2,8 +2,8 @@
 
 use crate::harness::StoreHarness;
 use oncely_core::{
-    Claim, Committed, ConsumerName, DeadLetter, DeadLetterReason, Inspect, MessageId, PayloadHash,
-    Result, Store, StoredDeadLetter,
+    Claim, ConsumerName, DeadLetter, DeadLetterReason, Inspect, MessageId, PayloadHash, Result,
+    Store, StoredDeadLetter,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -132,16 +132,15 @@ impl Store for MemoryStore {
         consumer: &ConsumerName,
         id: &MessageId,
         hash: PayloadHash,
-    ) -> Result<Option<Committed>> {
-        let held = self.lookup(consumer.as_str(), id.as_str());
-        Ok((held == Some(hash)).then(Committed::after_durable_commit))
+    ) -> Result<bool> {
+        Ok(self.lookup(consumer.as_str(), id.as_str()) == Some(hash))
     }
 
-    async fn commit(&self, tx: MemoryTx) -> Result<Committed> {
+    async fn commit(&self, tx: MemoryTx) -> Result<()> {
         let mut t = self.lock();
         t.inbox.extend(tx.claims);
         t.effects.extend(tx.effects);
-        Ok(Committed::after_durable_commit())
+        Ok(())
     }
 
     async fn rollback(&self, tx: MemoryTx) -> Result<()> {
@@ -149,7 +148,7 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn dead_letter(&self, letter: &DeadLetter) -> Result<Committed> {
+    async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
         let message = &letter.message;
         let hash = PayloadHash::of(&message.payload).to_hex();
         let code = letter.reason.code();
@@ -167,7 +166,7 @@ impl Store for MemoryStore {
             row.last_seen = now;
             row.attempts = row.attempts.max(letter.attempts);
             row.detail = letter.reason.to_string();
-            return Ok(Committed::after_durable_commit());
+            return Ok(());
         }
         let row = StoredDeadLetter {
             id: t.letters.len() as i64 + 1,
@@ -191,7 +190,7 @@ impl Store for MemoryStore {
         let at = t.letters.len();
         t.letters.push(row);
         t.letter_index.insert(key, at);
-        Ok(Committed::after_durable_commit())
+        Ok(())
     }
 }
 

@@ -73,8 +73,7 @@ impl oncely_core::Source for Lossy {
             return Ok(None);
         };
         let (message, attempt) = (d.message().clone(), d.attempt());
-        d.ack(oncely_core::Committed::after_durable_commit())
-            .await?;
+        d.discard().await?;
         Ok(Some(oncely_core::Delivery::new(
             message,
             attempt,
