@@ -7,7 +7,7 @@ use oncely_core::{Envelope, Error, Handled, Handler};
 use oncely_sql::sqlx::{
     self, AssertSqlSafe, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite, Transaction,
 };
-use oncely_sql::{SqlStore, Tables};
+use oncely_sql::{Dialect, SqlStore, Tables, now_ms};
 use serde::Deserialize;
 use std::future::Future;
 
@@ -64,6 +64,7 @@ pub struct Sql {
     insert_ledger: SqlStr,
     upsert_balance: SqlStr,
     claim: SqlStr,
+    dialect: Dialect,
 }
 
 fn s(text: String) -> SqlStr {
@@ -71,8 +72,7 @@ fn s(text: String) -> SqlStr {
 }
 
 impl Sql {
-    fn new(pg: bool, tables: &Tables) -> Self {
-        let p = |n: usize| if pg { format!("${n}") } else { format!("?{n}") };
+    fn new(d: Dialect, tables: &Tables) -> Self {
         let q = |t: &str| match tables.schema() {
             Some(schema) => format!("{schema}.{t}"),
             None => t.to_owned(),
@@ -82,23 +82,19 @@ impl Sql {
         let inbox = tables.table("inbox");
         Self {
             insert_ledger: s(format!(
-                "INSERT INTO {ledger} (message_id, account, amount) VALUES ({}, {}, {})",
-                p(1),
-                p(2),
-                p(3)
+                "INSERT INTO {ledger} (message_id, account, amount) VALUES ({})",
+                d.params(1, 3)
             )),
             upsert_balance: s(format!(
-                "INSERT INTO {accounts} (account, balance) VALUES ({}, {}) ON CONFLICT (account) DO UPDATE SET balance = {accounts}.balance + excluded.balance",
-                p(1),
-                p(2)
+                "INSERT INTO {accounts} (account, balance) VALUES ({}) {}",
+                d.params(1, 2),
+                d.on_conflict_add(&accounts, "account", "balance")
             )),
             claim: s(format!(
-                "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES ({}, {}, {}, {}) ON CONFLICT DO NOTHING",
-                p(1),
-                p(2),
-                p(3),
-                p(4)
+                "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES ({}) ON CONFLICT DO NOTHING",
+                d.params(1, 4)
             )),
+            dialect: d,
             dead_letters: tables.table("dead_letters"),
             ledger,
             accounts,
@@ -106,12 +102,8 @@ impl Sql {
         }
     }
 
-    fn ddl(&self, pg: bool) -> [String; 2] {
-        let seq = if pg {
-            "BIGSERIAL PRIMARY KEY"
-        } else {
-            "INTEGER PRIMARY KEY AUTOINCREMENT"
-        };
+    fn ddl(&self) -> [String; 2] {
+        let seq = self.dialect.serial_key();
         [
             format!(
                 "CREATE TABLE IF NOT EXISTS {} (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)",
@@ -272,21 +264,14 @@ pub trait Ops: Clone + Send + Sync + 'static {
 }
 
 impl<DB: oncely_sql::SqlDatabase> Bed<DB> {
-    pub(crate) fn make(pool: Pool<DB>, tables: Tables, pg: bool) -> Self {
-        let sql = Sql::new(pg, &tables);
+    pub(crate) fn make(pool: Pool<DB>, tables: Tables) -> Self {
+        let sql = Sql::new(DB::DIALECT, &tables);
         Self { pool, tables, sql }
     }
 
-    pub(crate) fn ddl(&self, pg: bool) -> [String; 2] {
-        self.sql.ddl(pg)
+    pub(crate) fn ddl(&self) -> [String; 2] {
+        self.sql.ddl()
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 macro_rules! common_ops {

@@ -139,8 +139,8 @@ async fn postgres(args: &BenchArgs, schema: &str) -> Result<Bed<Postgres>> {
         sqlx::query(AssertSqlSafe(sql)).execute(&pool).await?;
     }
     store.migrate().await?;
-    let bed = Bed::make(pool, options.tables, true);
-    for sql in bed.ddl(true) {
+    let bed = Bed::make(pool, options.tables);
+    for sql in bed.ddl() {
         sqlx::query(AssertSqlSafe(sql)).execute(&bed.pool).await?;
     }
     Ok(bed)
@@ -160,8 +160,8 @@ async fn sqlite(
     };
     let store = SqliteStore::connect_with(&url, &options).await?;
     store.migrate().await?;
-    let bed = Bed::make(store.pool().clone(), options.tables, false);
-    for sql in bed.ddl(false) {
+    let bed = Bed::make(store.pool().clone(), options.tables);
+    for sql in bed.ddl() {
         sqlx::query(AssertSqlSafe(sql)).execute(&bed.pool).await?;
     }
     Ok(bed)

@@ -2,7 +2,8 @@
 //! hand) and the effect half that oncely's batch handler shares with it. `unnest` arrays on
 //! PostgreSQL, multi-row `VALUES` on SQLite, one transaction per batch.
 
-use crate::bed::{Credit, Item, Sql, db_err, now_ms};
+use crate::bed::{Credit, Item, Sql, db_err};
+use oncely_sql::now_ms;
 use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Sqlite, Transaction};
 use std::collections::{BTreeMap, HashSet};
 

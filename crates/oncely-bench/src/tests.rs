@@ -17,8 +17,8 @@ async fn sqlite_bed(dir: &std::path::Path) -> Bed<Sqlite> {
     };
     let store = SqliteStore::connect_with(&url, &options).await.unwrap();
     store.migrate().await.unwrap();
-    let bed = Bed::make(store.pool().clone(), Tables::default(), false);
-    for sql in bed.ddl(false) {
+    let bed = Bed::make(store.pool().clone(), Tables::default());
+    for sql in bed.ddl() {
         sqlx::query(AssertSqlSafe(sql))
             .execute(&bed.pool)
             .await

@@ -40,38 +40,17 @@ impl Report {
             db.dead_letters()
         );
         type Dl = (Option<String>, String, Vec<u8>);
-        let (ledger, dead): (Vec<String>, Vec<Dl>) = match db {
-            Db::Sqlite(s) => (
-                sqlx::query_scalar(AssertSqlSafe(ledger_q))
-                    .fetch_all(s.pool())
-                    .await
-                    .map_err(db_err)?,
-                sqlx::query_as(AssertSqlSafe(dl_q))
-                    .fetch_all(s.pool())
-                    .await
-                    .map_err(db_err)?,
-            ),
-            Db::Pg(s) => (
-                sqlx::query_scalar(AssertSqlSafe(ledger_q))
-                    .fetch_all(s.pool())
-                    .await
-                    .map_err(db_err)?,
-                sqlx::query_as(AssertSqlSafe(dl_q))
-                    .fetch_all(s.pool())
-                    .await
-                    .map_err(db_err)?,
-            ),
-            Db::MySql(s) => (
-                sqlx::query_scalar(AssertSqlSafe(ledger_q))
-                    .fetch_all(s.pool())
-                    .await
-                    .map_err(db_err)?,
-                sqlx::query_as(AssertSqlSafe(dl_q))
-                    .fetch_all(s.pool())
-                    .await
-                    .map_err(db_err)?,
-            ),
-        };
+        let pool = db.store().pool();
+        let (ledger, dead): (Vec<String>, Vec<Dl>) = oncely_sql::with_pool!(&pool, p => (
+            sqlx::query_scalar(AssertSqlSafe(ledger_q))
+                .fetch_all(p)
+                .await
+                .map_err(db_err)?,
+            sqlx::query_as(AssertSqlSafe(dl_q))
+                .fetch_all(p)
+                .await
+                .map_err(db_err)?,
+        ));
         let expected: HashSet<&str> = workload.unique.iter().map(|(id, _)| id.as_str()).collect();
         let mut per_id: HashMap<&str, usize> = HashMap::new();
         for id in &ledger {

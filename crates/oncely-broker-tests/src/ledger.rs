@@ -3,152 +3,87 @@
 
 use oncely_core::{Envelope, Error, Handled, Handler, Result};
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
-use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables};
+use oncely_sql::{AnyStore, ConnectOptions, Dialect, Tables, with_pool, with_store};
 
 /// A store for tests: SQLite file, PostgreSQL schema or MySQL/MariaDB database, migrated,
 /// with a ledger table.
 #[derive(Clone)]
-pub enum Db {
-    /// `sqlite:/path/file.db`.
-    Sqlite(SqliteStore),
-    /// `postgres://…` with the tables in a schema.
-    Pg(PgStore),
-    /// `mysql://…` / `mariadb://…` (the schema is the URL's database).
-    MySql(MySqlStore),
+pub struct Db {
+    store: AnyStore,
+    ledger: String,
 }
 
 impl Db {
     /// Opens `url` (sqlite:, postgres:, mysql: or mariadb:), applies oncely's migrations and
-    /// creates the ledger table. `schema` is used for PostgreSQL only.
+    /// creates the ledger table. `schema` (PostgreSQL) holds the tables; None: the default.
     pub async fn open(url: &str, schema: Option<&str>) -> Result<Self> {
-        if url.starts_with("mysql:") || url.starts_with("mariadb:") {
-            let opts = ConnectOptions {
-                max_connections: 8,
-                ..ConnectOptions::default()
-            };
-            let store = MySqlStore::connect_with(url, &opts).await?;
-            store.migrate().await?;
-            sqlx::raw_sql(
-                "CREATE TABLE IF NOT EXISTS ledger (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
-                 message_id VARCHAR(255) NOT NULL, account VARCHAR(255) NOT NULL, amount BIGINT NOT NULL)",
-            )
-            .execute(store.pool())
-            .await
-            .map_err(db_err)?;
-            Ok(Self::MySql(store))
-        } else if url.starts_with("sqlite:") {
-            let opts = ConnectOptions {
-                max_connections: 4,
-                ..ConnectOptions::default()
-            };
-            let store = SqliteStore::connect_with(url, &opts).await?;
-            store.migrate().await?;
-            sqlx::raw_sql(
-                "CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, \
-                 message_id TEXT NOT NULL, account TEXT NOT NULL, amount BIGINT NOT NULL)",
-            )
-            .execute(store.pool())
-            .await
-            .map_err(|e| Error::transient("creating the ledger").with_source(e))?;
-            Ok(Self::Sqlite(store))
-        } else {
-            let mut tables = Tables::default();
-            if let Some(s) = schema {
-                tables = tables.with_schema(s)?;
-            }
-            let opts = ConnectOptions {
-                tables,
-                max_connections: 8,
-                ..ConnectOptions::default()
-            };
-            let store = PgStore::connect_with(url, &opts).await?;
-            store.migrate().await?;
-            let ledger = ledger_table(schema);
-            let mut tx = store.pool().begin().await.map_err(db_err)?;
-            sqlx::query("SELECT pg_advisory_xact_lock(4242)")
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            sqlx::raw_sql(AssertSqlSafe(format!(
-                "CREATE TABLE IF NOT EXISTS {ledger} (id BIGSERIAL PRIMARY KEY, \
-                 message_id TEXT NOT NULL, account TEXT NOT NULL, amount BIGINT NOT NULL)"
-            )))
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?;
-            tx.commit().await.map_err(db_err)?;
-            Ok(Self::Pg(store))
+        let dialect = Dialect::from_url(url)?;
+        let mut tables = Tables::default();
+        if let Some(s) = schema {
+            tables = tables.with_schema(s)?;
         }
+        let opts = ConnectOptions {
+            tables,
+            max_connections: if dialect.has_schemas() { 8 } else { 4 },
+            ..ConnectOptions::default()
+        };
+        let store = AnyStore::connect(url, &opts).await?;
+        store.migrate().await?;
+        let ledger = match schema {
+            Some(s) => format!("{s}.ledger"),
+            None => "ledger".to_owned(),
+        };
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {ledger} (id {}, message_id {text} NOT NULL, \
+             account {text} NOT NULL, amount BIGINT NOT NULL)",
+            dialect.serial_key(),
+            text = dialect.key_text(255),
+        );
+        with_store!(&store, s => {
+            let mut tx = s.pool().begin().await.map_err(db_err)?;
+            if let Some(lock) = dialect.ddl_lock_sql(4242) {
+                sqlx::query(AssertSqlSafe(lock)).execute(&mut *tx).await.map_err(db_err)?;
+            }
+            sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&mut *tx).await.map_err(db_err)?;
+            tx.commit().await.map_err(db_err)?;
+        });
+        Ok(Self { store, ledger })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &AnyStore {
+        &self.store
     }
 
     /// The ledger's qualified table name.
     pub fn ledger(&self) -> String {
-        match self {
-            Self::Sqlite(_) | Self::MySql(_) => "ledger".to_owned(),
-            Self::Pg(s) => ledger_table(s.tables().schema()),
-        }
+        self.ledger.clone()
     }
 
     /// The dead-letter table's qualified name.
     pub fn dead_letters(&self) -> String {
-        match self {
-            Self::Sqlite(s) => s.tables().table("dead_letters"),
-            Self::Pg(s) => s.tables().table("dead_letters"),
-            Self::MySql(s) => s.tables().table("dead_letters"),
-        }
+        self.store.tables().table("dead_letters")
     }
 
     /// The handler writing to this database's ledger.
     pub fn handler(&self) -> Ledger {
-        let table = self.ledger();
-        let sql = match self {
-            Self::Sqlite(_) | Self::MySql(_) => {
-                format!("INSERT INTO {table} (message_id, account, amount) VALUES (?, ?, ?)")
-            }
-            Self::Pg(_) => {
-                format!("INSERT INTO {table} (message_id, account, amount) VALUES ($1, $2, $3)")
-            }
-        };
-        Ledger { insert: sql }
+        let insert = format!(
+            "INSERT INTO {} (message_id, account, amount) VALUES ({})",
+            self.ledger,
+            self.store.dialect().params(1, 3)
+        );
+        Ledger { insert }
     }
 
     /// Ledger rows and dead letters so far: `(ledger rows, dead-letter rows)`.
     pub async fn counts(&self) -> Result<(i64, i64)> {
         let q1 = format!("SELECT COUNT(*) FROM {}", self.ledger());
         let q2 = format!("SELECT COUNT(*) FROM {}", self.dead_letters());
-        Ok(match self {
-            Self::Sqlite(s) => (scalar_sqlite(s, q1).await?, scalar_sqlite(s, q2).await?),
-            Self::Pg(s) => (scalar_pg(s, q1).await?, scalar_pg(s, q2).await?),
-            Self::MySql(s) => (scalar_mysql(s, q1).await?, scalar_mysql(s, q2).await?),
-        })
-    }
-}
-
-async fn scalar_sqlite(s: &SqliteStore, q: String) -> Result<i64> {
-    sqlx::query_scalar(AssertSqlSafe(q))
-        .fetch_one(s.pool())
-        .await
-        .map_err(db_err)
-}
-
-async fn scalar_pg(s: &PgStore, q: String) -> Result<i64> {
-    sqlx::query_scalar(AssertSqlSafe(q))
-        .fetch_one(s.pool())
-        .await
-        .map_err(db_err)
-}
-
-async fn scalar_mysql(s: &MySqlStore, q: String) -> Result<i64> {
-    sqlx::query_scalar(AssertSqlSafe(q))
-        .fetch_one(s.pool())
-        .await
-        .map_err(db_err)
-}
-
-fn ledger_table(schema: Option<&str>) -> String {
-    match schema {
-        Some(s) => format!("{s}.ledger"),
-        None => "ledger".to_owned(),
+        let pool = self.store.pool();
+        Ok(with_pool!(&pool, p => (
+            sqlx::query_scalar(AssertSqlSafe(q1)).fetch_one(p).await.map_err(db_err)?,
+            sqlx::query_scalar(AssertSqlSafe(q2)).fetch_one(p).await.map_err(db_err)?,
+        )))
     }
 }
 

@@ -81,11 +81,7 @@ pub async fn run_until_idle<Src: Source>(
     options: &RunOptions,
     stop: CancellationToken,
 ) -> Result<RunSummary> {
-    match db {
-        Db::Sqlite(s) => go(s.clone(), db.handler(), source, options, stop).await,
-        Db::Pg(s) => go(s.clone(), db.handler(), source, options, stop).await,
-        Db::MySql(s) => go(s.clone(), db.handler(), source, options, stop).await,
-    }
+    oncely_sql::with_store!(db.store(), s => go(s.clone(), db.handler(), source, options, stop).await)
 }
 
 async fn go<S, Src>(

@@ -312,7 +312,8 @@ async fn pg_blackhole_bounds_of_a_store_call() {
     let (name, _url) = pg_fresh_db(PG_SERVER).await;
     let proxy = FaultProxy::start(PG_SERVER).await.expect("proxy");
     let url = format!("postgres://postgres@{}/{name}", proxy.addr());
-    let Db::Pg(store) = Db::open(&url, None).await.expect("store") else {
+    let db = Db::open(&url, None).await.expect("store");
+    let oncely_sql::AnyStore::Postgres(store) = db.store().clone() else {
         unreachable!("a postgres:// URL")
     };
     let mut tx = store.begin().await.expect("begin");

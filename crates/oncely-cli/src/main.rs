@@ -1,7 +1,6 @@
 //! The `oncely` command.
 
 mod admin;
-mod db;
 mod demo;
 mod migrate;
 

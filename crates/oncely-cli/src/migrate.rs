@@ -1,7 +1,7 @@
 //! `oncely migrate`: apply or print the migrations.
 
-use crate::db::AnyStore;
 use anyhow::Result;
+use oncely_sql::AnyStore;
 use oncely_sql::{ConnectOptions, Dialect, Tables, print_migrations};
 
 /// Applies (or prints, without connecting) the migrations for `url`.
@@ -15,7 +15,7 @@ pub async fn run(url: &str, tables: Tables, print: bool) -> Result<()> {
         max_connections: 2,
         ..ConnectOptions::default()
     };
-    let store = AnyStore::open(url, &options).await?;
+    let store = AnyStore::connect(url, &options).await?;
     let applied = store.migrate().await?;
     println!(
         "{applied} migration(s) applied ({} up to date)",

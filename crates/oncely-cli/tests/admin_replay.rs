@@ -133,7 +133,7 @@ async fn refusals(t: &Target) {
     // (b) Older than the retention window: refused; --force applies it with a warning.
     dead_letter(t, "old-1", payload).await;
     let row = row_of(t, "old-1");
-    let old = oncely_ops::now_ms() - 8 * 86_400_000;
+    let old = oncely_sql::now_ms() - 8 * 86_400_000;
     t.exec(&format!(
         "UPDATE {} SET dead_lettered_at = {old} WHERE id = {row}",
         t.table("dead_letters")
@@ -149,7 +149,7 @@ async fn refusals(t: &Target) {
     t.exec(&format!(
         "UPDATE {} SET dead_lettered_at = {} WHERE id = {young}",
         t.table("dead_letters"),
-        oncely_ops::now_ms() - 2 * 3_600_000
+        oncely_sql::now_ms() - 2 * 3_600_000
     ))
     .await;
     let r = t.json(&["dlq", "replay", &young, "--retention", "1h"]);

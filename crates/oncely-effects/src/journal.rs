@@ -2,9 +2,10 @@
 //! payment API), `pending` is committed before the call, the call carries the idempotency key,
 //! and `done` with the provider's reference is committed after.
 
-use crate::db::{Col, EffectsDb, Val, db, from_ms, now_ms, p, ps};
+use crate::db::{Col, EffectsDb, Val};
 use oncely_core::{Error, Result};
-use oncely_sql::{Dialect, Tables};
+use oncely_sql::Tables;
+use oncely_sql::{db, from_ms, now_ms};
 use sqlx::Pool;
 use std::fmt;
 use std::future::Future;
@@ -217,11 +218,8 @@ impl<DB: EffectsDb> Journal<DB> {
         let insert = format!(
             "INSERT INTO {} (effect_key, kind, state, request, calls, recorded_at, updated_at) VALUES ({}) {}",
             self.table(),
-            ps(d, 1, 7),
-            match d {
-                Dialect::MySql => "ON DUPLICATE KEY UPDATE effect_key = effect_key",
-                _ => "ON CONFLICT (effect_key) DO NOTHING",
-            }
+            d.params(1, 7),
+            d.on_conflict_do_nothing("effect_key")
         );
         let now = now_ms();
         let args = vec![
@@ -245,7 +243,7 @@ impl<DB: EffectsDb> Journal<DB> {
         let sql = format!(
             "SELECT {COLS} FROM {} WHERE effect_key = {}",
             self.table(),
-            p(DB::DIALECT, 1)
+            DB::DIALECT.param(1)
         );
         Ok(self
             .query("reading the journal", sql, vec![key.into()])
@@ -260,8 +258,8 @@ impl<DB: EffectsDb> Journal<DB> {
         let sql = format!(
             "UPDATE {} SET calls = calls + 1, updated_at = {} WHERE effect_key = {} AND state = 'pending'",
             self.table(),
-            p(d, 1),
-            p(d, 2)
+            d.param(1),
+            d.param(2)
         );
         self.exec("counting a call", sql, vec![now_ms().into(), key.into()])
             .await
@@ -292,11 +290,11 @@ impl<DB: EffectsDb> Journal<DB> {
         let sql = format!(
             "UPDATE {} SET state = {}, provider_ref = {}, detail = {}, updated_at = {} WHERE effect_key = {} AND state = 'pending'",
             self.table(),
-            p(d, 1),
-            p(d, 2),
-            p(d, 3),
-            p(d, 4),
-            p(d, 5)
+            d.param(1),
+            d.param(2),
+            d.param(3),
+            d.param(4),
+            d.param(5)
         );
         let args = vec![
             state.as_str().into(),
@@ -316,9 +314,9 @@ impl<DB: EffectsDb> Journal<DB> {
             "SELECT {COLS} FROM {} WHERE state = 'pending' AND updated_at <= {} \
              AND (lease_until IS NULL OR lease_until < {}) ORDER BY updated_at LIMIT {}",
             self.table(),
-            p(d, 1),
-            p(d, 2),
-            p(d, 3)
+            d.param(1),
+            d.param(2),
+            d.param(3)
         );
         let now = now_ms();
         let cutoff = now - age.as_millis() as i64;
@@ -347,11 +345,11 @@ impl<DB: EffectsDb> Journal<DB> {
             "UPDATE {} SET lease_until = {}, leased_by = {} WHERE effect_key = {} AND state = 'pending' \
              AND updated_at <= {} AND (lease_until IS NULL OR lease_until < {})",
             self.table(),
-            p(d, 1),
-            p(d, 2),
-            p(d, 3),
-            p(d, 4),
-            p(d, 5)
+            d.param(1),
+            d.param(2),
+            d.param(3),
+            d.param(4),
+            d.param(5)
         );
         let now = now_ms();
         let args = vec![
@@ -370,8 +368,8 @@ impl<DB: EffectsDb> Journal<DB> {
         let sql = format!(
             "UPDATE {} SET lease_until = NULL, leased_by = NULL WHERE effect_key = {} AND leased_by = {}",
             self.table(),
-            p(d, 1),
-            p(d, 2)
+            d.param(1),
+            d.param(2)
         );
         self.exec("releasing a lease", sql, vec![key.into(), holder.into()])
             .await

@@ -2,9 +2,10 @@
 //! with ids derived from the incoming id, so they exist if and only if the effect committed,
 //! and a reprocessed message emits the same ids.
 
-use crate::db::{Col, EffectsDb, Val, db, from_ms, now_ms, p, ps};
+use crate::db::{Col, EffectsDb, Val};
 use oncely_core::{Error, MessageId, Meta, RawEnvelope, Result};
-use oncely_sql::{Dialect, Tables};
+use oncely_sql::Tables;
+use oncely_sql::{db, from_ms, now_ms};
 use sha2::{Digest, Sha256};
 use sqlx::Transaction;
 use std::collections::BTreeMap;
@@ -200,11 +201,8 @@ impl Outbox {
         let sql = format!(
             "INSERT INTO {} (message_id, entity_key, destination, payload, headers, version, created_at, attempts, next_attempt_at) VALUES ({}) {}",
             self.tables.table("outbox"),
-            ps(d, 1, 9),
-            match d {
-                Dialect::MySql => "ON DUPLICATE KEY UPDATE message_id = message_id",
-                _ => "ON CONFLICT (message_id) DO NOTHING",
-            }
+            d.params(1, 9),
+            d.on_conflict_do_nothing("message_id")
         );
         let now = now_ms();
         let headers = serde_json::to_string(&message.headers).unwrap_or_else(|_| "{}".into());
@@ -222,10 +220,10 @@ impl Outbox {
         DB::execute(&mut **tx, sql, args)
             .await
             .map_err(|e| db("enqueuing an outgoing message", e))?;
-        if d == Dialect::Postgres {
+        if let Some(notify) = d.notify_sql() {
             DB::execute(
                 &mut **tx,
-                format!("SELECT pg_notify({}, '')", p(d, 1)),
+                notify.to_owned(),
                 vec![channel(&self.tables).into()],
             )
             .await

@@ -1,8 +1,9 @@
 //! Retention: delete dispatched outbox rows and resolved journal rows in bounded batches.
 
-use crate::db::{EffectsDb, db, now_ms, p};
+use crate::db::EffectsDb;
 use oncely_core::Result;
-use oncely_sql::{Dialect, Tables};
+use oncely_sql::Tables;
+use oncely_sql::{db, now_ms};
 use sqlx::Pool;
 use std::time::Duration;
 
@@ -15,25 +16,14 @@ async fn delete_batch<DB: EffectsDb>(
     batch: u32,
 ) -> Result<u64> {
     let d = DB::DIALECT;
-    let sql = match d {
-        // MySQL has DELETE … LIMIT but no LIMIT in an IN subquery.
-        Dialect::MySql => format!(
-            "DELETE FROM {table} WHERE {condition} <= {} ORDER BY {key} LIMIT {}",
-            p(d, 1),
-            p(d, 2)
-        ),
-        _ => format!(
-            "DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM {table} WHERE {condition} <= {} ORDER BY {key} LIMIT {})",
-            p(d, 1),
-            p(d, 2)
-        ),
-    };
-    let cutoff = now_ms() - older_than.as_millis() as i64;
+    let (cutoff, limit) = (d.param(1), d.param(2));
+    let sql = d.delete_batch(&table, key, &format!("{condition} <= {cutoff}"), &limit);
+    let cutoff_ms = now_ms() - older_than.as_millis() as i64;
     let mut conn = pool.acquire().await.map_err(|e| db("pruning", e))?;
     let done = DB::execute(
         &mut conn,
         sql,
-        vec![cutoff.into(), i64::from(batch.max(1)).into()],
+        vec![cutoff_ms.into(), i64::from(batch.max(1)).into()],
     )
     .await
     .map_err(|e| db("pruning", e))?;

@@ -3,12 +3,13 @@
 //! rows are locked while dispatched (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL 8 /
 //! MariaDB 10.6+; SQLite's single writer serializes relays).
 
-use crate::db::{Col, EffectsDb, Val, db, now_ms, p};
+use crate::db::{Col, EffectsDb, Val};
 use crate::outbox::{ROW_COLS, ROW_TYPES, channel, message_of};
 use crate::publisher::Publisher;
 use futures::future::BoxFuture;
 use oncely_core::{Error, Result};
-use oncely_sql::{Dialect, Tables};
+use oncely_sql::Tables;
+use oncely_sql::{db, now_ms};
 use sqlx::{Pool, Postgres};
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,19 +137,15 @@ impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
             .map(|c| format!("o.{c}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let lock = match d {
-            Dialect::Postgres => " FOR UPDATE OF o SKIP LOCKED",
-            Dialect::MySql => " FOR UPDATE SKIP LOCKED",
-            Dialect::Sqlite => "",
-        };
+        let lock = d.skip_locked("o");
         // Only the oldest undispatched row of each entity key is eligible, so order holds per
         // key even while an earlier row is locked by another relay or waits out its backoff.
         format!(
             "SELECT {cols} FROM {t} o WHERE o.dispatched_at IS NULL AND o.next_attempt_at <= {} \
              AND NOT EXISTS (SELECT 1 FROM {t} e WHERE e.entity_key = o.entity_key \
              AND e.dispatched_at IS NULL AND e.id < o.id) ORDER BY o.id LIMIT {}{lock}",
-            p(d, 1),
-            p(d, 2)
+            d.param(1),
+            d.param(2)
         )
     }
 
@@ -186,8 +183,8 @@ impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
                 Ok(()) => {
                     let sql = format!(
                         "UPDATE {t} SET dispatched_at = {} WHERE id = {}",
-                        p(d, 1),
-                        p(d, 2)
+                        d.param(1),
+                        d.param(2)
                     );
                     DB::execute(&mut tx, sql, vec![now_ms().into(), message.seq.into()])
                         .await
@@ -199,9 +196,9 @@ impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
                     debug!(id = %message.id, error = %e, ?delay, "publish failed; backing off");
                     let sql = format!(
                         "UPDATE {t} SET attempts = attempts + 1, next_attempt_at = {}, last_error = {} WHERE id = {}",
-                        p(d, 1),
-                        p(d, 2),
-                        p(d, 3)
+                        d.param(1),
+                        d.param(2),
+                        d.param(3)
                     );
                     let next = now_ms() + delay.as_millis() as i64;
                     let args = vec![next.into(), Val::Text(e.to_string()), message.seq.into()];

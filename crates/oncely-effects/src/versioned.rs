@@ -2,9 +2,10 @@
 //! version is lower, in one atomic statement, so reordered and duplicated updates converge on
 //! the highest version.
 
-use crate::db::{Col, EffectsDb, Val, db, now_ms, p, ps};
+use crate::db::{Col, EffectsDb, Val};
 use oncely_core::{Handled, Result};
 use oncely_sql::{Dialect, Tables};
+use oncely_sql::{db, now_ms};
 use sqlx::Transaction;
 
 /// What [`apply_if_newer`] found.
@@ -87,8 +88,8 @@ impl Versions {
         let sql = format!(
             "SELECT version FROM {} WHERE entity = {} AND entity_key = {}",
             self.tables.table("versions"),
-            p(d, 1),
-            p(d, 2)
+            d.param(1),
+            d.param(2)
         );
         let rows = DB::fetch(conn, sql, vec![entity.into(), key.into()], &[Col::I64])
             .await
@@ -128,7 +129,7 @@ pub async fn apply_if_newer<DB: EffectsDb>(
 /// The one statement per dialect: insert, or update only when the stored version is lower.
 pub(crate) fn apply_sql(d: Dialect, tables: &Tables) -> String {
     let v = tables.table("versions");
-    let values = ps(d, 1, 4);
+    let values = d.params(1, 4);
     match d {
         Dialect::Sqlite => format!(
             "INSERT INTO {v} (entity, entity_key, version, updated_at) VALUES ({values}) \

@@ -5,7 +5,7 @@
 mod support;
 
 use oncely_effects::{EffectsDb, Val, Versioned, Versions};
-use oncely_sql::{Dialect, Tables};
+use oncely_sql::Tables;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sqlx::{Connection, Pool};
@@ -47,11 +47,7 @@ fn values_table(tables: &Tables) -> String {
 }
 
 async fn create_values<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) {
-    let key = if DB::DIALECT == Dialect::MySql {
-        "VARCHAR(190)"
-    } else {
-        "TEXT"
-    };
+    let key = DB::DIALECT.key_text(190);
     let sql = format!(
         "CREATE TABLE IF NOT EXISTS {} (k {key} PRIMARY KEY, value TEXT NOT NULL, version BIGINT NOT NULL)",
         values_table(tables)
@@ -60,29 +56,15 @@ async fn create_values<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) {
     DB::script(&mut conn, sql).await.unwrap();
 }
 
-fn p(d: Dialect, n: usize) -> String {
-    match d {
-        Dialect::Postgres => format!("${n}"),
-        Dialect::Sqlite => format!("?{n}"),
-        Dialect::MySql => "?".into(),
-    }
-}
-
 /// One update in its own transaction, as a handler would: apply_if_newer, then (only if
 /// applied) the natural upsert of the entity row. Transient errors (deadlocks) are retried.
 async fn apply<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables, u: &Update) -> Versioned {
     let d = DB::DIALECT;
     let upsert = format!(
-        "INSERT INTO {} (k, value, version) VALUES ({}, {}, {}) {}",
+        "INSERT INTO {} (k, value, version) VALUES ({}) {}",
         values_table(tables),
-        p(d, 1),
-        p(d, 2),
-        p(d, 3),
-        match d {
-            Dialect::MySql =>
-                "ON DUPLICATE KEY UPDATE value = VALUES(value), version = VALUES(version)",
-            _ => "ON CONFLICT (k) DO UPDATE SET value = excluded.value, version = excluded.version",
-        }
+        d.params(1, 3),
+        d.on_conflict_update("k", &["value", "version"])
     );
     let versions = Versions::new(tables.clone());
     for attempt in 1.. {
@@ -168,7 +150,7 @@ async fn run_case<DB: EffectsDb>(
             format!(
                 "SELECT value, version FROM {} WHERE k = {}",
                 values_table(tables),
-                p(DB::DIALECT, 1)
+                DB::DIALECT.param(1)
             ),
             vec![key.as_str().into()],
             &[oncely_effects::Col::Text, oncely_effects::Col::I64],

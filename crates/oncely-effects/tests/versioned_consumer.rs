@@ -9,7 +9,7 @@ use oncely_core::{
     SourceFaults, Store,
 };
 use oncely_effects::{Col, EffectsDb, Val, Versions};
-use oncely_sql::{Dialect, SqlStore, Tables};
+use oncely_sql::{SqlStore, Tables};
 use sqlx::Transaction;
 use tokio_util::sync::CancellationToken;
 
@@ -46,22 +46,12 @@ impl<DB: EffectsDb> Handler<Transaction<'static, DB>> for Status {
             .apply_if_newer(tx, "order", &key, version)
             .await?;
         if seen.is_applied() {
-            let (p1, p2, conflict) = match DB::DIALECT {
-                Dialect::Postgres => (
-                    "$1",
-                    "$2",
-                    "ON CONFLICT (k) DO UPDATE SET value = excluded.value",
-                ),
-                Dialect::Sqlite => (
-                    "?1",
-                    "?2",
-                    "ON CONFLICT (k) DO UPDATE SET value = excluded.value",
-                ),
-                Dialect::MySql => ("?", "?", "ON DUPLICATE KEY UPDATE value = VALUES(value)"),
-            };
+            let d = DB::DIALECT;
             let sql = format!(
-                "INSERT INTO {} (k, value) VALUES ({p1}, {p2}) {conflict}",
-                table(&self.tables)
+                "INSERT INTO {} (k, value) VALUES ({}) {}",
+                table(&self.tables),
+                d.params(1, 2),
+                d.on_conflict_update("k", &["value"])
             );
             let value = String::from_utf8_lossy(msg.payload()).into_owned();
             DB::execute(tx, sql, vec![Val::Text(key), Val::Text(value)])
@@ -77,11 +67,7 @@ where
     SqlStore<DB>: Store<Tx = Transaction<'static, DB>>,
 {
     let tables = store.tables().clone();
-    let key_type = if DB::DIALECT == Dialect::MySql {
-        "VARCHAR(190)"
-    } else {
-        "TEXT"
-    };
+    let key_type = DB::DIALECT.key_text(190);
     let mut conn = store.pool().acquire().await.unwrap();
     DB::script(
         &mut conn,

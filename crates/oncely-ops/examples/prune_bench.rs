@@ -13,7 +13,8 @@ use oncely_core::{
     Result, Source,
 };
 use oncely_ops::prune::{PruneOptions, prune};
-use oncely_ops::{Ops, now_ms, partition};
+use oncely_ops::{Ops, partition};
+use oncely_sql::now_ms;
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Transaction};
 use oncely_sql::{ConnectOptions, PgStore, Tables};
 use std::future::Future;

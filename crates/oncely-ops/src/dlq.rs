@@ -1,9 +1,10 @@
 //! Dead letters: list, show, delete, purge. Replay and resolve are in [`crate::replay`].
 
-use crate::db::{Ops, db, now_ms, with_pool};
+use crate::db::Ops;
 use oncely_core::{Meta, RawEnvelope, Result};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use oncely_sql::{db, from_ms, now_ms, with_pool};
+use std::time::Duration;
 
 /// A dead letter without its payload, for listings.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -73,9 +74,7 @@ impl DeadLetterRow {
             meta: Meta {
                 entity_key: self.entity_key.clone(),
                 version: self.version,
-                source_time: self
-                    .source_time
-                    .map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)),
+                source_time: self.source_time.map(from_ms),
                 headers: serde_json::from_str(&self.headers).unwrap_or_default(),
             },
         }
@@ -99,7 +98,7 @@ pub struct Filter {
 fn summary_columns(ops: &Ops) -> String {
     format!(
         "id, {} AS consumer, message_id, reason, detail, attempts, dead_lettered_at",
-        ops.text("consumer")
+        ops.dialect().text("consumer")
     )
 }
 
@@ -135,7 +134,7 @@ pub(crate) async fn summaries_where(
         summary_columns(ops),
         ops.table("dead_letters")
     );
-    with_pool!(ops, p => {
+    with_pool!(ops.pool(), p => {
         let mut q = sqlx::query(AssertSqlSafe(sql));
         if let Some(v) = value {
             q = q.bind(v.to_owned());
@@ -157,11 +156,14 @@ fn conditions(ops: &Ops, f: &Filter) -> (String, Vec<String>, Option<i64>) {
     for (column, value) in [("consumer", &f.consumer), ("reason", &f.reason)] {
         if let Some(v) = value {
             binds.push(v.clone());
-            clauses.push(format!("{column} = {}", ops.p(binds.len())));
+            clauses.push(format!("{column} = {}", ops.dialect().param(binds.len())));
         }
     }
     if f.before_ms.is_some() {
-        clauses.push(format!("dead_lettered_at < {}", ops.p(binds.len() + 1)));
+        clauses.push(format!(
+            "dead_lettered_at < {}",
+            ops.dialect().param(binds.len() + 1)
+        ));
     }
     (clauses.join(" AND "), binds, f.before_ms)
 }
@@ -178,7 +180,7 @@ pub async fn list(ops: &Ops, filter: &Filter) -> Result<Vec<DeadLetterSummary>> 
         summary_columns(ops),
         ops.table("dead_letters")
     );
-    with_pool!(ops, p => {
+    with_pool!(ops.pool(), p => {
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for b in &binds {
             q = q.bind(b.clone());
@@ -202,9 +204,9 @@ pub async fn show(ops: &Ops, id: i64) -> Result<Option<DeadLetterRow>> {
         "SELECT {}, raw_id, payload, payload_hash, stored_hash, entity_key, version, source_time, headers FROM {} WHERE id = {}",
         summary_columns(ops),
         ops.table("dead_letters"),
-        ops.p(1)
+        ops.dialect().param(1)
     );
-    with_pool!(ops, p => {
+    with_pool!(ops.pool(), p => {
         let Some(r) = sqlx::query(AssertSqlSafe(sql)).bind(id).fetch_optional(p).await
             .map_err(|e| db("reading a dead letter", e))? else { return Ok(None) };
         let decode = || -> std::result::Result<DeadLetterRow, sqlx::Error> {
@@ -234,9 +236,9 @@ pub async fn delete(ops: &Ops, id: i64) -> Result<bool> {
     let sql = format!(
         "DELETE FROM {} WHERE id = {}",
         ops.table("dead_letters"),
-        ops.p(1)
+        ops.dialect().param(1)
     );
-    let n = with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql)).bind(id).execute(p).await
+    let n = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql)).bind(id).execute(p).await
         .map_err(|e| db("deleting a dead letter", e))?.rows_affected());
     Ok(n == 1)
 }
@@ -255,17 +257,10 @@ pub async fn purge(
     };
     let (condition, binds, before) = conditions(ops, &filter);
     let dl = ops.table("dead_letters");
-    let sql = match ops.dialect() {
-        oncely_sql::Dialect::MySql => {
-            format!("DELETE FROM {dl} WHERE {condition} ORDER BY id LIMIT 1000")
-        }
-        _ => format!(
-            "DELETE FROM {dl} WHERE id IN (SELECT id FROM {dl} WHERE {condition} ORDER BY id LIMIT 1000)"
-        ),
-    };
+    let sql = ops.dialect().delete_batch(&dl, "id", &condition, "1000");
     let mut total = 0;
     loop {
-        let n = with_pool!(ops, p => {
+        let n = with_pool!(ops.pool(), p => {
             let mut q = sqlx::query(AssertSqlSafe(sql.clone()));
             for b in &binds {
                 q = q.bind(b.clone());
@@ -282,9 +277,5 @@ pub async fn purge(
 
 /// Age of a dead letter in whole seconds (for display).
 pub fn age_secs(dead_lettered_at_ms: i64) -> i64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    (now - dead_lettered_at_ms).max(0) / 1000
+    (now_ms() - dead_lettered_at_ms).max(0) / 1000
 }

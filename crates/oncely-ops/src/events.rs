@@ -11,29 +11,23 @@
 //! The table is created on first use (`CREATE TABLE IF NOT EXISTS`), like the SQLite lease
 //! table of [`crate::lock`].
 
-use crate::db::{Ops, db, now_ms, with_pool};
+use crate::db::Ops;
 use oncely_core::Result;
-use oncely_sql::Dialect;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{db, now_ms, with_pool};
 
 /// Creates `{prefix}ops_events` if it does not exist.
 pub async fn ensure(ops: &Ops) -> Result<()> {
     let t = ops.table("ops_events");
-    let ddl = match ops.dialect() {
-        Dialect::Sqlite => format!(
-            "CREATE TABLE IF NOT EXISTS {t} (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, \
-             at INTEGER NOT NULL, cutoff INTEGER, detail TEXT NOT NULL)"
-        ),
-        Dialect::Postgres => format!(
-            "CREATE TABLE IF NOT EXISTS {t} (id BIGSERIAL PRIMARY KEY, kind TEXT NOT NULL, \
-             at BIGINT NOT NULL, cutoff BIGINT, detail TEXT NOT NULL)"
-        ),
-        Dialect::MySql => format!(
-            "CREATE TABLE IF NOT EXISTS {t} (id BIGINT AUTO_INCREMENT PRIMARY KEY, kind VARCHAR(32) NOT NULL, \
-             at BIGINT NOT NULL, cutoff BIGINT, detail TEXT NOT NULL) ENGINE=InnoDB"
-        ),
-    };
-    with_pool!(ops, p => sqlx::raw_sql(AssertSqlSafe(ddl)).execute(p).await
+    let d = ops.dialect();
+    let ddl = format!(
+        "CREATE TABLE IF NOT EXISTS {t} (id {}, kind {} NOT NULL, at BIGINT NOT NULL, cutoff BIGINT, \
+         detail TEXT NOT NULL){}",
+        d.serial_key(),
+        d.key_text(32),
+        d.table_options()
+    );
+    with_pool!(ops.pool(), p => sqlx::raw_sql(AssertSqlSafe(ddl)).execute(p).await
         .map(drop)
         .map_err(|e| db("creating the operations journal", e))?);
     Ok(())
@@ -51,12 +45,12 @@ pub async fn record(
     let sql = format!(
         "INSERT INTO {} (kind, at, cutoff, detail) VALUES ({}, {}, {}, {})",
         ops.table("ops_events"),
-        ops.p(1),
-        ops.p(2),
-        ops.p(3),
-        ops.p(4)
+        ops.dialect().param(1),
+        ops.dialect().param(2),
+        ops.dialect().param(3),
+        ops.dialect().param(4)
     );
-    with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql))
+    with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql))
         .bind(kind.to_owned())
         .bind(now_ms())
         .bind(cutoff_ms)
@@ -76,7 +70,7 @@ pub async fn prune_watermark(ops: &Ops) -> Result<Option<i64>> {
         "SELECT MAX(cutoff) FROM {} WHERE kind = 'prune'",
         ops.table("ops_events")
     );
-    let mark: Option<i64> = with_pool!(ops, p => sqlx::query_scalar(AssertSqlSafe(sql))
+    let mark: Option<i64> = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
         .fetch_one(p)
         .await
         .map_err(|e| db("reading the prune watermark", e))?);

@@ -1,11 +1,12 @@
 //! Where one message id is: claimed by which consumers and when, dead letters, and — when
 //! oncely-effects' tables exist — effect-journal and outbox rows.
 
-use crate::db::{Ops, db, is_missing_table, with_pool};
+use crate::db::Ops;
 use crate::dlq::{DeadLetterSummary, summaries_where};
 use oncely_core::Result;
 use oncely_core::{ConsumerName, MessageId};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
+use oncely_sql::{db, is_missing_table, with_pool};
 
 /// One inbox row.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -63,11 +64,11 @@ pub struct Inspection {
 pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
     let inbox_sql = format!(
         "SELECT {} AS consumer, payload_hash, received_at FROM {} WHERE message_id = {} ORDER BY received_at",
-        ops.text("consumer"),
+        ops.dialect().text("consumer"),
         ops.table("inbox"),
-        ops.p(1)
+        ops.dialect().param(1)
     );
-    let claimed = with_pool!(ops, p => sqlx::query(AssertSqlSafe(inbox_sql))
+    let claimed = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(inbox_sql))
         .bind(message_id)
         .fetch_all(p)
         .await
@@ -82,7 +83,7 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
         .map_err(|e| db("decoding inbox rows", e))?);
     let dead_letters = summaries_where(
         ops,
-        &format!("message_id = {}", ops.p(1)),
+        &format!("message_id = {}", ops.dialect().param(1)),
         Some(message_id),
         None,
     )
@@ -128,8 +129,8 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
         .map(|i| {
             format!(
                 "(effect_key >= {} AND effect_key < {})",
-                ops.p(2 * i + 1),
-                ops.p(2 * i + 2)
+                ops.dialect().param(2 * i + 1),
+                ops.dialect().param(2 * i + 2)
             )
         })
         .collect();
@@ -137,12 +138,12 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
         "SELECT {ek} AS effect_key, {kind} AS kind, {state} AS state, updated_at FROM {} WHERE {} ORDER BY effect_key",
         ops.table("effect_journal"),
         ranges.join(" OR "),
-        ek = ops.text("effect_key"),
-        kind = ops.text("kind"),
-        state = ops.text("state"),
+        ek = ops.dialect().text("effect_key"),
+        kind = ops.dialect().text("kind"),
+        state = ops.dialect().text("state"),
     );
     let end = |p: &str| format!("{};", &p[..p.len() - 1]);
-    let rows = with_pool!(ops, p => {
+    let rows = with_pool!(ops.pool(), p => {
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for prefix in &prefixes {
             q = q.bind(prefix.clone()).bind(end(prefix));
@@ -168,11 +169,11 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
 async fn outbox(ops: &Ops, id: &str) -> Result<Option<Vec<OutboxRow>>> {
     let sql = format!(
         "SELECT id, {} AS destination, created_at, dispatched_at FROM {} WHERE message_id = {} ORDER BY id",
-        ops.text("destination"),
+        ops.dialect().text("destination"),
         ops.table("outbox"),
-        ops.p(1)
+        ops.dialect().param(1)
     );
-    let rows = with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql))
+    let rows = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql))
         .bind(id)
         .fetch_all(p)
         .await

@@ -38,4 +38,4 @@ pub mod replay;
 pub mod retention;
 pub mod stats;
 
-pub use db::{Ops, OpsPool, now_ms};
+pub use db::Ops;

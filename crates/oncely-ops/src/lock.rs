@@ -6,11 +6,12 @@
 //! - SQLite: a lease row in `{prefix}ops_leases` with an expiry, renewed after every batch;
 //!   a crashed holder's lease expires after [`LEASE_TTL`].
 
-use crate::db::{Ops, OpsPool, db, now_ms};
+use crate::db::Ops;
 use oncely_core::{Error, Result};
 use oncely_sql::sqlx::{
     self, AssertSqlSafe, Connection, MySqlConnection, PgConnection, SqlitePool,
 };
+use oncely_sql::{AnyPool, db, now_ms};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -56,7 +57,7 @@ impl OpsLock {
         let name = format!("oncely_{purpose}:{}", ops.table("inbox"));
         let hash = fnv1a(&name);
         let inner = match ops.pool() {
-            OpsPool::Postgres(pool) => {
+            AnyPool::Postgres(pool) => {
                 let mut conn = pool
                     .acquire()
                     .await
@@ -79,7 +80,7 @@ impl OpsLock {
                 }
                 Held::Postgres(conn)
             }
-            OpsPool::MySql(pool) => {
+            AnyPool::MySql(pool) => {
                 let mut conn = pool
                     .acquire()
                     .await
@@ -104,7 +105,7 @@ impl OpsLock {
                 }
                 Held::MySql(conn)
             }
-            OpsPool::Sqlite(pool) => {
+            AnyPool::Sqlite(pool) => {
                 let table = ops.table("ops_leases");
                 sqlx::raw_sql(AssertSqlSafe(format!(
                     "CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at INTEGER NOT NULL)"

@@ -12,10 +12,11 @@
 //! Existing inboxes are not converted in place: start the partitioned layout under a new
 //! schema/prefix and let the old table age out (prune it as usual), or copy it in a quiet window.
 
-use crate::db::{Ops, OpsPool, db, now_ms};
+use crate::db::Ops;
 use oncely_core::{Error, Result};
 use oncely_sql::Tables;
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool};
+use oncely_sql::{AnyPool, db, now_ms};
 use tracing::{info, warn};
 
 /// Milliseconds in a day.
@@ -43,7 +44,7 @@ pub struct Partition {
 
 fn pg(ops: &Ops) -> Result<&PgPool> {
     match ops.pool() {
-        OpsPool::Postgres(p) => Ok(p),
+        AnyPool::Postgres(p) => Ok(p),
         _ => Err(Error::config(
             "the partitioned inbox exists on PostgreSQL only; other databases prune in batches",
         )),
@@ -106,7 +107,7 @@ fn day_of_suffix(name: &str, prefix: &str) -> Option<i64> {
 
 /// True when the inbox of `ops` is the partitioned layout.
 pub async fn is_partitioned(ops: &Ops) -> Result<bool> {
-    let OpsPool::Postgres(pool) = ops.pool() else {
+    let AnyPool::Postgres(pool) = ops.pool() else {
         return Ok(false);
     };
     sqlx::query_scalar(

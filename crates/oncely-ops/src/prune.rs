@@ -13,12 +13,12 @@
 //!
 //! Either way only one pruner runs at a time per inbox ([`crate::lock::OpsLock`]).
 
-use crate::db::{Ops, db, now_ms, with_pool};
+use crate::db::Ops;
 use crate::lock::OpsLock;
 use crate::partition;
 use oncely_core::Result;
-use oncely_sql::Dialect;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{db, now_ms, with_pool};
 use std::time::{Duration, Instant};
 use tracing::info;
 
@@ -151,7 +151,7 @@ async fn run(
         if options.max_batches.is_some_and(|m| report.batches >= m) {
             break;
         }
-        let deleted = with_pool!(ops, p => sqlx::query(AssertSqlSafe(sql.clone()))
+        let deleted = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql.clone()))
             .bind(report.cutoff_ms)
             .execute(p)
             .await
@@ -175,25 +175,15 @@ async fn run(
 
 /// The statement deleting one batch of rows of `table` older than `$1`.
 pub fn batch_sql(ops: &Ops, table: &str, batch: u32) -> String {
-    match ops.dialect() {
-        Dialect::Postgres => format!(
-            "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE received_at < $1 LIMIT {batch}))"
-        ),
-        Dialect::MySql => {
-            format!("DELETE FROM {table} WHERE received_at < ? ORDER BY received_at LIMIT {batch}")
-        }
-        Dialect::Sqlite => format!(
-            "DELETE FROM {table} WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM {table} WHERE received_at < ?1 LIMIT {batch})"
-        ),
-    }
+    ops.dialect().delete_expired_ids(table, batch)
 }
 
 async fn count_expired(ops: &Ops, table: &str, cutoff_ms: i64) -> Result<u64> {
     let sql = format!(
         "SELECT COUNT(*) FROM {table} WHERE received_at < {}",
-        ops.p(1)
+        ops.dialect().param(1)
     );
-    let n: i64 = with_pool!(ops, p => sqlx::query_scalar(AssertSqlSafe(sql))
+    let n: i64 = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
         .bind(cutoff_ms)
         .fetch_one(p)
         .await
@@ -204,7 +194,7 @@ async fn count_expired(ops: &Ops, table: &str, cutoff_ms: i64) -> Result<u64> {
 /// `received_at` of the oldest id in the inbox (unix ms), if any.
 pub async fn oldest_received(ops: &Ops) -> Result<Option<i64>> {
     let sql = format!("SELECT MIN(received_at) FROM {}", ops.table("inbox"));
-    let oldest: Option<i64> = with_pool!(ops, p => sqlx::query_scalar(AssertSqlSafe(sql))
+    let oldest: Option<i64> = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
         .fetch_one(p)
         .await
         .map_err(|e| db("reading the oldest id", e))?);

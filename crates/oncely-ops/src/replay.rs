@@ -17,7 +17,7 @@
 //! A successful replay deletes the row; a replay that fails again leaves exactly one row
 //! for the message (the store's own upsert, or the new row replacing the old one).
 
-use crate::db::{Ops, db, now_ms, with_pool};
+use crate::db::Ops;
 use crate::dlq::{DeadLetterRow, Filter, delete, list, show};
 use crate::events;
 use oncely_core::{
@@ -25,6 +25,7 @@ use oncely_core::{
     PayloadHash, Result,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{db, now_ms, with_pool};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -257,7 +258,7 @@ async fn newest_id(ops: &Ops) -> Result<i64> {
         "SELECT COALESCE(MAX(id), 0) FROM {}",
         ops.table("dead_letters")
     );
-    with_pool!(ops, p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).fetch_one(p).await
+    with_pool!(ops.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).fetch_one(p).await
         .map_err(|e| db("reading dead letters", e)))
 }
 
@@ -266,12 +267,12 @@ async fn superseded(ops: &Ops, row: &DeadLetterRow, newest_before: i64) -> Resul
     let sql = format!(
         "SELECT COUNT(*) FROM {} WHERE id > {} AND consumer = {} AND raw_id = {} AND payload_hash = {}",
         ops.table("dead_letters"),
-        ops.p(1),
-        ops.p(2),
-        ops.p(3),
-        ops.p(4)
+        ops.dialect().param(1),
+        ops.dialect().param(2),
+        ops.dialect().param(3),
+        ops.dialect().param(4)
     );
-    let n: i64 = with_pool!(ops, p => sqlx::query_scalar(AssertSqlSafe(sql))
+    let n: i64 = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
         .bind(newest_before)
         .bind(row.summary.consumer.clone())
         .bind(row.raw_id().map(<[u8]>::to_vec))

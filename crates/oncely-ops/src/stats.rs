@@ -1,8 +1,9 @@
 //! Per-consumer numbers read from the inbox and dead-letter tables.
 
-use crate::db::{Ops, OpsPool, db, with_pool};
+use crate::db::Ops;
 use oncely_core::Result;
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
+use oncely_sql::{db, with_pool};
 use std::collections::BTreeMap;
 
 /// One consumer's numbers.
@@ -51,7 +52,7 @@ pub struct InboxStats {
 pub async fn stats(ops: &Ops) -> Result<InboxStats> {
     let inbox = ops.table("inbox");
     let dl = ops.table("dead_letters");
-    let consumer = ops.text("consumer");
+    let consumer = ops.dialect().text("consumer");
     let inbox_sql = format!(
         "SELECT {consumer} AS consumer, COUNT(*) AS n, MIN(received_at) AS oldest, MAX(received_at) AS newest FROM {inbox} GROUP BY consumer"
     );
@@ -59,7 +60,7 @@ pub async fn stats(ops: &Ops) -> Result<InboxStats> {
         "SELECT {consumer} AS consumer, reason, COUNT(*) AS n FROM {dl} GROUP BY consumer, reason"
     );
     let mut by_name: BTreeMap<String, ConsumerStats> = BTreeMap::new();
-    let (held, letters) = with_pool!(ops, p => {
+    let (held, letters) = with_pool!(ops.pool(), p => {
         let held = sqlx::query(AssertSqlSafe(inbox_sql)).fetch_all(p).await
             .map_err(|e| db("reading the inbox", e))?
             .iter()
@@ -116,63 +117,18 @@ pub async fn stats(ops: &Ops) -> Result<InboxStats> {
 
 /// Size on disk of an oncely table with its indexes (and partitions), if the database says.
 pub async fn table_bytes(ops: &Ops, name: &str) -> Option<i64> {
-    let table = ops.table(name);
-    let bare = format!("{}{name}", ops.tables().prefix());
-    match ops.pool() {
-        OpsPool::Postgres(p) => sqlx::query_scalar(
-            "SELECT (pg_total_relation_size(to_regclass($1)) + COALESCE((SELECT SUM(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = to_regclass($1)), 0))::bigint",
-        )
-        .bind(&table)
-        .fetch_one(p)
-        .await
-        .ok(),
-        OpsPool::MySql(p) => sqlx::query_scalar(
-            "SELECT CAST(DATA_LENGTH + INDEX_LENGTH AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-        )
-        .bind(ops.tables().schema())
-        .bind(&bare)
-        .fetch_optional(p)
-        .await
-        .ok()
-        .flatten(),
-        OpsPool::Sqlite(p) => sqlx::query_scalar::<_, Option<i64>>(
-            "SELECT SUM(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = ?1)",
-        )
-        .bind(&bare)
-        .fetch_one(p)
-        .await
-        .ok()
-        .flatten(),
-    }
+    ops.pool().table_bytes(ops.tables(), name).await
 }
 
 /// Ids held in the inbox: exact below a million rows, the planner's estimate above.
 pub async fn inbox_rows_estimate(ops: &Ops) -> Result<u64> {
     let inbox = ops.table("inbox");
-    let estimate: Option<i64> = match ops.pool() {
-        OpsPool::Postgres(p) => sqlx::query_scalar(
-            "SELECT COALESCE(SUM(GREATEST(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1) OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1))",
-        )
-        .bind(&inbox)
-        .fetch_one(p)
-        .await
-        .ok(),
-        OpsPool::MySql(p) => sqlx::query_scalar(
-            "SELECT CAST(TABLE_ROWS AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-        )
-        .bind(ops.tables().schema())
-        .bind(format!("{}inbox", ops.tables().prefix()))
-        .fetch_optional(p)
-        .await
-        .ok()
-        .flatten(),
-        OpsPool::Sqlite(_) => None,
-    };
+    let estimate = ops.pool().estimated_rows(ops.tables(), "inbox").await;
     if let Some(n) = estimate.filter(|n| *n >= 1_000_000) {
         return Ok(n as u64);
     }
     let sql = format!("SELECT COUNT(*) FROM {inbox}");
-    let n: i64 = with_pool!(ops, p => sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(p).await
+    let n: i64 = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(p).await
         .map_err(|e| db("counting the inbox", e))?);
     Ok(n.max(0) as u64)
 }

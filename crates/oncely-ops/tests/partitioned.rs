@@ -3,8 +3,9 @@
 
 mod common;
 use oncely_core::{Claim, ConsumerName, Inspect, MessageId, PayloadHash, Store};
-use oncely_ops::{now_ms, partition};
+use oncely_ops::partition;
 use oncely_sql::Isolation;
+use oncely_sql::now_ms;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 
 const DAY: i64 = 86_400_000;

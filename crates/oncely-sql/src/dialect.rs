@@ -37,8 +37,16 @@ impl Dialect {
         }
     }
 
-    /// Bind placeholder number `n` (1-based).
-    pub(crate) fn param(self, n: usize) -> String {
+    /// The workspace's one bind-placeholder helper: placeholder number `n` (1-based), `$n` on
+    /// PostgreSQL, `?n` on SQLite, `?` on MySQL (bind in order).
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(Dialect::Postgres.param(2), "$2");
+    /// assert_eq!(Dialect::Sqlite.param(2), "?2");
+    /// assert_eq!(Dialect::MySql.param(2), "?");
+    /// ```
+    pub fn param(self, n: usize) -> String {
         match self {
             Self::Postgres => format!("${n}"),
             Self::Sqlite => format!("?{n}"),
@@ -69,12 +77,224 @@ impl Dialect {
         }
     }
 
-    /// Comma-separated placeholders `from..from+count`.
-    pub(crate) fn params(self, from: usize, count: usize) -> String {
+    /// Comma-separated placeholders `from..from+count` (see [`Dialect::param`]).
+    ///
+    /// ```
+    /// assert_eq!(oncely_sql::Dialect::Postgres.params(2, 3), "$2, $3, $4");
+    /// ```
+    pub fn params(self, from: usize, count: usize) -> String {
         (from..from + count)
             .map(|n| self.param(n))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// Whether the database has schemas oncely can put its tables in (PostgreSQL schemas,
+    /// MySQL databases); SQLite has none (use a table prefix).
+    pub fn has_schemas(self) -> bool {
+        self != Self::Sqlite
+    }
+
+    /// `column` read as text. MySQL keeps oncely's byte-exact keys (consumer, message id) in
+    /// `VARBINARY` columns; there it is `CAST(column AS CHAR)`, elsewhere the column itself.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(Dialect::MySql.text("consumer"), "CAST(consumer AS CHAR)");
+    /// assert_eq!(Dialect::Postgres.text("consumer"), "consumer");
+    /// ```
+    pub fn text(self, column: &str) -> String {
+        match self {
+            Self::MySql => format!("CAST({column} AS CHAR)"),
+            _ => column.to_owned(),
+        }
+    }
+
+    /// The clause that turns an `INSERT` into "insert unless a row with this unique `key`
+    /// (one column) exists": `ON CONFLICT (key) DO NOTHING`, or on MySQL a no-op
+    /// `ON DUPLICATE KEY UPDATE key = key` (unlike `INSERT IGNORE` it keeps other errors).
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(Dialect::Sqlite.on_conflict_do_nothing("id"), "ON CONFLICT (id) DO NOTHING");
+    /// assert_eq!(Dialect::MySql.on_conflict_do_nothing("id"), "ON DUPLICATE KEY UPDATE id = id");
+    /// ```
+    pub fn on_conflict_do_nothing(self, key: &str) -> String {
+        match self {
+            Self::MySql => format!("ON DUPLICATE KEY UPDATE {key} = {key}"),
+            _ => format!("ON CONFLICT ({key}) DO NOTHING"),
+        }
+    }
+
+    /// A statement deleting at most `limit` rows of `table` matching `condition`, lowest
+    /// `key` first. `limit` is SQL text (a number or a placeholder). MySQL has
+    /// `DELETE … ORDER BY … LIMIT` but no `LIMIT` in an `IN` subquery; the others delete
+    /// through a subquery.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(
+    ///     Dialect::MySql.delete_batch("t", "id", "at < ?", "100"),
+    ///     "DELETE FROM t WHERE at < ? ORDER BY id LIMIT 100"
+    /// );
+    /// assert_eq!(
+    ///     Dialect::Sqlite.delete_batch("t", "id", "at < ?1", "100"),
+    ///     "DELETE FROM t WHERE id IN (SELECT id FROM t WHERE at < ?1 ORDER BY id LIMIT 100)"
+    /// );
+    /// ```
+    pub fn delete_batch(self, table: &str, key: &str, condition: &str, limit: &str) -> String {
+        match self {
+            Self::MySql => {
+                format!("DELETE FROM {table} WHERE {condition} ORDER BY {key} LIMIT {limit}")
+            }
+            _ => format!(
+                "DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM {table} WHERE {condition} ORDER BY {key} LIMIT {limit})"
+            ),
+        }
+    }
+
+    /// The statement deleting one batch of at most `batch` inbox rows of `table` received
+    /// before placeholder 1 (unix ms), in no particular order, by the cheapest row address
+    /// each database has (`ctid` on PostgreSQL, the primary key on SQLite, `ORDER BY … LIMIT`
+    /// on MySQL).
+    pub fn delete_expired_ids(self, table: &str, batch: u32) -> String {
+        match self {
+            Self::Postgres => format!(
+                "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE received_at < $1 LIMIT {batch}))"
+            ),
+            Self::MySql => format!(
+                "DELETE FROM {table} WHERE received_at < ? ORDER BY received_at LIMIT {batch}"
+            ),
+            Self::Sqlite => format!(
+                "DELETE FROM {table} WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM {table} WHERE received_at < ?1 LIMIT {batch})"
+            ),
+        }
+    }
+
+    /// The suffix of a `SELECT` that locks the rows it returns and skips rows other
+    /// transactions hold (`FOR UPDATE [OF alias] SKIP LOCKED`, with a leading space), or
+    /// nothing on SQLite, whose writers are serialized anyway. `alias` names the table to
+    /// lock on PostgreSQL when the query joins.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(Dialect::Postgres.skip_locked("o"), " FOR UPDATE OF o SKIP LOCKED");
+    /// assert_eq!(Dialect::Sqlite.skip_locked("o"), "");
+    /// ```
+    pub fn skip_locked(self, alias: &str) -> String {
+        match self {
+            Self::Postgres => format!(" FOR UPDATE OF {alias} SKIP LOCKED"),
+            Self::MySql => " FOR UPDATE SKIP LOCKED".to_owned(),
+            Self::Sqlite => String::new(),
+        }
+    }
+
+    /// A statement waking listeners of the channel bound as placeholder 1
+    /// (`pg_notify`), where the database has notifications: PostgreSQL only.
+    pub fn notify_sql(self) -> Option<&'static str> {
+        (self == Self::Postgres).then_some("SELECT pg_notify($1, '')")
+    }
+
+    /// The clause that makes an `INSERT` an upsert: when a row with the unique `key` exists,
+    /// its `columns` take the inserted values.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(
+    ///     Dialect::Postgres.on_conflict_update("k", &["value", "version"]),
+    ///     "ON CONFLICT (k) DO UPDATE SET value = excluded.value, version = excluded.version"
+    /// );
+    /// assert_eq!(
+    ///     Dialect::MySql.on_conflict_update("k", &["value"]),
+    ///     "ON DUPLICATE KEY UPDATE value = VALUES(value)"
+    /// );
+    /// ```
+    pub fn on_conflict_update(self, key: &str, columns: &[&str]) -> String {
+        let set = |f: &dyn Fn(&str) -> String| columns.iter().map(|c| f(c)).collect::<Vec<_>>();
+        match self {
+            Self::MySql => format!(
+                "ON DUPLICATE KEY UPDATE {}",
+                set(&|c| format!("{c} = VALUES({c})")).join(", ")
+            ),
+            _ => format!(
+                "ON CONFLICT ({key}) DO UPDATE SET {}",
+                set(&|c| format!("{c} = excluded.{c}")).join(", ")
+            ),
+        }
+    }
+
+    /// The clause that makes an `INSERT` into `table` add the inserted `column` to the stored
+    /// one when a row with the unique `key` exists (a running total, e.g. a balance).
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(
+    ///     Dialect::MySql.on_conflict_add("acc", "account", "balance"),
+    ///     "ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance)"
+    /// );
+    /// assert_eq!(
+    ///     Dialect::Sqlite.on_conflict_add("acc", "account", "balance"),
+    ///     "ON CONFLICT (account) DO UPDATE SET balance = acc.balance + excluded.balance"
+    /// );
+    /// ```
+    pub fn on_conflict_add(self, table: &str, key: &str, column: &str) -> String {
+        match self {
+            Self::MySql => {
+                format!("ON DUPLICATE KEY UPDATE {column} = {column} + VALUES({column})")
+            }
+            _ => format!(
+                "ON CONFLICT ({key}) DO UPDATE SET {column} = {table}.{column} + excluded.{column}"
+            ),
+        }
+    }
+
+    /// The column type of an auto-increment 64-bit primary key `id`-style column.
+    ///
+    /// ```
+    /// assert_eq!(oncely_sql::Dialect::Postgres.serial_key(), "BIGSERIAL PRIMARY KEY");
+    /// ```
+    pub fn serial_key(self) -> &'static str {
+        match self {
+            Self::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+            Self::Postgres => "BIGSERIAL PRIMARY KEY",
+            Self::MySql => "BIGINT AUTO_INCREMENT PRIMARY KEY",
+        }
+    }
+
+    /// The type of a text column that is a key or indexed: `TEXT`, or `VARCHAR(len)` on
+    /// MySQL (which cannot index `TEXT` without a prefix length).
+    pub fn key_text(self, len: u16) -> String {
+        match self {
+            Self::MySql => format!("VARCHAR({len})"),
+            _ => "TEXT".to_owned(),
+        }
+    }
+
+    /// What ends a `CREATE TABLE`: ` ENGINE=InnoDB` on MySQL (transactions and row locks
+    /// whatever the server's default engine), nothing elsewhere.
+    pub fn table_options(self) -> &'static str {
+        match self {
+            Self::MySql => " ENGINE=InnoDB",
+            _ => "",
+        }
+    }
+
+    /// A statement that, run first in a transaction, serializes that transaction's DDL with
+    /// every other one taking the same `key`: `pg_advisory_xact_lock` on PostgreSQL, where
+    /// two concurrent `CREATE TABLE IF NOT EXISTS` of one table can fail on the catalog's
+    /// unique index. `None` elsewhere (MySQL and SQLite need no lock for that).
+    pub fn ddl_lock_sql(self, key: i64) -> Option<String> {
+        (self == Self::Postgres).then(|| format!("SELECT pg_advisory_xact_lock({key})"))
+    }
+
+    /// The statement dropping `schema` and everything in it (a PostgreSQL schema, a MySQL
+    /// database), or `None` on SQLite, which has no schemas.
+    pub fn drop_schema_sql(self, schema: &str) -> Option<String> {
+        match self {
+            Self::Postgres => Some(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")),
+            Self::MySql => Some(format!("DROP DATABASE IF EXISTS {schema}")),
+            Self::Sqlite => None,
+        }
     }
 }
 

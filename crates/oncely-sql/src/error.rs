@@ -126,6 +126,23 @@ pub fn db(doing: &str, e: sqlx::Error) -> Error {
     Error::new(error_kind(&e), format!("{doing} failed")).with_source(e)
 }
 
+/// True when the error says a table does not exist (PostgreSQL 42P01, MySQL 1146 / 42S02,
+/// SQLite "no such table"), so that optional tables (effects journal, outbox, operations
+/// journal) can be skipped. The kind stays [`ErrorKind::Permanent`] (see [`error_kind`]).
+///
+/// ```
+/// assert!(!oncely_sql::is_missing_table(&oncely_sql::sqlx::Error::RowNotFound));
+/// ```
+pub fn is_missing_table(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => {
+            matches!(d.code().as_deref(), Some("42P01" | "42S02" | "1146"))
+                || d.message().contains("no such table")
+        }
+        _ => false,
+    }
+}
+
 /// The URL with any password replaced by `***`, safe for logs and errors.
 ///
 /// ```

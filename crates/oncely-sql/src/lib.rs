@@ -3,6 +3,11 @@
 //! sqlx stores for oncely: [`SqliteStore`] (the embedded default), [`PgStore`] and
 //! [`MySqlStore`]. One implementation; the statements that differ live in [`Dialect`].
 //!
+//! This is the only crate that knows there are three databases: tools that work on any of
+//! them hold an [`AnyStore`] or [`AnyPool`] and run typed code through [`with_store!`] /
+//! [`with_pool!`]; SQL that differs is built with [`Dialect`]'s methods; sqlx errors are
+//! classified by [`error_kind`]; host times are [`now_ms`].
+//!
 //! The handler receives the store's `sqlx::Transaction` and writes its effect through it;
 //! the claim was inserted into the same transaction, so both commit or neither does.
 //!
@@ -14,7 +19,9 @@
 //! # Ok(()) }
 //! ```
 
+mod any;
 mod batch;
+mod clock;
 mod connect;
 mod dialect;
 mod error;
@@ -23,9 +30,11 @@ mod migrate;
 mod store;
 mod tables;
 
+pub use any::{AnyPool, AnyStore};
+pub use clock::{from_ms, now_ms, to_ms};
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
-pub use error::{db, db as db_error, error_kind, redact_url};
+pub use error::{db, db as db_error, error_kind, is_missing_table, redact_url};
 pub use migrate::{Migration, migrations, print_migrations};
 pub use sqlx;
 pub use store::{MySqlStore, PgStore, SqlDatabase, SqlStore, SqliteStore};

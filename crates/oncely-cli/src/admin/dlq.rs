@@ -1,15 +1,15 @@
 //! `oncely dlq list | show ID | replay ID|--all [--force] | resolve ID --keep-stored | purge --older-than D`.
 
 use super::{DbArgs, cut, print_json, print_table, when};
-use crate::db::AnyStore;
 use crate::demo::credits::{CreditTables, Credits};
-use crate::with_store;
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncely_ops::Ops;
 use oncely_ops::dlq::{self, Filter};
 use oncely_ops::replay::{self, Decision, ReplayOptions, Replayed};
 use oncely_ops::retention::{DEFAULT_WINDOW, parse_duration};
+use oncely_sql::AnyStore;
+use oncely_sql::with_store;
 use std::sync::Arc;
 
 /// Flags of `oncely dlq`.

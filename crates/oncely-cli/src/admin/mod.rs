@@ -8,11 +8,10 @@ pub mod partition;
 pub mod prune;
 pub mod stats;
 
-use crate::db::AnyStore;
-use crate::with_store;
 use anyhow::Result;
 use oncely_ops::Ops;
 use oncely_ops::partition::format_utc_ms;
+use oncely_sql::AnyStore;
 use oncely_sql::ConnectOptions;
 
 /// Where the oncely tables are, and how to print.
@@ -40,8 +39,8 @@ impl DbArgs {
             max_connections: 4,
             ..ConnectOptions::default()
         };
-        let store = AnyStore::open(&self.database, &options).await?;
-        let ops = with_store!(&store, s => Ops::from(s));
+        let store = AnyStore::connect(&self.database, &options).await?;
+        let ops = Ops::from(&store);
         Ok((store, ops))
     }
 }

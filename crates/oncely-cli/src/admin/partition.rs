@@ -52,7 +52,7 @@ pub async fn run(args: PartitionArgs) -> Result<bool> {
             }
         }
         Action::Ensure => {
-            let created = partition::ensure(&ops, oncely_ops::now_ms(), args.days_ahead).await?;
+            let created = partition::ensure(&ops, oncely_sql::now_ms(), args.days_ahead).await?;
             if args.db.json {
                 print_json(&created);
             } else {

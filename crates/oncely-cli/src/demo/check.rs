@@ -4,12 +4,11 @@
 
 use super::credits::CreditTables;
 use super::publish::Published;
-use crate::db::AnyStore;
-use crate::with_store;
 use anyhow::{Context, Result};
 use oncely_core::{ConsumerName, Inspect, PayloadHash};
-use oncely_sql::Dialect;
+use oncely_sql::AnyStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::with_store;
 use std::collections::{BTreeMap, HashMap};
 
 /// What the database says happened.
@@ -62,10 +61,7 @@ struct Readings {
 
 async fn read(store: &AnyStore, tables: &CreditTables, consumer: &str) -> Result<Readings> {
     let inbox_table = store.tables().table("inbox");
-    let id_col = match store.dialect() {
-        Dialect::MySql => "CAST(message_id AS CHAR)",
-        _ => "message_id",
-    };
+    let id_col = store.dialect().text("message_id");
     let consumer = consumer.replace('\'', "");
     let inbox_sql =
         format!("SELECT {id_col}, payload_hash FROM {inbox_table} WHERE consumer = '{consumer}'");

@@ -3,12 +3,12 @@
 
 use super::credits::CreditTables;
 use super::{DemoArgs, consume_with, create_tables};
-use crate::db::AnyStore;
-use crate::with_store;
 use anyhow::{Context, Result};
 use oncely::brokers::connect_source;
 use oncely_core::{ConsumerName, Inspect, StopWhenIdle};
+use oncely_sql::AnyStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::with_store;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

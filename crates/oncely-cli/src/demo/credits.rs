@@ -55,27 +55,15 @@ impl CreditTables {
         };
         let accounts = q("demo_accounts");
         let ledger = q("demo_ledger");
-        let (insert_ledger, upsert_balance) = match dialect {
-            Dialect::MySql => (
-                format!("INSERT INTO {ledger} (message_id, account, amount) VALUES (?, ?, ?)"),
-                format!(
-                    "INSERT INTO {accounts} (account, balance) VALUES (?, ?) ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance)"
-                ),
-            ),
-            _ => (
-                format!(
-                    "INSERT INTO {ledger} (message_id, account, amount) VALUES ({}, {}, {})",
-                    p(dialect, 1),
-                    p(dialect, 2),
-                    p(dialect, 3)
-                ),
-                format!(
-                    "INSERT INTO {accounts} (account, balance) VALUES ({}, {}) ON CONFLICT (account) DO UPDATE SET balance = {accounts}.balance + excluded.balance",
-                    p(dialect, 1),
-                    p(dialect, 2)
-                ),
-            ),
-        };
+        let insert_ledger = format!(
+            "INSERT INTO {ledger} (message_id, account, amount) VALUES ({})",
+            dialect.params(1, 3)
+        );
+        let upsert_balance = format!(
+            "INSERT INTO {accounts} (account, balance) VALUES ({}) {}",
+            dialect.params(1, 2),
+            dialect.on_conflict_add(&accounts, "account", "balance")
+        );
         Self {
             accounts,
             ledger,
@@ -87,11 +75,7 @@ impl CreditTables {
 
     /// DDL creating both tables.
     pub fn ddl(&self) -> Vec<String> {
-        let (seq, text) = match self.dialect {
-            Dialect::Sqlite => ("INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT"),
-            Dialect::Postgres => ("BIGSERIAL PRIMARY KEY", "TEXT"),
-            Dialect::MySql => ("BIGINT AUTO_INCREMENT PRIMARY KEY", "VARCHAR(255)"),
-        };
+        let (seq, text) = (self.dialect.serial_key(), self.dialect.key_text(255));
         vec![
             format!(
                 "CREATE TABLE IF NOT EXISTS {} (account {text} PRIMARY KEY, balance BIGINT NOT NULL)",
@@ -102,13 +86,6 @@ impl CreditTables {
                 self.ledger
             ),
         ]
-    }
-}
-
-fn p(dialect: Dialect, n: usize) -> String {
-    match dialect {
-        Dialect::Postgres => format!("${n}"),
-        _ => format!("?{n}"),
     }
 }
 

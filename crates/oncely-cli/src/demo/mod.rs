@@ -8,8 +8,6 @@ pub(crate) mod credits;
 mod publish;
 mod report;
 
-use crate::db::AnyStore;
-use crate::with_store;
 use anyhow::{Context, Result};
 use check::check;
 use credits::{CreditTables, Credits};
@@ -19,7 +17,9 @@ use oncely_core::{
     Consumer, ConsumerName, CrashPlan, MemorySource, MemoryStats, RetryPolicy, Source,
     SourceFaults, StatsSnapshot, StopWhenIdle,
 };
+use oncely_sql::AnyStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::with_store;
 use oncely_sql::{ConnectOptions, Dialect, Tables, redact_url};
 use publish::{Mix, generate};
 use report::Report;
@@ -209,7 +209,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
 
 async fn open_store(url: &str, args: &DemoArgs) -> Result<(AnyStore, CreditTables)> {
     let dialect = Dialect::from_url(url)?;
-    let schema = (dialect != Dialect::Sqlite).then_some(args.schema.as_str());
+    let schema = dialect.has_schemas().then_some(args.schema.as_str());
     let mut tables = Tables::default();
     if let Some(s) = schema {
         tables = tables.with_schema(s)?;
@@ -219,7 +219,7 @@ async fn open_store(url: &str, args: &DemoArgs) -> Result<(AnyStore, CreditTable
         max_connections: (args.workers as u32 + 4).max(8),
         ..ConnectOptions::default()
     };
-    let store = AnyStore::open(url, &options).await?;
+    let store = AnyStore::connect(url, &options).await?;
     Ok((store, CreditTables::new(dialect, schema)))
 }
 
@@ -287,10 +287,10 @@ fn progress_bar(len: u64, hidden: bool) -> ProgressBar {
 
 /// Gives the demo a clean slate: its schema (PostgreSQL/MySQL) or its tables (SQLite).
 async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
-    let drops: Vec<String> = match (store.dialect(), store.tables().schema()) {
-        (Dialect::Postgres, Some(s)) => vec![format!("DROP SCHEMA IF EXISTS {s} CASCADE")],
-        (Dialect::MySql, Some(s)) => vec![format!("DROP DATABASE IF EXISTS {s}")],
-        _ => vec![
+    let schema = store.tables().schema();
+    let drops: Vec<String> = match schema.and_then(|s| store.dialect().drop_schema_sql(s)) {
+        Some(drop) => vec![drop],
+        None => vec![
             format!("DROP TABLE IF EXISTS {}", tables.accounts),
             format!("DROP TABLE IF EXISTS {}", tables.ledger),
             format!("DROP TABLE IF EXISTS {}", store.tables().table("inbox")),

@@ -165,70 +165,47 @@ impl Target {
         }
     }
 
+    /// The target's pool.
+    async fn pool(&self) -> oncely_sql::AnyPool {
+        let options = oncely_sql::ConnectOptions {
+            max_connections: 2,
+            ..Default::default()
+        };
+        oncely_sql::AnyPool::connect(&self.url, &options)
+            .await
+            .unwrap()
+    }
+
     /// Runs one scalar SQL query (an i64) against the target.
     pub async fn scalar(&self, sql: &str) -> i64 {
         use oncely_sql::sqlx::{self, AssertSqlSafe};
-        let sql = sql.to_owned();
-        if self.url.starts_with("sqlite:") {
-            let s = oncely_sql::SqliteStore::connect(&self.url).await.unwrap();
-            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
-                .fetch_one(s.pool())
-                .await
-                .unwrap()
-        } else if self.url.starts_with("postgres") {
-            let s = oncely_sql::PgStore::connect(&self.url).await.unwrap();
-            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
-                .fetch_one(s.pool())
-                .await
-                .unwrap()
-        } else {
-            let s = oncely_sql::MySqlStore::connect(&self.url).await.unwrap();
-            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
-                .fetch_one(s.pool())
-                .await
-                .unwrap()
-        }
+        let (pool, sql) = (self.pool().await, sql.to_owned());
+        let n = oncely_sql::with_pool!(&pool, p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
+            .fetch_one(p)
+            .await
+            .unwrap());
+        pool.close().await;
+        n
     }
 
     /// Runs one statement against the target.
     pub async fn exec(&self, sql: &str) {
         use oncely_sql::sqlx::{self, AssertSqlSafe};
-        let sql = sql.to_owned();
-        if self.url.starts_with("sqlite:") {
-            let s = oncely_sql::SqliteStore::connect(&self.url).await.unwrap();
-            sqlx::raw_sql(AssertSqlSafe(sql))
-                .execute(s.pool())
-                .await
-                .unwrap();
-        } else if self.url.starts_with("postgres") {
-            let s = oncely_sql::PgStore::connect(&self.url).await.unwrap();
-            sqlx::raw_sql(AssertSqlSafe(sql))
-                .execute(s.pool())
-                .await
-                .unwrap();
-        } else {
-            let s = oncely_sql::MySqlStore::connect(&self.url).await.unwrap();
-            sqlx::raw_sql(AssertSqlSafe(sql))
-                .execute(s.pool())
-                .await
-                .unwrap();
-        }
+        let (pool, sql) = (self.pool().await, sql.to_owned());
+        oncely_sql::with_pool!(&pool, p => sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(p)
+            .await
+            .unwrap());
+        pool.close().await;
     }
 
     /// Drops the schema / database of a server target.
     pub async fn cleanup(&self) {
-        match (&self.schema, self.url.starts_with("postgres")) {
-            (Some(s), true) => {
-                self.exec(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
-                    .await
-            }
-            (Some(s), false) => self.exec(&format!("DROP DATABASE IF EXISTS {s}")).await,
-            _ => {}
+        let Some(schema) = &self.schema else { return };
+        let pool = self.pool().await;
+        pool.close().await;
+        if let Some(sql) = pool.dialect().drop_schema_sql(schema) {
+            self.exec(&sql).await;
         }
     }
-}
-
-/// Number from a JSON value.
-pub fn n(v: &Value) -> i64 {
-    v.as_i64().unwrap_or_else(|| panic!("not a number: {v}"))
 }

@@ -81,7 +81,7 @@ pub async fn mysql(test: &str, tag: &str) -> Option<(MySqlStore, Ops, String)> {
 
 /// Inserts `count` ids received `age_ms` ago into the inbox of `ops`.
 pub async fn fill(ops: &Ops, tag: &str, count: usize, age_ms: i64) {
-    let at = oncely_ops::now_ms() - age_ms;
+    let at = oncely_sql::now_ms() - age_ms;
     let inbox = ops.table("inbox");
     for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
         let values: Vec<String> = chunk
@@ -92,16 +92,8 @@ pub async fn fill(ops: &Ops, tag: &str, count: usize, age_ms: i64) {
             "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}",
             values.join(", ")
         );
-        match ops.pool() {
-            oncely_ops::OpsPool::Sqlite(p) => {
-                sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
-            }
-            oncely_ops::OpsPool::Postgres(p) => {
-                sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
-            }
-            oncely_ops::OpsPool::MySql(p) => {
-                sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
-            }
-        }
+        oncely_sql::with_pool!(ops.pool(), p => {
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
+        });
     }
 }

@@ -1,0 +1,303 @@
+//! [`AnyStore`] and [`AnyPool`]: a store or pool of whichever database a URL names, the way
+//! sqlx's `Any` works, so that tools (the CLI, operations, tests) are written once.
+//!
+//! The work itself stays typed: [`with_store!`](crate::with_store) and
+//! [`with_pool!`](crate::with_pool) bind the concrete store or pool and compile their body
+//! once per database. Only this module matches on which database it is.
+
+use crate::connect::ConnectOptions;
+use crate::dialect::Dialect;
+use crate::error::redact_url;
+use crate::store::{MySqlStore, PgStore, SqliteStore};
+use crate::tables::Tables;
+use oncely_core::{Error, Result};
+use sqlx::{MySqlPool, PgPool, SqlitePool};
+
+/// A store of any of the three databases.
+///
+/// ```no_run
+/// # async fn f() -> oncely_core::Result<()> {
+/// use oncely_sql::{AnyStore, ConnectOptions};
+/// let store = AnyStore::connect("sqlite:oncely.db", &ConnectOptions::default()).await?;
+/// store.migrate().await?;
+/// let letters = oncely_sql::with_store!(&store, s => s.dead_letters(None).await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub enum AnyStore {
+    /// SQLite.
+    Sqlite(SqliteStore),
+    /// PostgreSQL.
+    Postgres(PgStore),
+    /// MySQL / MariaDB.
+    MySql(MySqlStore),
+}
+
+/// A sqlx pool of any of the three databases.
+///
+/// ```no_run
+/// # async fn f() -> oncely_core::Result<()> {
+/// use oncely_sql::{AnyPool, ConnectOptions, sqlx};
+/// let pool = AnyPool::connect("postgres://app@db/app", &ConnectOptions::default()).await?;
+/// let one: i64 = oncely_sql::with_pool!(&pool, p => sqlx::query_scalar("SELECT 1")
+///     .fetch_one(p)
+///     .await
+///     .map_err(|e| oncely_sql::db("selecting", e))?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub enum AnyPool {
+    /// SQLite.
+    Sqlite(SqlitePool),
+    /// PostgreSQL.
+    Postgres(PgPool),
+    /// MySQL / MariaDB.
+    MySql(MySqlPool),
+}
+
+/// Runs `$body` with `$s` bound to the concrete store inside an [`AnyStore`] (or a reference
+/// to one): `&SqliteStore`, `&PgStore` or `&MySqlStore`. The body is compiled once per
+/// database, so it can use the store's typed API and transactions.
+///
+/// ```no_run
+/// # async fn f(store: oncely_sql::AnyStore) -> oncely_core::Result<()> {
+/// let ran = oncely_sql::with_store!(&store, s => s.migrate().await?);
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! with_store {
+    ($any:expr, $s:ident => $body:expr) => {
+        match $any {
+            $crate::AnyStore::Sqlite($s) => $body,
+            $crate::AnyStore::Postgres($s) => $body,
+            $crate::AnyStore::MySql($s) => $body,
+        }
+    };
+}
+
+/// Runs `$body` with `$p` bound to the concrete sqlx pool inside an [`AnyPool`] (or a
+/// reference to one). The body is compiled once per database.
+///
+/// ```no_run
+/// # async fn f(pool: &oncely_sql::AnyPool) -> oncely_core::Result<()> {
+/// use oncely_sql::sqlx;
+/// oncely_sql::with_pool!(pool, p => sqlx::query("DELETE FROM t")
+///     .execute(p)
+///     .await
+///     .map_err(|e| oncely_sql::db("clearing t", e))?);
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! with_pool {
+    ($any:expr, $p:ident => $body:expr) => {
+        match $any {
+            $crate::AnyPool::Sqlite($p) => $body,
+            $crate::AnyPool::Postgres($p) => $body,
+            $crate::AnyPool::MySql($p) => $body,
+        }
+    };
+}
+
+impl AnyStore {
+    /// Connects to the database `url` names (`sqlite:`, `postgres://`, `mysql://`,
+    /// `mariadb://`) without migrating. Errors keep the error's kind and name the URL with
+    /// its password redacted.
+    pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Self> {
+        let store = match Dialect::from_url(url) {
+            Ok(Dialect::Sqlite) => SqliteStore::connect_with(url, options)
+                .await
+                .map(Self::from),
+            Ok(Dialect::Postgres) => PgStore::connect_with(url, options).await.map(Self::from),
+            Ok(Dialect::MySql) => MySqlStore::connect_with(url, options).await.map(Self::from),
+            Err(e) => Err(e),
+        };
+        store.map_err(|e| {
+            let doing = format!("opening {}", redact_url(url));
+            Error::new(e.kind(), doing).with_source(e)
+        })
+    }
+
+    /// The database.
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Self::Sqlite(_) => Dialect::Sqlite,
+            Self::Postgres(_) => Dialect::Postgres,
+            Self::MySql(_) => Dialect::MySql,
+        }
+    }
+
+    /// Applies pending migrations; returns how many ran.
+    pub async fn migrate(&self) -> Result<usize> {
+        with_store!(self, s => s.migrate().await)
+    }
+
+    /// The table naming in use.
+    pub fn tables(&self) -> &Tables {
+        with_store!(self, s => s.tables())
+    }
+
+    /// The store's pool (a cheap clone sharing the connections).
+    pub fn pool(&self) -> AnyPool {
+        match self {
+            Self::Sqlite(s) => AnyPool::Sqlite(s.pool().clone()),
+            Self::Postgres(s) => AnyPool::Postgres(s.pool().clone()),
+            Self::MySql(s) => AnyPool::MySql(s.pool().clone()),
+        }
+    }
+}
+
+impl From<SqliteStore> for AnyStore {
+    fn from(s: SqliteStore) -> Self {
+        Self::Sqlite(s)
+    }
+}
+
+impl From<PgStore> for AnyStore {
+    fn from(s: PgStore) -> Self {
+        Self::Postgres(s)
+    }
+}
+
+impl From<MySqlStore> for AnyStore {
+    fn from(s: MySqlStore) -> Self {
+        Self::MySql(s)
+    }
+}
+
+impl AnyPool {
+    /// Connects to the database `url` names, with the same pool settings (SQLite WAL and
+    /// durability, pool size, timeouts) as [`AnyStore::connect`].
+    pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Self> {
+        Ok(AnyStore::connect(url, options).await?.pool())
+    }
+
+    /// The database.
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Self::Sqlite(_) => Dialect::Sqlite,
+            Self::Postgres(_) => Dialect::Postgres,
+            Self::MySql(_) => Dialect::MySql,
+        }
+    }
+
+    /// Size on disk of the oncely table `name` of `tables` with its indexes (and, on
+    /// PostgreSQL, its partitions), if the database says (SQLite needs the `dbstat` table).
+    pub async fn table_bytes(&self, tables: &Tables, name: &str) -> Option<i64> {
+        let (table, bare) = (tables.table(name), format!("{}{name}", tables.prefix()));
+        match self {
+            Self::Postgres(p) => sqlx::query_scalar(
+                "SELECT (pg_total_relation_size(to_regclass($1)) + COALESCE((SELECT SUM(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = to_regclass($1)), 0))::bigint",
+            )
+            .bind(&table)
+            .fetch_one(p)
+            .await
+            .ok(),
+            Self::MySql(p) => sqlx::query_scalar(
+                "SELECT CAST(DATA_LENGTH + INDEX_LENGTH AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+            )
+            .bind(tables.schema())
+            .bind(&bare)
+            .fetch_optional(p)
+            .await
+            .ok()
+            .flatten(),
+            Self::Sqlite(p) => sqlx::query_scalar::<_, Option<i64>>(
+                "SELECT SUM(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = ?1)",
+            )
+            .bind(&bare)
+            .fetch_one(p)
+            .await
+            .ok()
+            .flatten(),
+        }
+    }
+
+    /// The planner's row estimate of the oncely table `name` of `tables` (with partitions),
+    /// without scanning it; `None` where there is none (SQLite) or on error.
+    pub async fn estimated_rows(&self, tables: &Tables, name: &str) -> Option<i64> {
+        match self {
+            Self::Postgres(p) => sqlx::query_scalar(
+                "SELECT COALESCE(SUM(GREATEST(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1) OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1))",
+            )
+            .bind(tables.table(name))
+            .fetch_one(p)
+            .await
+            .ok(),
+            Self::MySql(p) => sqlx::query_scalar(
+                "SELECT CAST(TABLE_ROWS AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+            )
+            .bind(tables.schema())
+            .bind(format!("{}{name}", tables.prefix()))
+            .fetch_optional(p)
+            .await
+            .ok()
+            .flatten(),
+            Self::Sqlite(_) => None,
+        }
+    }
+
+    /// Closes the pool: waits for connections in use to be returned, then closes them all.
+    pub async fn close(&self) {
+        with_pool!(self, p => p.close().await)
+    }
+}
+
+impl From<SqlitePool> for AnyPool {
+    fn from(p: SqlitePool) -> Self {
+        Self::Sqlite(p)
+    }
+}
+
+impl From<PgPool> for AnyPool {
+    fn from(p: PgPool) -> Self {
+        Self::Postgres(p)
+    }
+}
+
+impl From<MySqlPool> for AnyPool {
+    fn from(p: MySqlPool) -> Self {
+        Self::MySql(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn sqlite_store_and_pool() {
+        let store = AnyStore::connect("sqlite::memory:", &ConnectOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(store.dialect(), Dialect::Sqlite);
+        assert!(store.migrate().await.unwrap() > 0);
+        let pool = store.pool();
+        assert_eq!(pool.dialect(), Dialect::Sqlite);
+        let n: i64 =
+            with_pool!(&pool, p => sqlx::query_scalar("SELECT 1").fetch_one(p).await.unwrap());
+        assert_eq!(n, 1);
+        pool.close().await;
+    }
+
+    #[tokio::test]
+    async fn errors_name_the_redacted_url() {
+        let options = ConnectOptions::default();
+        let e = AnyStore::connect("postgres://app:s3cret@h:port/x", &options)
+            .await
+            .err()
+            .unwrap();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("opening postgres://app:***@h:port/x"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"), "{text}");
+        assert_eq!(e.kind(), oncely_core::ErrorKind::Config, "{e:?}");
+        let e = AnyPool::connect("oracle://x", &options)
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), oncely_core::ErrorKind::Config);
+        assert!(e.to_string().starts_with("opening oracle://x: "), "{e}");
+    }
+}
