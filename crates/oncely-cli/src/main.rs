@@ -34,7 +34,7 @@ enum Command {
     Inspect(admin::inspect::InspectArgs),
     /// Dead letters: list, show, replay, purge.
     Dlq(admin::dlq::DlqArgs),
-    /// Apply (or print) the inbox and dead-letter migrations.
+    /// Apply (or print) the migrations: inbox and dead letters, plus the sets named by `--with`.
     Migrate {
         /// Database URL (sqlite:…, postgres://…, mysql://…).
         #[arg(long, env = "ONCELY_DATABASE_URL")]
@@ -48,6 +48,9 @@ enum Command {
         /// Table-name prefix.
         #[arg(long, default_value = "oncely_")]
         prefix: String,
+        /// Further migration sets, comma-separated.
+        #[arg(long, value_enum, value_delimiter = ',')]
+        with: Vec<migrate::With>,
     },
 }
 
@@ -82,8 +85,11 @@ async fn main() -> ExitCode {
             print,
             schema,
             prefix,
+            with,
         } => match tables(schema.as_deref(), &prefix) {
-            Ok(t) => migrate::run(&database, t, print).await.map(|()| true),
+            Ok(t) => migrate::run(&database, t, print, &with)
+                .await
+                .map(|()| true),
             Err(e) => Err(e),
         },
     };

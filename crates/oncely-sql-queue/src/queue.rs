@@ -5,7 +5,7 @@ use oncely_core::{
     Acker, Delivery, Envelope, Error, Handled, Handler, Meta, RawEnvelope, Result, Source,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
-use oncely_sql::{PgStore, Tables};
+use oncely_sql::{Adopt, Dialect, Migration, MigrationSet, PgStore, Tables, run_migrations};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -47,7 +47,27 @@ fn db(what: &str, e: sqlx::Error) -> Error {
 pub struct SqlQueue {
     pool: PgPool,
     table: String,
+    tables: Tables,
 }
+
+/// The `queue` migration set (PostgreSQL only) of oncely-sql's one registry. A queue table
+/// created before the shared ledger (which kept no ledger) is adopted at version 1.
+///
+/// ```
+/// use oncely_sql::{Dialect, Tables};
+/// let sql = oncely_sql_queue::MIGRATIONS.print(Dialect::Postgres, &Tables::default()).unwrap();
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS oncely_queue"));
+/// ```
+pub static MIGRATIONS: MigrationSet = MigrationSet::new("queue")
+    .postgres(&[
+        Migration::new(1, "queue", include_str!("../migrations/postgres/0001_queue.sql")),
+        Migration::new(2, "raw_id", include_str!("../migrations/postgres/0002_raw_id.sql")),
+    ])
+    .adopt(&[Adopt::Probe {
+        dialect: Dialect::Postgres,
+        sql: "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE oid = to_regclass('{schema}{prefix}queue')",
+        through: 1,
+    }]);
 
 impl SqlQueue {
     /// The queue `{schema}.{prefix}queue` of a store's tables, on the store's pool.
@@ -60,33 +80,18 @@ impl SqlQueue {
         Self {
             pool,
             table: tables.table("queue"),
+            tables: tables.clone(),
         }
     }
 
-    /// Creates the table if missing (the schema must exist: run the store's migrations first).
+    /// Applies the pending [`MIGRATIONS`] (creating the table, and its schema, if missing)
+    /// through oncely-sql's one runner; a no-op when up to date.
     ///
-    /// Message ids are kept byte-exact in `raw_id` (BYTEA; added to older tables here);
-    /// `message_id` holds the id as text for people reading the table (invalid UTF-8 shown
+    /// Message ids are kept byte-exact in `raw_id` (BYTEA; added to older tables by migration
+    /// 2); `message_id` holds the id as text for people reading the table (invalid UTF-8 shown
     /// lossily) and is only read for rows enqueued before `raw_id` existed.
     pub async fn migrate(&self) -> Result<()> {
-        let t = &self.table;
-        let index = t.replace('.', "_");
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "CREATE TABLE IF NOT EXISTS {t} (
-                id BIGSERIAL PRIMARY KEY,
-                message_id TEXT,
-                payload BYTEA NOT NULL,
-                headers TEXT NOT NULL DEFAULT '{{}}',
-                enqueued_at BIGINT NOT NULL,
-                leased_until BIGINT,
-                deliveries INTEGER NOT NULL DEFAULT 0
-            );
-            CREATE INDEX IF NOT EXISTS {index}_lease ON {t} (leased_until, id);
-            ALTER TABLE {t} ADD COLUMN IF NOT EXISTS raw_id BYTEA;"
-        )))
-        .execute(&self.pool)
-        .await
-        .map_err(|e| db("creating the queue table", e))?;
+        run_migrations(&self.pool, &self.tables, &[&MIGRATIONS]).await?;
         Ok(())
     }
 
