@@ -33,7 +33,7 @@ enum Command {
     Inspect(admin::inspect::InspectArgs),
     /// Dead letters: list, show, replay, purge.
     Dlq(admin::dlq::DlqArgs),
-    /// Apply (or print) the inbox and dead-letter migrations.
+    /// Apply (or print) the migrations: inbox and dead letters, plus the sets named by `--with`.
     Migrate {
         /// Database URL (sqlite:…, postgres://…, mysql://…).
         #[arg(long, env = "ONCELY_DATABASE_URL")]
@@ -47,6 +47,9 @@ enum Command {
         /// Table-name prefix.
         #[arg(long, default_value = "oncely_")]
         prefix: String,
+        /// Further migration sets, comma-separated.
+        #[arg(long, value_enum, value_delimiter = ',')]
+        with: Vec<migrate::With>,
     },
 }
 
@@ -81,8 +84,11 @@ async fn main() -> ExitCode {
             print,
             schema,
             prefix,
+            with,
         } => match tables(schema.as_deref(), &prefix) {
-            Ok(t) => migrate::run(&database, t, print).await.map(|()| true),
+            Ok(t) => migrate::run(&database, t, print, &with)
+                .await
+                .map(|()| true),
             Err(e) => Err(e),
         },
     };

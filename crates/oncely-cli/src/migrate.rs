@@ -1,25 +1,71 @@
-//! `oncely migrate`: apply or print the migrations.
+//! `oncely migrate`: apply or print the migration sets of oncely-sql's one registry: the
+//! inbox and dead letters always, the others with `--with`.
 
-use anyhow::Result;
-use oncely_sql::AnyStore;
-use oncely_sql::{ConnectOptions, Dialect, Tables, print_migrations};
+use anyhow::{Context, Result};
+use oncely_sql::{
+    Dialect, INBOX, MigrationSet, Tables, migrate_url, print_migration_sets, redact_url,
+};
+
+/// A migration set besides the inbox, for `--with`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum With {
+    /// Entity versions, effect journal and outbox (oncely-effects).
+    Effects,
+    /// The transactional outbox: created by the effects set (same as `effects`).
+    Outbox,
+    /// The PostgreSQL queue table (oncely-sql-queue).
+    Queue,
+    /// The PostgreSQL time-partitioned inbox, applied before the inbox set (daily partitions:
+    /// `oncely partition ensure`).
+    Partitioned,
+}
+
+/// The sets to apply, in order: the partitioned inbox (it replaces the inbox table, so it
+/// comes first), the inbox, then the others; each once.
+fn sets(with: &[With]) -> Vec<&'static MigrationSet> {
+    let mut sets = Vec::new();
+    if with.contains(&With::Partitioned) {
+        sets.push(&oncely_ops::partition::MIGRATIONS);
+    }
+    sets.push(&INBOX);
+    if with.contains(&With::Effects) || with.contains(&With::Outbox) {
+        sets.push(&oncely_effects::MIGRATIONS);
+    }
+    if with.contains(&With::Queue) {
+        sets.push(&oncely_sql_queue::MIGRATIONS);
+    }
+    sets
+}
 
 /// Applies (or prints, without connecting) the migrations for `url`.
-pub async fn run(url: &str, tables: Tables, print: bool) -> Result<()> {
+pub async fn run(url: &str, tables: Tables, print: bool, with: &[With]) -> Result<()> {
+    let dialect = Dialect::from_url(url)?;
+    let sets = sets(with);
     if print {
-        print!("{}", print_migrations(Dialect::from_url(url)?, &tables));
+        print!("{}", print_migration_sets(dialect, &tables, &sets)?);
         return Ok(());
     }
-    let options = ConnectOptions {
-        tables,
-        max_connections: 2,
-        ..ConnectOptions::default()
-    };
-    let store = AnyStore::connect(url, &options).await?;
-    let applied = store.migrate().await?;
+    let applied = migrate_url(url, &tables, &sets)
+        .await
+        .with_context(|| format!("migrating {}", redact_url(url)))?;
     println!(
         "{applied} migration(s) applied ({} up to date)",
-        store.dialect().name()
+        dialect.name()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_are_ordered_and_unique() {
+        let names = |w: &[With]| sets(w).iter().map(|s| s.name).collect::<Vec<_>>();
+        assert_eq!(names(&[]), ["inbox"]);
+        assert_eq!(
+            names(&[With::Queue, With::Outbox, With::Effects, With::Partitioned]),
+            ["partitioned", "inbox", "effects", "queue"]
+        );
+    }
 }

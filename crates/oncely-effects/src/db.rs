@@ -3,7 +3,7 @@
 //! The SQL that differs between databases comes from [`oncely_sql::Dialect`].
 
 use futures::future::BoxFuture;
-use oncely_sql::{Dialect, SqlDatabase};
+use oncely_sql::SqlDatabase;
 use sqlx::{AssertSqlSafe, MySql, Postgres, Row, Sqlite};
 
 /// A bound argument or a decoded column value.
@@ -259,11 +259,3 @@ effects_db!(Sqlite, "BEGIN IMMEDIATE", String, |t| t);
 effects_db!(Postgres, "BEGIN", String, |t| t);
 effects_db!(MySql, "BEGIN", Vec<u8>, |t| String::from_utf8_lossy(&t)
     .into_owned());
-
-// Kept only for `migrate.rs`, which another change moves into oncely-sql's migration
-// registry; remove these three with it (the SQL helpers live in oncely-sql).
-/// Placeholders `from..from+count`, as the dialect's `params` makes them.
-pub(crate) fn ps(d: Dialect, from: usize, count: usize) -> String {
-    d.params(from, count)
-}
-pub(crate) use oncely_sql::{db_error as db, now_ms};

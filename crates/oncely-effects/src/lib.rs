@@ -46,7 +46,7 @@ pub use key::{
     MAX_KEY_LEN, MAX_VERBATIM_CONSUMER, MAX_VERBATIM_ID, effect_key, effect_key_prefix,
     legacy_effect_key, legacy_effect_key_prefix,
 };
-pub use migrate::{EffectsMigration, migrate, migrations, print_migrations};
+pub use migrate::{EffectsMigration, MIGRATIONS, migrate, migrations, print_migrations};
 pub use outbox::{DESTINATION_HEADER, Outbox, OutboxMessage, Outgoing, derived_id, outbox_rows};
 pub use prune::{prune_journal, prune_outbox};
 pub use publisher::Publisher;

@@ -14,8 +14,8 @@
 
 use crate::db::Ops;
 use oncely_core::{Error, Result};
-use oncely_sql::Tables;
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool};
+use oncely_sql::{Adopt, Dialect, Migration, MigrationSet, Tables, run_migrations};
 use oncely_sql::{AnyPool, db, now_ms};
 use tracing::{info, warn};
 
@@ -30,6 +30,23 @@ pub const PARTITIONED_INBOX_SQL: &str =
 pub fn partitioned_inbox_sql(tables: &Tables) -> String {
     tables.render(PARTITIONED_INBOX_SQL)
 }
+
+/// The `partitioned` migration set (PostgreSQL only) of oncely-sql's one registry: the static
+/// part of the layout (partitioned table, default partition, guard trigger). It must run
+/// before the `inbox` set, whose `CREATE TABLE IF NOT EXISTS` then leaves the table alone. The
+/// daily partitions depend on the date and are created by [`install`] / [`ensure`], not here.
+/// A partitioned inbox installed before the shared ledger is adopted.
+pub static MIGRATIONS: MigrationSet = MigrationSet::new("partitioned")
+    .postgres(&[Migration::new(
+        1,
+        "partitioned_inbox",
+        PARTITIONED_INBOX_SQL,
+    )])
+    .adopt(&[Adopt::Probe {
+        dialect: Dialect::Postgres,
+        sql: "SELECT COUNT(*) FROM pg_partitioned_table WHERE partrelid = to_regclass('{schema}{prefix}inbox')",
+        through: 1,
+    }]);
 
 /// One daily partition.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -144,31 +161,12 @@ pub async fn install(ops: &Ops, days_ahead: u32) -> Result<Vec<String>> {
                 ops.table("inbox")
             )));
         }
-        let mut tx = pool.begin().await.map_err(|e| db("begin", e))?;
-        sqlx::query("SELECT pg_advisory_xact_lock(1869504356, 1)")
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db("taking the install lock", e))?;
-        if !is_partitioned_in(&mut tx, ops).await? {
-            sqlx::raw_sql(AssertSqlSafe(partitioned_inbox_sql(ops.tables())))
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| db("creating the partitioned inbox", e))?;
-        }
-        tx.commit().await.map_err(|e| db("commit", e))?;
+    }
+    // Under the migration lock; records (or adopts) the set in the ledger.
+    if run_migrations(pool, ops.tables(), &[&MIGRATIONS]).await? > 0 {
         info!(table = %ops.table("inbox"), "partitioned inbox installed");
     }
     ensure(ops, now_ms(), days_ahead).await
-}
-
-async fn is_partitioned_in(conn: &mut sqlx::PgConnection, ops: &Ops) -> Result<bool> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))",
-    )
-    .bind(ops.table("inbox"))
-    .fetch_one(conn)
-    .await
-    .map_err(|e| db("checking the inbox layout", e))
 }
 
 /// Creates the missing daily partitions from the day of `from_ms` to `days_ahead` days after

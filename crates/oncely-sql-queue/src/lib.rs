@@ -10,11 +10,11 @@
 //! right after the commit; if that delete is lost, the lease expires, the row is delivered
 //! again and ends as `Duplicate` once more, then deleted.
 //!
-//! Table (`{schema}.{prefix}queue`, created by [`SqlQueue::migrate`]): `id BIGSERIAL`,
+//! Table (`{schema}.{prefix}queue`, created by [`SqlQueue::migrate`], the [`MIGRATIONS`] set): `id BIGSERIAL`,
 //! `message_id TEXT` (the producer-set id; `NULL` → dead-lettered as `bad_id`),
 //! `payload BYTEA`, `headers TEXT` (JSON object), `enqueued_at`, `leased_until` (Unix ms),
 //! `deliveries` (the delivery count, reported as `attempt`).
 
 mod queue;
 
-pub use queue::{Dequeue, QUEUE_ROW_HEADER, SqlQueue, SqlQueueSource};
+pub use queue::{Dequeue, MIGRATIONS, QUEUE_ROW_HEADER, SqlQueue, SqlQueueSource};

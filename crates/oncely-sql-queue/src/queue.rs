@@ -1,23 +1,19 @@
 //! The queue table, its source and the dequeuing handler wrapper.
 
 use futures::future::BoxFuture;
+use oncely_core::wire::{meta_headers, read_header};
 use oncely_core::{
     Acker, Delivery, Envelope, Error, Handled, Handler, Meta, RawEnvelope, Result, Source,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
-use oncely_sql::{PgStore, Tables};
+use oncely_sql::{
+    Adopt, Dialect, Migration, MigrationSet, PgStore, Tables, now_ms, run_migrations,
+};
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Header through which a delivery carries its queue row id to [`Dequeue`].
 pub const QUEUE_ROW_HEADER: &str = "oncely-queue-row";
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// The `headers` column as string headers: a JSON object's string values as they are,
 /// other values as their JSON text. Anything else (a producer writing the table by hand) is
@@ -38,8 +34,20 @@ fn headers_of(column: &str) -> BTreeMap<String, String> {
     }
 }
 
+/// A queue-table error, classified by oncely-sql's one classifier.
 fn db(what: &str, e: sqlx::Error) -> Error {
-    Error::transient(format!("queue table: {what}")).with_source(e)
+    oncely_sql::db(&format!("queue table: {what}"), e)
+}
+
+/// The `headers` column as the message's [`Meta`]: `oncely-entity`, `oncely-version` and
+/// `oncely-source-time` set their fields (as on every broker, `oncely_core::wire`), the
+/// rest are headers.
+fn meta_of(column: &str) -> Meta {
+    let mut meta = Meta::default();
+    for (name, value) in headers_of(column) {
+        read_header(&mut meta, &name, value.as_bytes());
+    }
+    meta
 }
 
 /// A queue table in PostgreSQL.
@@ -47,7 +55,27 @@ fn db(what: &str, e: sqlx::Error) -> Error {
 pub struct SqlQueue {
     pool: PgPool,
     table: String,
+    tables: Tables,
 }
+
+/// The `queue` migration set (PostgreSQL only) of oncely-sql's one registry. A queue table
+/// created before the shared ledger (which kept no ledger) is adopted at version 1.
+///
+/// ```
+/// use oncely_sql::{Dialect, Tables};
+/// let sql = oncely_sql_queue::MIGRATIONS.print(Dialect::Postgres, &Tables::default()).unwrap();
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS oncely_queue"));
+/// ```
+pub static MIGRATIONS: MigrationSet = MigrationSet::new("queue")
+    .postgres(&[
+        Migration::new(1, "queue", include_str!("../migrations/postgres/0001_queue.sql")),
+        Migration::new(2, "raw_id", include_str!("../migrations/postgres/0002_raw_id.sql")),
+    ])
+    .adopt(&[Adopt::Probe {
+        dialect: Dialect::Postgres,
+        sql: "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE oid = to_regclass('{schema}{prefix}queue')",
+        through: 1,
+    }]);
 
 impl SqlQueue {
     /// The queue `{schema}.{prefix}queue` of a store's tables, on the store's pool.
@@ -60,33 +88,18 @@ impl SqlQueue {
         Self {
             pool,
             table: tables.table("queue"),
+            tables: tables.clone(),
         }
     }
 
-    /// Creates the table if missing (the schema must exist: run the store's migrations first).
+    /// Applies the pending [`MIGRATIONS`] (creating the table, and its schema, if missing)
+    /// through oncely-sql's one runner; a no-op when up to date.
     ///
-    /// Message ids are kept byte-exact in `raw_id` (BYTEA; added to older tables here);
-    /// `message_id` holds the id as text for people reading the table (invalid UTF-8 shown
+    /// Message ids are kept byte-exact in `raw_id` (BYTEA; added to older tables by migration
+    /// 2); `message_id` holds the id as text for people reading the table (invalid UTF-8 shown
     /// lossily) and is only read for rows enqueued before `raw_id` existed.
     pub async fn migrate(&self) -> Result<()> {
-        let t = &self.table;
-        let index = t.replace('.', "_");
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "CREATE TABLE IF NOT EXISTS {t} (
-                id BIGSERIAL PRIMARY KEY,
-                message_id TEXT,
-                payload BYTEA NOT NULL,
-                headers TEXT NOT NULL DEFAULT '{{}}',
-                enqueued_at BIGINT NOT NULL,
-                leased_until BIGINT,
-                deliveries INTEGER NOT NULL DEFAULT 0
-            );
-            CREATE INDEX IF NOT EXISTS {index}_lease ON {t} (leased_until, id);
-            ALTER TABLE {t} ADD COLUMN IF NOT EXISTS raw_id BYTEA;"
-        )))
-        .execute(&self.pool)
-        .await
-        .map_err(|e| db("creating the queue table", e))?;
+        run_migrations(&self.pool, &self.tables, &[&MIGRATIONS]).await?;
         Ok(())
     }
 
@@ -116,7 +129,8 @@ impl SqlQueue {
         &self,
         m: &'q RawEnvelope,
     ) -> sqlx::query::Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments> {
-        let headers = serde_json::to_string(&m.meta.headers).unwrap_or_else(|_| "{}".into());
+        let headers: BTreeMap<&str, String> = meta_headers(&m.meta).into_iter().collect();
+        let headers = serde_json::to_string(&headers).unwrap_or_else(|_| "{}".into());
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {} (message_id, raw_id, payload, headers, enqueued_at) VALUES ($1, $2, $3, $4, $5)",
             self.table
@@ -192,15 +206,13 @@ impl Source for SqlQueueSource {
                 let raw_id: Option<Vec<u8>> = row.try_get("raw_id").map_err(get)?;
                 let headers: String = row.try_get("headers").map_err(get)?;
                 let deliveries: i32 = row.try_get("deliveries").map_err(get)?;
-                let mut headers = headers_of(&headers);
-                headers.insert(QUEUE_ROW_HEADER.to_owned(), id.to_string());
+                let mut meta = meta_of(&headers);
+                meta.headers
+                    .insert(QUEUE_ROW_HEADER.to_owned(), id.to_string());
                 let raw = RawEnvelope {
                     id: raw_id,
                     payload: row.try_get("payload").map_err(get)?,
-                    meta: Meta {
-                        headers,
-                        ..Meta::default()
-                    },
+                    meta,
                 };
                 let acker = QueueAcker {
                     queue: self.queue.clone(),
@@ -301,7 +313,9 @@ impl<H: Handler<Transaction<'static, Postgres>>> Handler<Transaction<'static, Po
 
 #[cfg(test)]
 mod tests {
-    use super::headers_of;
+    use super::{headers_of, meta_of};
+    use oncely_core::Meta;
+    use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
     fn headers_column_is_mapped_totally() {
@@ -314,5 +328,20 @@ mod tests {
         assert_eq!(headers_of(r#"{"a":"x","n":1}"#)["a"], "x");
         assert!(headers_of("[1,2]").is_empty());
         assert!(headers_of("not json").is_empty());
+    }
+
+    #[test]
+    fn meta_travels_in_the_headers_column() {
+        let mut meta = Meta::default();
+        meta.entity_key = Some("acct-1".into());
+        meta.version = Some(4);
+        meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
+        meta.headers.insert("trace".into(), "t-1".into());
+        let column: std::collections::BTreeMap<&str, String> =
+            oncely_core::wire::meta_headers(&meta).into_iter().collect();
+        let column = serde_json::to_string(&column).unwrap();
+        assert_eq!(meta_of(&column), meta);
+        // Rows written before meta travelled: plain headers only.
+        assert_eq!(meta_of(r#"{"trace":"t-1"}"#).headers["trace"], "t-1");
     }
 }

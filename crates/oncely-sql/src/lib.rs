@@ -35,6 +35,9 @@ pub use clock::{from_ms, now_ms, to_ms};
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
 pub use error::{db, db as db_error, error_kind, is_missing_table, redact_url};
+pub use migrate::{
+    Adopt, INBOX, MigrateDb, MigrationSet, migrate_url, print_migration_sets, run_migrations,
+};
 pub use migrate::{Migration, migrations, print_migrations};
 pub use sqlx;
 pub use store::{MySqlStore, PgStore, SqlDatabase, SqlStore, SqliteStore};

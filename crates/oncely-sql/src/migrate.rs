@@ -1,19 +1,30 @@
-//! Versioned migrations, kept as plain `.sql` files per dialect, applied under a lock.
+//! One migration registry: every crate describes its tables as a [`MigrationSet`] (plain `.sql`
+//! templates per dialect), and one runner applies any list of sets under one lock, recording
+//! them in one ledger table, `{schema}.{prefix}migration_ledger`, keyed by `(set_name, version)`.
+//!
+//! The sets: [`INBOX`] (here: inbox and dead letters), `oncely_effects::MIGRATIONS` (entity
+//! versions, effect journal, outbox), `oncely_sql_queue::MIGRATIONS` (the PostgreSQL queue
+//! table) and `oncely_ops::partition::MIGRATIONS` (the partitioned inbox's static DDL). This
+//! crate knows none of them but its own: the crates hand their sets to [`run_migrations`].
+
+mod runner;
 
 use crate::dialect::Dialect;
-use crate::error::db;
-use crate::store::{SqlStore, now_ms};
-use crate::tables::Tables;
-use oncely_core::{Error, PayloadHash, Result};
-use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite};
+use crate::store::{MySqlStore, PgStore, SqlStore, SqliteStore};
+use crate::tables::{Tables, is_identifier};
+use crate::{ConnectOptions, SqlDatabase};
+use oncely_core::{Error, Result};
+use sqlx::Pool;
+use std::future::Future;
 
-/// One migration: a version, a name, and a SQL template with `{schema}` and `{prefix}`.
+/// One migration of one dialect: a version, a name, and a SQL template with `{schema}` and
+/// `{prefix}`.
 ///
-/// SQLite's version 2 has a `-- @backfill id_hash` line: `migrate` computes
+/// SQLite's inbox version 2 has a `-- @backfill id_hash` line: the runner computes
 /// `dead_letters.id_hash` (SHA-256 of `raw_id`) there, since SQLite has no SHA-256 function.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
-    /// Version, applied in ascending order.
+    /// Version within its set, applied in ascending order.
     pub version: i64,
     /// Short name.
     pub name: &'static str,
@@ -21,267 +32,303 @@ pub struct Migration {
 }
 
 impl Migration {
+    /// A migration from its template (usually `include_str!` of a `.sql` file).
+    pub const fn new(version: i64, name: &'static str, template: &'static str) -> Self {
+        Self {
+            version,
+            name,
+            template,
+        }
+    }
+
     /// The SQL for these tables.
     pub fn sql(&self, tables: &Tables) -> String {
         tables.render(self.template)
     }
 }
 
-const SQLITE: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "inbox",
-        template: include_str!("../migrations/sqlite/0001_inbox.sql"),
+/// How the runner recognizes a set that was applied before the ledger knew it, so that an
+/// existing installation is adopted without running anything again.
+#[derive(Debug, Clone, Copy)]
+pub enum Adopt {
+    /// An older ledger table `{schema}.{prefix}<name>` (`version, name, applied_at`), as each
+    /// crate kept before the shared ledger: the first time the set runs, its rows whose version
+    /// and name match a migration of the set are copied into the ledger. The old table is
+    /// left in place (an older oncely still reads it); nothing reads it afterwards.
+    Ledger(&'static str),
+    /// A query template (with `{schema}`/`{prefix}`) returning a count, run on `dialect` when
+    /// the set has no ledger row yet: above zero means the set's tables exist (created by code
+    /// that kept no ledger), and migrations up to version `through` are recorded as applied.
+    Probe {
+        /// The dialect the query is written for.
+        dialect: Dialect,
+        /// The query.
+        sql: &'static str,
+        /// The last version the probe vouches for.
+        through: i64,
     },
-    Migration {
-        version: 2,
-        name: "dead_letter_key",
-        template: include_str!("../migrations/sqlite/0002_dead_letter_key.sql"),
-    },
-];
-const POSTGRES: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "inbox",
-        template: include_str!("../migrations/postgres/0001_inbox.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "dead_letter_key",
-        template: include_str!("../migrations/postgres/0002_dead_letter_key.sql"),
-    },
-];
-const MYSQL: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "inbox",
-        template: include_str!("../migrations/mysql/0001_inbox.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "dead_letter_key",
-        template: include_str!("../migrations/mysql/0002_dead_letter_key.sql"),
-    },
-];
+}
 
-/// A line in a migration where `migrate` fills `dead_letters.id_hash` (SHA-256 of `raw_id`)
-/// from Rust, for a database without a SHA-256 function (SQLite).
-const BACKFILL_ID_HASH: &str = "-- @backfill id_hash\n";
+/// A named set of migrations contributed by one crate, with one template list per dialect
+/// (an empty list: the set does not exist on that dialect).
+///
+/// ```
+/// use oncely_sql::{Adopt, Migration, MigrationSet};
+/// static AUDIT: MigrationSet = MigrationSet::new("audit")
+///     .postgres(&[Migration::new(1, "audit", "CREATE TABLE IF NOT EXISTS {schema}{prefix}audit (id BIGINT);")])
+///     .adopt(&[Adopt::Ledger("audit_migrations")]);
+/// let sql = AUDIT.print(oncely_sql::Dialect::Postgres, &Default::default()).unwrap();
+/// assert!(sql.contains("oncely_audit"));
+/// assert!(AUDIT.print(oncely_sql::Dialect::Sqlite, &Default::default()).is_err());
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct MigrationSet {
+    /// The set's name in the ledger (a plain identifier).
+    pub name: &'static str,
+    sqlite: &'static [Migration],
+    postgres: &'static [Migration],
+    mysql: &'static [Migration],
+    adopt: &'static [Adopt],
+}
 
-/// The SQL before and after the backfill line, if the migration has one.
-fn split_backfill(sql: &str) -> (&str, Option<&str>) {
-    match sql.split_once(BACKFILL_ID_HASH) {
-        Some((before, after)) => (before, Some(after)),
-        None => (sql, None),
+impl MigrationSet {
+    /// An empty set named `name`.
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            sqlite: &[],
+            postgres: &[],
+            mysql: &[],
+            adopt: &[],
+        }
+    }
+
+    /// The SQLite migrations, oldest first.
+    pub const fn sqlite(self, migrations: &'static [Migration]) -> Self {
+        Self {
+            sqlite: migrations,
+            ..self
+        }
+    }
+
+    /// The PostgreSQL migrations, oldest first.
+    pub const fn postgres(self, migrations: &'static [Migration]) -> Self {
+        Self {
+            postgres: migrations,
+            ..self
+        }
+    }
+
+    /// The MySQL / MariaDB migrations, oldest first.
+    pub const fn mysql(self, migrations: &'static [Migration]) -> Self {
+        Self {
+            mysql: migrations,
+            ..self
+        }
+    }
+
+    /// How an installation made before the shared ledger is recognized.
+    pub const fn adopt(self, adopt: &'static [Adopt]) -> Self {
+        Self { adopt, ..self }
+    }
+
+    /// The migrations of `dialect`, oldest first (empty where the set does not exist).
+    pub fn migrations(&self, dialect: Dialect) -> &'static [Migration] {
+        match dialect {
+            Dialect::Sqlite => self.sqlite,
+            Dialect::Postgres => self.postgres,
+            Dialect::MySql => self.mysql,
+        }
+    }
+
+    /// The migrations of `dialect`, or an error naming the set when it has none there.
+    fn for_dialect(&self, dialect: Dialect) -> Result<&'static [Migration]> {
+        if !is_identifier(self.name) {
+            return Err(Error::config(format!(
+                "migration set name {:?} is not a plain identifier",
+                self.name
+            )));
+        }
+        match self.migrations(dialect) {
+            [] => Err(Error::config(format!(
+                "the {:?} migrations do not exist on {}",
+                self.name,
+                dialect.name()
+            ))),
+            m => Ok(m),
+        }
+    }
+
+    /// The set as one SQL script for `dialect`, for users who run their own migration tool.
+    pub fn print(&self, dialect: Dialect, tables: &Tables) -> Result<String> {
+        Ok(self
+            .for_dialect(dialect)?
+            .iter()
+            .map(|m| {
+                format!(
+                    "-- version {} ({}), set {}\n{}",
+                    m.version,
+                    m.name,
+                    self.name,
+                    m.sql(tables)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"))
     }
 }
 
-/// Rows per backfill round (raw ids may be large).
-const BACKFILL_PAGE: i64 = 500;
+/// oncely-sql's own set: the inbox and dead-letter tables.
+pub static INBOX: MigrationSet = MigrationSet::new("inbox")
+    .sqlite(&[
+        Migration::new(
+            1,
+            "inbox",
+            include_str!("../migrations/sqlite/0001_inbox.sql"),
+        ),
+        Migration::new(
+            2,
+            "dead_letter_key",
+            include_str!("../migrations/sqlite/0002_dead_letter_key.sql"),
+        ),
+    ])
+    .postgres(&[
+        Migration::new(
+            1,
+            "inbox",
+            include_str!("../migrations/postgres/0001_inbox.sql"),
+        ),
+        Migration::new(
+            2,
+            "dead_letter_key",
+            include_str!("../migrations/postgres/0002_dead_letter_key.sql"),
+        ),
+    ])
+    .mysql(&[
+        Migration::new(
+            1,
+            "inbox",
+            include_str!("../migrations/mysql/0001_inbox.sql"),
+        ),
+        Migration::new(
+            2,
+            "dead_letter_key",
+            include_str!("../migrations/mysql/0002_dead_letter_key.sql"),
+        ),
+    ])
+    .adopt(&[Adopt::Ledger("migrations")]);
 
-/// The migrations of a dialect, oldest first.
+/// The inbox migrations of a dialect, oldest first.
 pub fn migrations(dialect: Dialect) -> &'static [Migration] {
-    match dialect {
-        Dialect::Sqlite => SQLITE,
-        Dialect::Postgres => POSTGRES,
-        Dialect::MySql => MYSQL,
-    }
+    INBOX.migrations(dialect)
 }
 
-/// All migrations of a dialect as one SQL script, for users who run their own migration tool.
+/// The inbox migrations of a dialect as one SQL script, for users who run their own
+/// migration tool ([`print_migration_sets`] prints any sets).
 pub fn print_migrations(dialect: Dialect, tables: &Tables) -> String {
-    migrations(dialect)
+    INBOX.print(dialect, tables).unwrap_or_default()
+}
+
+/// Sets as one SQL script for `dialect`, in the given order; an error if a set does not exist
+/// on `dialect` (the queue and the partitioned inbox are PostgreSQL only).
+///
+/// ```
+/// use oncely_sql::{Dialect, INBOX, Tables, print_migration_sets};
+/// let sql = print_migration_sets(Dialect::Sqlite, &Tables::default(), &[&INBOX]).unwrap();
+/// assert!(sql.starts_with("-- version 1 (inbox), set inbox"));
+/// ```
+pub fn print_migration_sets(
+    dialect: Dialect,
+    tables: &Tables,
+    sets: &[&MigrationSet],
+) -> Result<String> {
+    Ok(sets
         .iter()
-        .map(|m| format!("-- version {} ({})\n{}", m.version, m.name, m.sql(tables)))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .map(|s| s.print(dialect, tables))
+        .collect::<Result<Vec<_>>>()?
+        .join("\n"))
 }
 
-fn ledger_ddl(dialect: Dialect, tables: &Tables) -> String {
-    let name = match dialect {
-        Dialect::MySql => "VARCHAR(128)",
-        _ => "TEXT",
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for sqlx::Sqlite {}
+    impl Sealed for sqlx::Postgres {}
+    impl Sealed for sqlx::MySql {}
+}
+
+/// A database the runner can lock and migrate: SQLite, PostgreSQL, MySQL / MariaDB.
+pub trait MigrateDb: SqlDatabase + sealed::Sealed {
+    #[doc(hidden)]
+    fn run_sets(
+        pool: &Pool<Self>,
+        tables: &Tables,
+        sets: &[&MigrationSet],
+    ) -> impl Future<Output = Result<usize>> + Send;
+}
+
+/// Applies the pending migrations of `sets`, set after set in the given order, and returns
+/// how many ran (0 when up to date).
+///
+/// Concurrent migrators serialize: SQLite through `BEGIN IMMEDIATE`, PostgreSQL through an
+/// advisory lock, MySQL through `GET_LOCK`. The schema (PostgreSQL) or database (MySQL) of
+/// `tables` is created if missing. Applied versions are recorded in
+/// `{schema}.{prefix}migration_ledger`; a set's older ledger or tables are adopted first
+/// (see [`Adopt`]).
+///
+/// ```no_run
+/// # async fn f() -> oncely_core::Result<()> {
+/// let store = oncely_sql::SqliteStore::connect("sqlite:app.db").await?;
+/// oncely_sql::run_migrations(store.pool(), store.tables(), &[&oncely_sql::INBOX]).await?;
+/// # Ok(()) }
+/// ```
+pub async fn run_migrations<DB: MigrateDb>(
+    pool: &Pool<DB>,
+    tables: &Tables,
+    sets: &[&MigrationSet],
+) -> Result<usize> {
+    DB::run_sets(pool, tables, sets).await
+}
+
+/// Connects to `url` (two connections) and applies `sets` there ([`run_migrations`]).
+pub async fn migrate_url(url: &str, tables: &Tables, sets: &[&MigrationSet]) -> Result<usize> {
+    let options = ConnectOptions {
+        tables: tables.clone(),
+        max_connections: 2,
+        ..ConnectOptions::default()
     };
-    format!(
-        "CREATE TABLE IF NOT EXISTS {} (version BIGINT PRIMARY KEY, name {name} NOT NULL, applied_at BIGINT NOT NULL)",
-        tables.table("migrations")
-    )
-}
-
-fn applied_sql(tables: &Tables) -> String {
-    format!("SELECT version FROM {}", tables.table("migrations"))
-}
-
-fn record_sql(dialect: Dialect, tables: &Tables) -> String {
-    format!(
-        "INSERT INTO {} (version, name, applied_at) VALUES ({})",
-        tables.table("migrations"),
-        dialect.params(1, 3)
-    )
-}
-
-/// Arbitrary constant for PostgreSQL's advisory lock and MySQL's named lock.
-const LOCK_KEY: i64 = 0x6f6e_63656c79;
-
-macro_rules! run_pending {
-    ($conn:expr, $dialect:expr, $tables:expr) => {{
-        sqlx::raw_sql(AssertSqlSafe(ledger_ddl($dialect, $tables)))
-            .execute(&mut *$conn)
-            .await
-            .map_err(|e| db("creating the migrations table", e))?;
-        let done: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(applied_sql($tables)))
-            .fetch_all(&mut *$conn)
-            .await
-            .map_err(|e| db("reading applied migrations", e))?;
-        let mut applied = 0;
-        for m in migrations($dialect) {
-            if done.contains(&m.version) {
-                continue;
-            }
-            let doing = format!("migration {} ({})", m.version, m.name);
-            let sql = m.sql($tables);
-            let (before, after) = split_backfill(&sql);
-            sqlx::raw_sql(AssertSqlSafe(before.to_owned()))
-                .execute(&mut *$conn)
+    match Dialect::from_url(url)? {
+        Dialect::Sqlite => {
+            SqliteStore::connect_with(url, &options)
+                .await?
+                .migrate_with(sets)
                 .await
-                .map_err(|e| db(&doing, e))?;
-            if let Some(after) = after {
-                let dl = $tables.table("dead_letters");
-                let (page, set) = (
-                    format!(
-                        "SELECT id, raw_id FROM {dl} WHERE raw_id IS NOT NULL AND id > {} ORDER BY id LIMIT {BACKFILL_PAGE}",
-                        $dialect.param(1)
-                    ),
-                    format!(
-                        "UPDATE {dl} SET id_hash = {} WHERE id = {}",
-                        $dialect.param(1),
-                        $dialect.param(2)
-                    ),
-                );
-                let mut last = 0i64;
-                loop {
-                    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(AssertSqlSafe(page.clone()))
-                        .bind(last)
-                        .fetch_all(&mut *$conn)
-                        .await
-                        .map_err(|e| db(&doing, e))?;
-                    let Some((end, _)) = rows.last() else { break };
-                    last = *end;
-                    for (id, raw) in &rows {
-                        sqlx::query(AssertSqlSafe(set.clone()))
-                            .bind(PayloadHash::of(raw).to_hex())
-                            .bind(id)
-                            .execute(&mut *$conn)
-                            .await
-                            .map_err(|e| db(&doing, e))?;
-                    }
-                }
-                sqlx::raw_sql(AssertSqlSafe(after.to_owned()))
-                    .execute(&mut *$conn)
-                    .await
-                    .map_err(|e| db(&doing, e))?;
-            }
-            sqlx::query(AssertSqlSafe(record_sql($dialect, $tables)))
-                .bind(m.version)
-                .bind(m.name)
-                .bind(now_ms())
-                .execute(&mut *$conn)
+        }
+        Dialect::Postgres => {
+            PgStore::connect_with(url, &options)
+                .await?
+                .migrate_with(sets)
                 .await
-                .map_err(|e| db("recording a migration", e))?;
-            applied += 1;
         }
-        applied
-    }};
-}
-
-impl SqlStore<Sqlite> {
-    /// Applies pending migrations (a no-op when up to date). Returns how many ran.
-    pub async fn migrate(&self) -> Result<usize> {
-        if self.tables().schema().is_some() {
-            return Err(Error::config(
-                "SQLite has no schemas: use a table prefix instead",
-            ));
+        Dialect::MySql => {
+            MySqlStore::connect_with(url, &options)
+                .await?
+                .migrate_with(sets)
+                .await
         }
-        let mut tx = self
-            .pool()
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| db("locking for migration", e))?;
-        let applied = run_pending!(&mut *tx, Dialect::Sqlite, self.tables());
-        tx.commit()
-            .await
-            .map_err(|e| db("committing migrations", e))?;
-        Ok(applied)
     }
 }
 
-impl SqlStore<Postgres> {
-    /// Applies pending migrations under an advisory lock, so that concurrent
-    /// migrators serialize. Returns how many ran.
+impl<DB: MigrateDb> SqlStore<DB> {
+    /// Applies the pending inbox and dead-letter migrations ([`INBOX`]); a no-op when up to
+    /// date. Returns how many ran.
     pub async fn migrate(&self) -> Result<usize> {
-        let mut tx = self
-            .pool()
-            .begin()
-            .await
-            .map_err(|e| db("begin migration", e))?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(LOCK_KEY)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db("taking the migration lock", e))?;
-        if let Some(schema) = self.tables().schema() {
-            sqlx::raw_sql(AssertSqlSafe(format!(
-                "CREATE SCHEMA IF NOT EXISTS {schema}"
-            )))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db("creating the schema", e))?;
-        }
-        let applied = run_pending!(&mut *tx, Dialect::Postgres, self.tables());
-        tx.commit()
-            .await
-            .map_err(|e| db("committing migrations", e))?;
-        Ok(applied)
+        self.migrate_with(&[&INBOX]).await
     }
-}
 
-impl SqlStore<MySql> {
-    /// Applies pending migrations under a named lock (`GET_LOCK`), so that concurrent
-    /// migrators serialize. MySQL commits DDL implicitly. Returns how many ran.
-    pub async fn migrate(&self) -> Result<usize> {
-        let mut conn = self
-            .pool()
-            .acquire()
-            .await
-            .map_err(|e| db("connecting for migration", e))?;
-        let lock = format!("oncely_migrate_{LOCK_KEY}");
-        let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
-            .bind(&lock)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| db("taking the migration lock", e))?;
-        if got != Some(1) {
-            return Err(Error::transient(
-                "another process held the migration lock for 60 s",
-            ));
-        }
-        let result = async {
-            if let Some(schema) = self.tables().schema() {
-                sqlx::raw_sql(AssertSqlSafe(format!(
-                    "CREATE DATABASE IF NOT EXISTS {schema}"
-                )))
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| db("creating the database", e))?;
-            }
-            Ok::<_, Error>(run_pending!(&mut *conn, Dialect::MySql, self.tables()))
-        }
-        .await;
-        let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
-            .bind(&lock)
-            .execute(&mut *conn)
-            .await;
-        result
+    /// Applies the pending migrations of `sets` on this store's pool and tables
+    /// ([`run_migrations`]).
+    pub async fn migrate_with(&self, sets: &[&MigrationSet]) -> Result<usize> {
+        run_migrations(self.pool(), self.tables(), sets).await
     }
 }
 
@@ -299,10 +346,23 @@ mod tests {
             assert!(script.contains("dead_letters_key"), "{d:?}");
             let sql = migrations(d)[1].sql(&Tables::default());
             assert_eq!(
-                split_backfill(&sql).1.is_some(),
+                runner::split_backfill(&sql).1.is_some(),
                 d == Dialect::Sqlite,
                 "{d:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_set_missing_on_a_dialect_is_an_error() {
+        static PG_ONLY: MigrationSet =
+            MigrationSet::new("pg_only").postgres(&[Migration::new(1, "t", "SELECT 1;")]);
+        let t = Tables::default();
+        assert!(print_migration_sets(Dialect::Postgres, &t, &[&INBOX, &PG_ONLY]).is_ok());
+        let e = print_migration_sets(Dialect::MySql, &t, &[&INBOX, &PG_ONLY]).unwrap_err();
+        assert!(e.to_string().contains("pg_only"), "{e}");
+        static BAD: MigrationSet =
+            MigrationSet::new("no-dash").sqlite(&[Migration::new(1, "t", "SELECT 1;")]);
+        assert!(BAD.print(Dialect::Sqlite, &t).is_err());
     }
 }

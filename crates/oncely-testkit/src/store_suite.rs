@@ -574,7 +574,7 @@ pub async fn claim_batch_rules<H: StoreHarness>(h: &H) -> CaseResult {
     let pre = [item("d", "one"), item("e", "two")];
     let claims = s.claim_batch(&mut tx, &c, &pre).await.map_err(err)?;
     ensure!(claims == vec![Claim::Fresh; 2], "first batch: {claims:?}");
-    let _ = s.commit(tx).await.map_err(err)?;
+    s.commit(tx).await.map_err(err)?;
 
     let batch = [
         item("a", "one"),
@@ -599,7 +599,7 @@ pub async fn claim_batch_rules<H: StoreHarness>(h: &H) -> CaseResult {
         Claim::Duplicate,
     ];
     ensure!(claims == want, "claims {claims:?}, want {want:?}");
-    let _ = s.commit(tx).await.map_err(err)?;
+    s.commit(tx).await.map_err(err)?;
     for (id, hash) in [("a", h1), ("b", h1), ("c", h2), ("d", h1), ("e", h2)] {
         let held = s.claimed_hash(&c, id).await.map_err(err)?;
         ensure!(held == Some(hash), "{id}: inbox holds {held:?}");
@@ -616,7 +616,7 @@ pub async fn claim_batch_rules<H: StoreHarness>(h: &H) -> CaseResult {
         first.iter().all(|c| *c == Claim::Fresh),
         "first half not all fresh"
     );
-    let _ = s.commit(tx).await.map_err(err)?;
+    s.commit(tx).await.map_err(err)?;
     let mut tx = s.begin().await.map_err(err)?;
     let all = s.claim_batch(&mut tx, &c, &big).await.map_err(err)?;
     ensure!(

@@ -1,0 +1,93 @@
+//! `oncely migrate [--print] [--with effects,outbox,queue,partitioned]`: one registry, one ledger.
+
+mod admin_support;
+use admin_support::{Target, oncely, pg_url};
+
+fn migrate(t: &Target, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["migrate".to_owned()];
+    args.extend(t.db_args());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    oncely(&refs)
+}
+
+#[test]
+fn print_with_sets_per_dialect() {
+    let (code, out, err) = oncely(&["migrate", "--database", "sqlite:x.db", "--print"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("-- version 1 (inbox), set inbox"), "{out}");
+    assert!(!out.contains("oncely_outbox"));
+    let (code, out, err) = oncely(&[
+        "migrate",
+        "--database",
+        "postgres://x@h/db",
+        "--print",
+        "--with",
+        "queue,outbox,partitioned",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("{s} missing: {out}"));
+    assert!(at("set partitioned") < at("set inbox"), "partitioned first");
+    assert!(at("set inbox") < at("set effects") && at("set effects") < at("set queue"));
+    assert!(out.contains("CREATE TABLE IF NOT EXISTS oncely_outbox"));
+    let (code, _, err) = oncely(&[
+        "migrate",
+        "--database",
+        "sqlite:x.db",
+        "--print",
+        "--with",
+        "queue",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("\"queue\" migrations do not exist on sqlite"),
+        "{err}"
+    );
+    let (code, _, err) = oncely(&["migrate", "--database", "sqlite:x.db", "--with", "nope"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("possible values"), "{err}");
+}
+
+#[test]
+fn apply_with_effects_on_sqlite_then_nothing() {
+    let t = Target::sqlite();
+    let (code, out, err) = migrate(&t, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("2 migration(s) applied"), "{out}");
+    let (code, out, err) = migrate(&t, &["--with", "effects"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("2 migration(s) applied"),
+        "effects only: {out}"
+    );
+    let (code, out, _) = migrate(&t, &["--with", "outbox,effects"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("0 migration(s) applied"), "{out}");
+}
+
+#[tokio::test]
+async fn apply_everything_on_postgres() {
+    let Some(url) = pg_url("cli_migrate").await else {
+        return;
+    };
+    let t = Target::server(url, "cli_mig");
+    let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("7 migration(s) applied"), "{out}");
+    let ledger = t.table("migration_ledger");
+    assert_eq!(t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await, 7);
+    let partitioned = t
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM pg_partitioned_table WHERE partrelid = to_regclass('{}')",
+            t.table("inbox")
+        ))
+        .await;
+    assert_eq!(
+        partitioned, 1,
+        "the partitioned layout, not the regular inbox"
+    );
+    let (code, out, _) = migrate(&t, &["--with", "effects,queue,partitioned"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("0 migration(s) applied"), "{out}");
+    t.cleanup().await;
+}

@@ -1,0 +1,39 @@
+//! The partitioned inbox in the one migration ledger: one installed by the code before the
+//! ledger (its DDL, no ledger row) is adopted by `install` without running the DDL again.
+
+mod common;
+use oncely_ops::partition;
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+
+#[tokio::test]
+async fn an_older_partitioned_inbox_is_adopted() {
+    let Some((store, ops, schema)) =
+        common::postgres("an_older_partitioned_inbox_is_adopted", "partadopt").await
+    else {
+        return;
+    };
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE SCHEMA {schema}; {}",
+        partition::partitioned_inbox_sql(ops.tables())
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    // The DDL has no IF NOT EXISTS: running it again would fail.
+    let created = partition::install(&ops, 1).await.unwrap();
+    assert_eq!(created.len(), 2);
+    assert_eq!(store.migrate().await.unwrap(), 2, "the inbox set on top");
+    let ledger: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT set_name, version FROM {} ORDER BY set_name, version",
+        ops.table("migration_ledger")
+    )))
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    let ledger: Vec<(&str, i64)> = ledger.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    assert_eq!(ledger, [("inbox", 1), ("inbox", 2), ("partitioned", 1)]);
+    assert!(partition::is_partitioned(&ops).await.unwrap());
+    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+        .execute(store.pool())
+        .await;
+}
