@@ -237,35 +237,31 @@ struct QueueAcker {
     row: i64,
 }
 
-impl Acker for QueueAcker {
-    /// Deletes the row (a no-op when [`Dequeue`] already deleted it in the commit).
-    fn ack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        Box::pin(async move {
-            sqlx::query(AssertSqlSafe(format!(
-                "DELETE FROM {} WHERE id = $1",
-                self.queue.table
-            )))
+impl QueueAcker {
+    /// Runs `statement` (`{table}` and the row id as `$1`) for this delivery's row.
+    async fn settle(self, statement: &str, doing: &str) -> Result<()> {
+        let sql = statement.replace("{table}", &self.queue.table);
+        sqlx::query(AssertSqlSafe(sql))
             .bind(self.row)
             .execute(&self.queue.pool)
             .await
             .map(|_| ())
-            .map_err(|e| db("delete", e))
-        })
+            .map_err(|e| db(doing, e))
+    }
+}
+
+impl Acker for QueueAcker {
+    /// Deletes the row (a no-op when [`Dequeue`] already deleted it in the commit).
+    fn ack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        Box::pin(self.settle("DELETE FROM {table} WHERE id = $1", "delete"))
     }
 
     /// Ends the lease so the row is delivered again.
     fn nack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        Box::pin(async move {
-            sqlx::query(AssertSqlSafe(format!(
-                "UPDATE {} SET leased_until = NULL WHERE id = $1",
-                self.queue.table
-            )))
-            .bind(self.row)
-            .execute(&self.queue.pool)
-            .await
-            .map(|_| ())
-            .map_err(|e| db("release", e))
-        })
+        Box::pin(self.settle(
+            "UPDATE {table} SET leased_until = NULL WHERE id = $1",
+            "release",
+        ))
     }
 }
 

@@ -24,7 +24,10 @@ impl SourceHarness for Queues {
         let store = PgStore::connect(PG_URL).await?;
         let queue = SqlQueue::new(store.pool().clone(), &tables);
         queue.migrate().await?;
-        self.0.lock().unwrap().insert(case.to_owned(), queue.clone());
+        self.0
+            .lock()
+            .unwrap()
+            .insert(case.to_owned(), queue.clone());
         Ok(queue.source(LEASE))
     }
 
@@ -44,7 +47,11 @@ impl SourceHarness for Queues {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_queue_table_source_suite() {
-    if !available("pg_queue_table_source_suite", "PostgreSQL", "127.0.0.1:5432") {
+    if !available(
+        "pg_queue_table_source_suite",
+        "PostgreSQL",
+        "127.0.0.1:5432",
+    ) {
         return;
     }
     exercise_source(&Queues::default()).await;
