@@ -7,7 +7,6 @@
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
-use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
 use oncely_broker_tests::services::{AMQP_URL, available, unique};
 use oncely_broker_tests::suite::sqlite_db;
@@ -70,7 +69,7 @@ async fn amqp_timestamp_beyond_i64_does_not_stop_the_consumer() {
     let run = run_until_idle(&db, source, &options, CancellationToken::new()).await;
     run.expect("the consumer ran to the end");
 
-    let Db::Sqlite(store) = &db else {
+    let oncely_sql::AnyStore::Sqlite(store) = db.store() else {
         unreachable!()
     };
     let applied: Vec<(String, i64)> = sqlx::query_as(

@@ -81,7 +81,7 @@ async fn amqp_three_processes_one_postgres_schema_one_killed_twice() {
         report = Report::read(&db, &workload).await.expect("report");
     }
     report.assert_exact("scale-out (3 processes, RabbitMQ + PostgreSQL)");
-    if let Db::Pg(store) = &db {
+    if let oncely_sql::AnyStore::Postgres(store) = db.store() {
         let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
             "DROP SCHEMA {schema} CASCADE"
         )))

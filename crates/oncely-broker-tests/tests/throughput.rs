@@ -82,7 +82,7 @@ async fn throughput_per_broker() {
             let schema = unique("t_tp");
             let pg = Db::open(PG_URL, Some(&schema)).await.expect("pg");
             measure(&format!("{name} -> postgres"), &url, &pg, n).await;
-            if let Db::Pg(store) = &pg {
+            if let oncely_sql::AnyStore::Postgres(store) = pg.store() {
                 let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
                     "DROP SCHEMA {schema} CASCADE"
                 )))

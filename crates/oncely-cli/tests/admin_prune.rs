@@ -2,7 +2,8 @@
 
 mod admin_support;
 use admin_support::{Target, mysql_url, n, pg_url};
-use oncely_ops::{Ops, now_ms, partition};
+use oncely_ops::{Ops, partition};
+use oncely_sql::now_ms;
 
 const DAY: i64 = 86_400_000;
 

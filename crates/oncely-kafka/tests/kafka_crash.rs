@@ -174,7 +174,7 @@ async fn kafka_sigkill_crash_10k() {
 
 /// `(ledger rows, distinct ids, sum of amounts)`.
 async fn ledger_totals(db: &Db) -> (i64, i64, i64) {
-    let Db::Sqlite(s) = db else {
+    let oncely_sql::AnyStore::Sqlite(s) = db.store() else {
         unreachable!("SQLite in this test")
     };
     sqlx::query_as(

@@ -19,7 +19,9 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
     }
     let schema = unique("t_queue");
     let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
-    let Db::Pg(store) = &db else { unreachable!() };
+    let oncely_sql::AnyStore::Postgres(store) = db.store() else {
+        unreachable!()
+    };
     let queue = SqlQueue::of(store);
     queue.migrate().await.expect("queue table");
     let workload = Workload::new(&schema, 1000, 0.2, 2, 5);
@@ -66,7 +68,9 @@ async fn pg_queue_keeps_invalid_utf8_ids_exact() {
     }
     let schema = unique("t_queue_ids");
     let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
-    let Db::Pg(store) = &db else { unreachable!() };
+    let oncely_sql::AnyStore::Postgres(store) = db.store() else {
+        unreachable!()
+    };
     let queue = SqlQueue::of(store);
     queue.migrate().await.expect("queue table");
     let ids: [Vec<u8>; 3] = [vec![0xff, 0x01], vec![0xfe, 0x01], b"plain-1".to_vec()];

@@ -192,10 +192,9 @@ impl Target {
     pub async fn exec(&self, sql: &str) {
         use oncely_sql::sqlx::{self, AssertSqlSafe};
         let (pool, sql) = (self.pool().await, sql.to_owned());
-        oncely_sql::with_pool!(&pool, p => sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(p)
-            .await
-            .unwrap());
+        oncely_sql::with_pool!(&pool, p => {
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
+        });
         pool.close().await;
     }
 
@@ -208,4 +207,9 @@ impl Target {
             self.exec(&sql).await;
         }
     }
+}
+
+/// Number from a JSON value.
+pub fn n(v: &Value) -> i64 {
+    v.as_i64().unwrap_or_else(|| panic!("not a number: {v}"))
 }

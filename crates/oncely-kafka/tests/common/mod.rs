@@ -115,29 +115,13 @@ pub async fn consume_from(
         timing: timing.clone(),
     };
     let name = ConsumerName::new(consumer).map_err(oncely_core::Error::config)?;
-    let stats = match db {
-        Db::Sqlite(store) => {
-            Consumer::new(name, store.clone(), db.handler())
-                .concurrency(concurrency)
-                .retry(RetryPolicy::default().max_attempts(10))
-                .run(source, stop)
-                .await?
-        }
-        Db::Pg(store) => {
-            Consumer::new(name, store.clone(), db.handler())
-                .concurrency(concurrency)
-                .retry(RetryPolicy::default().max_attempts(10))
-                .run(source, stop)
-                .await?
-        }
-        Db::MySql(store) => {
-            Consumer::new(name, store.clone(), db.handler())
-                .concurrency(concurrency)
-                .retry(RetryPolicy::default().max_attempts(10))
-                .run(source, stop)
-                .await?
-        }
-    };
+    let stats = oncely_sql::with_store!(db.store(), store => {
+        Consumer::new(name, store.clone(), db.handler())
+            .concurrency(concurrency)
+            .retry(RetryPolicy::default().max_attempts(10))
+            .run(source, stop)
+            .await?
+    });
     let timing = *timing.lock().unwrap();
     Ok((stats, timing))
 }
