@@ -20,21 +20,21 @@ async fn dead_letter(t: &Target, id: &str, payload: &str) {
         ..Default::default()
     };
     if t.url.starts_with("sqlite") {
-        let _ = oncely_sql::SqliteStore::connect_with(&t.url, &options)
+        oncely_sql::SqliteStore::connect_with(&t.url, &options)
             .await
             .unwrap()
             .dead_letter(&letter)
             .await
             .unwrap();
     } else if t.url.starts_with("postgres") {
-        let _ = oncely_sql::PgStore::connect_with(&t.url, &options)
+        oncely_sql::PgStore::connect_with(&t.url, &options)
             .await
             .unwrap()
             .dead_letter(&letter)
             .await
             .unwrap();
     } else {
-        let _ = oncely_sql::MySqlStore::connect_with(&t.url, &options)
+        oncely_sql::MySqlStore::connect_with(&t.url, &options)
             .await
             .unwrap()
             .dead_letter(&letter)

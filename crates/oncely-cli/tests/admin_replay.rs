@@ -27,17 +27,17 @@ async fn dead_letter(t: &Target, id: &str, payload: &str) {
         let s = oncely_sql::SqliteStore::connect_with(&t.url, &options)
             .await
             .unwrap();
-        let _ = s.dead_letter(&letter).await.unwrap();
+        s.dead_letter(&letter).await.unwrap();
     } else if t.url.starts_with("postgres") {
         let s = oncely_sql::PgStore::connect_with(&t.url, &options)
             .await
             .unwrap();
-        let _ = s.dead_letter(&letter).await.unwrap();
+        s.dead_letter(&letter).await.unwrap();
     } else {
         let s = oncely_sql::MySqlStore::connect_with(&t.url, &options)
             .await
             .unwrap();
-        let _ = s.dead_letter(&letter).await.unwrap();
+        s.dead_letter(&letter).await.unwrap();
     }
 }
 

@@ -67,12 +67,12 @@ async fn partitioned_inbox_claims_once_across_partitions() {
         tokio::spawn(async move {
             let mut tx = store.begin().await.unwrap();
             let claim = store.claim(&mut tx, &c, &id, h).await.unwrap();
-            let _ = store.commit(tx).await.unwrap();
+            store.commit(tx).await.unwrap();
             claim
         })
     };
     tokio::task::yield_now().await;
-    let _ = store.commit(first).await.unwrap();
+    store.commit(first).await.unwrap();
     assert_eq!(second.await.unwrap(), Claim::Duplicate);
     // A rolled-back first claim lets the next one be Fresh.
     let id2 = MessageId::new("race-2").unwrap();
@@ -87,7 +87,7 @@ async fn partitioned_inbox_claims_once_across_partitions() {
         store.claim(&mut tx, &c, &id2, h).await.unwrap(),
         Claim::Fresh
     );
-    let _ = store.commit(tx).await.unwrap();
+    store.commit(tx).await.unwrap();
     assert_eq!(store.claimed_hash(&c, "race-2").await.unwrap(), Some(h));
     let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT COUNT(*) FROM {inbox} WHERE message_id LIKE 'race-%'"

@@ -328,10 +328,12 @@ mod tests {
 
     #[test]
     fn meta_travels_in_the_headers_column() {
-        let mut meta = Meta::default();
-        meta.entity_key = Some("acct-1".into());
-        meta.version = Some(4);
-        meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
+        let mut meta = Meta {
+            entity_key: Some("acct-1".into()),
+            version: Some(4),
+            source_time: Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)),
+            ..Meta::default()
+        };
         meta.headers.insert("trace".into(), "t-1".into());
         let column: std::collections::BTreeMap<&str, String> =
             oncely_core::wire::meta_headers(&meta).into_iter().collect();

@@ -190,13 +190,13 @@ macro_rules! bench {
         for (id, hash) in &items {
             store.claim(&mut tx, &c, id, *hash).await.unwrap();
         }
-        let _ = store.commit(tx).await.unwrap();
+        store.commit(tx).await.unwrap();
         let single = started.elapsed();
         let c = ConsumerName::new("claims_batch").unwrap();
         let started = Instant::now();
         let mut tx = store.begin().await.unwrap();
         let claims = store.claim_batch(&mut tx, &c, &items).await.unwrap();
-        let _ = store.commit(tx).await.unwrap();
+        store.commit(tx).await.unwrap();
         let batch = started.elapsed();
         assert!(claims.iter().all(|c| *c == Claim::Fresh));
         println!(

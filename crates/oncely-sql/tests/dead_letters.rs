@@ -62,7 +62,7 @@ async fn mysql_received_at_is_the_database_clock() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let _ = s.commit(tx).await.unwrap();
+    s.commit(tx).await.unwrap();
     let rows = s
         .rows(format!(
             "SELECT CAST(message_id AS CHAR), CAST(received_at AS CHAR), 'x' FROM {} ORDER BY message_id",
@@ -93,7 +93,7 @@ async fn received_at_is_now<S: TestStore>(fx: common::Fx<S>) {
     assert_eq!(s.claim(&mut tx, &c, &one, h).await.unwrap(), Claim::Fresh);
     let batch = [(MessageId::new("b1").unwrap(), h)];
     s.claim_batch(&mut tx, &c, &batch).await.unwrap();
-    let _ = s.commit(tx).await.unwrap();
+    s.commit(tx).await.unwrap();
     let after = suite::db_now(&fx).await;
     let t = text(S::DIALECT);
     let rows = s

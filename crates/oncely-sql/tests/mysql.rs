@@ -175,7 +175,7 @@ async fn mysql_lock_wait_timeout_is_transient() {
         "{e}"
     );
     drop(t2);
-    let _ = fx.store.commit(t1).await.unwrap();
+    fx.store.commit(t1).await.unwrap();
     fx.cleanup().await;
 }
 

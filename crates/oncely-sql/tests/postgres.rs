@@ -176,7 +176,7 @@ async fn pg_serialization_failure_is_transient() {
         s2.claim(&mut t2, &c, &x, h).await
     });
     assert!(fx.until_lock_wait().await);
-    let _ = s1.commit(t1).await.unwrap();
+    s1.commit(t1).await.unwrap();
     let e = waiter.await.unwrap().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
     assert!(

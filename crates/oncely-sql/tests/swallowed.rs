@@ -221,7 +221,7 @@ async fn pg_commit_check_cost() {
             let mut tx = s.begin().await.unwrap();
             let id = MessageId::new(format!("checked-{round}-{i}")).unwrap();
             s.claim(&mut tx, &c, &id, h).await.unwrap();
-            let _ = s.commit(tx).await.unwrap();
+            s.commit(tx).await.unwrap();
         }
         let checked = started.elapsed();
         let started = std::time::Instant::now();

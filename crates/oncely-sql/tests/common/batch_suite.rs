@@ -34,7 +34,7 @@ pub async fn batch_waits_for_concurrent_claim<S: TestStore>(fx: Fx<S>, other_rol
             let batch = [item("w", "one"), item("x", "one"), item("y", "one")];
             let mut t2 = batcher.begin().await.unwrap();
             let claims = batcher.claim_batch(&mut t2, &c, &batch).await.unwrap();
-            let _ = batcher.commit(t2).await.unwrap();
+            batcher.commit(t2).await.unwrap();
             claims
         }
     });
@@ -46,7 +46,7 @@ pub async fn batch_waits_for_concurrent_claim<S: TestStore>(fx: Fx<S>, other_rol
     if other_rolls_back {
         first.rollback(t1).await.unwrap();
     } else {
-        let _ = first.commit(t1).await.unwrap();
+        first.commit(t1).await.unwrap();
     }
     let claims = waiting.await.unwrap();
     let x_claim = if other_rolls_back {

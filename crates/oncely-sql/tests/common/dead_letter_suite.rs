@@ -118,8 +118,7 @@ pub async fn worst_cases_are_stored<S: TestStore>(fx: Fx<S>) {
         ("16mib", raw(Some(b"16mib"), pattern(MIB16)), bad_id()),
     ];
     for (what, message, reason) in &cases {
-        let _ = s
-            .dead_letter(&letter("worst", message.clone(), reason.clone()))
+        s.dead_letter(&letter("worst", message.clone(), reason.clone()))
             .await
             .unwrap_or_else(|e| panic!("{}: dead-lettering {what} failed: {e}", S::SERVER));
     }
@@ -218,7 +217,7 @@ pub async fn repeats_are_one_row<S: TestStore>(fx: Fx<S>) {
             attempts,
             ..same.clone()
         };
-        let _ = s.dead_letter(&l).await.unwrap();
+        s.dead_letter(&l).await.unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let after = db_now(&fx).await;
@@ -244,7 +243,7 @@ pub async fn repeats_are_one_row<S: TestStore>(fx: Fx<S>) {
         letter("billing", raw(Some(b""), b"new".to_vec()), bad_id()),
     ];
     for l in &others {
-        let _ = s.dead_letter(l).await.unwrap();
+        s.dead_letter(l).await.unwrap();
     }
     let rows = s.dead_letters(None).await.unwrap();
     let summary: Vec<Summary> = rows
@@ -430,7 +429,7 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
         assert_eq!((id.as_str(), hash.trim()), (want_id, want_hash.as_str()));
     }
     // New writes of old dead letters land on the folded rows.
-    let _ = store
+    store
         .dead_letter(&letter(
             "billing",
             raw(Some(b"a"), p1.to_vec()),
@@ -438,7 +437,7 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
         ))
         .await
         .unwrap();
-    let _ = store
+    store
         .dead_letter(&letter("billing", raw(None, p1.to_vec()), bad_id()))
         .await
         .unwrap();

@@ -30,7 +30,7 @@ pub async fn claims<S: TestStore>(fx: Fx<S>) {
         s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(),
         Claim::Duplicate
     );
-    let _ = s.commit(tx).await.unwrap();
+    s.commit(tx).await.unwrap();
 
     let mut tx = s.begin().await.unwrap();
     assert_eq!(
@@ -61,7 +61,7 @@ pub async fn claims<S: TestStore>(fx: Fx<S>) {
         s.claim(&mut tx, &c1, &id("m-2"), b).await.unwrap(),
         Claim::Fresh
     );
-    let _ = s.commit(tx).await.unwrap();
+    s.commit(tx).await.unwrap();
 
     assert_eq!(s.claimed_hash(&c1, "m-1").await.unwrap(), Some(a));
     assert_eq!(s.claimed_hash(&c1, "m-2").await.unwrap(), Some(b));
@@ -97,7 +97,7 @@ pub async fn concurrent_migrators<S: TestStore>(url: &str, schema: &str) {
         .claim(&mut tx, &consumer("c"), &id("x"), PayloadHash::of(b"x"))
         .await;
     assert_eq!(claim.unwrap(), Claim::Fresh);
-    let _ = a.commit(tx).await.unwrap();
+    a.commit(tx).await.unwrap();
 }
 
 /// Consumer 1 claims X and holds its transaction open; consumer 2 (another pool) receives X,
@@ -215,7 +215,7 @@ pub async fn custom_prefix<S: TestStore>(url: &str, schema: Option<&str>, count_
         .claim(&mut tx, &consumer("c"), &id("p-1"), PayloadHash::of(b"p"))
         .await;
     assert_eq!(claim.unwrap(), Claim::Fresh);
-    let _ = store.commit(tx).await.unwrap();
+    store.commit(tx).await.unwrap();
     let rows = store
         .rows(count_sql.replace("{inbox}", &tables.table("inbox")))
         .await
