@@ -48,3 +48,6 @@ pub use retry::RetryPolicy;
 pub use source::{Acker, Delivery, Source, StopWhenIdle, map_envelope};
 pub use stats::{Stats, StatsSnapshot};
 pub use store::{Claim, Committed, DeadLetter, Inspect, Store, StoredDeadLetter};
+/// The shutdown signal [`Consumer::run`] takes (re-exported from `tokio-util`, so users need
+/// no extra dependency).
+pub use tokio_util::sync::CancellationToken;

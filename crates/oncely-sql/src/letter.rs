@@ -13,8 +13,8 @@
 //! - PostgreSQL's `TEXT` rejects NUL (SQLSTATE 22021): there NUL becomes U+FFFD. SQLite and
 //!   MySQL keep it.
 
+use crate::clock::to_ms;
 use crate::dialect::Dialect;
-use crate::store::to_ms;
 use oncely_core::{DeadLetter, DeadLetterReason, PayloadHash};
 use std::borrow::Cow;
 use std::collections::BTreeMap;

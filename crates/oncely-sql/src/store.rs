@@ -1,5 +1,6 @@
 //! [`SqlStore`]: the inbox and dead-letter tables in SQLite, PostgreSQL or MySQL/MariaDB.
 
+use crate::clock::from_ms;
 use crate::dialect::{Dialect, Isolation, Queries};
 use crate::error::db;
 use crate::letter::LetterRow;
@@ -10,7 +11,6 @@ use oncely_core::{
 };
 use sqlx::{AssertSqlSafe, Database, MySql, Pool, Postgres, Row, SqlSafeStr, SqlStr, Sqlite};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A store backed by a sqlx pool. The handler receives a `sqlx::Transaction<'static, DB>`
 /// and writes its effect through it; the claim is in the same transaction.
@@ -69,20 +69,6 @@ impl Statements {
 }
 
 /// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
-    to_ms(SystemTime::now())
-}
-
-pub(crate) fn to_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-pub(crate) fn from_ms(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
-}
-
 fn stored_hash_of(text: &str) -> Result<PayloadHash> {
     PayloadHash::from_hex(text)
         .ok_or_else(|| Error::permanent(format!("inbox holds a malformed payload hash {text:?}")))

@@ -2,9 +2,9 @@
 //! SQLite backfill hook.
 
 use super::{Adopt, MigrateDb, MigrationSet};
+use crate::clock::now_ms;
 use crate::dialect::Dialect;
 use crate::error::db;
-use crate::store::now_ms;
 use crate::tables::Tables;
 use oncely_core::{Error, PayloadHash, Result};
 use sqlx::{AssertSqlSafe, MySql, Pool, Postgres, Sqlite};
