@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use oncely_ops::Ops;
 use oncely_ops::dlq::{self, Filter};
 use oncely_ops::replay::{self, Decision, ReplayOptions, Replayed};
-use oncely_ops::retention::{DEFAULT_WINDOW, parse_duration};
+use oncely_ops::retention::DEFAULT_WINDOW;
 use oncely_sql::AnyStore;
 use oncely_sql::with_store;
 use std::sync::Arc;
@@ -68,8 +68,8 @@ enum DlqAction {
         handler: String,
         /// The inbox retention window (what `oncely prune --older-than` keeps): older rows are
         /// refused, since their claim may have been pruned.
-        #[arg(long)]
-        retention: Option<String>,
+        #[arg(long, value_parser = super::duration)]
+        retention: Option<std::time::Duration>,
         /// Replay rows refused as too old (possibly pruned claim) anyway; prints a warning per row.
         #[arg(long)]
         force: bool,
@@ -97,8 +97,8 @@ enum DlqAction {
     /// Delete dead letters stored longer ago than --older-than.
     Purge {
         /// Age, e.g. 30d, 12h.
-        #[arg(long)]
-        older_than: String,
+        #[arg(long, value_parser = super::duration)]
+        older_than: std::time::Duration,
         #[command(flatten)]
         db: DbArgs,
         #[command(flatten)]
@@ -232,10 +232,7 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
                 bail!("give a dead-letter id or --all");
             }
             let options = ReplayOptions {
-                window: match retention {
-                    Some(r) => parse_duration(&r)?,
-                    None => DEFAULT_WINDOW,
-                },
+                window: retention.unwrap_or(DEFAULT_WINDOW),
                 force,
             };
             let (store, ops) = db.open().await?;
@@ -321,7 +318,7 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
             } else {
                 ProgressBar::new_spinner()
             };
-            let purged = dlq::purge(&ops, parse_duration(&older_than)?, &filter(&f), &mut |n| {
+            let purged = dlq::purge(&ops, older_than, &filter(&f), &mut |n| {
                 bar.set_message(format!("{n} purged"));
                 bar.tick();
             })

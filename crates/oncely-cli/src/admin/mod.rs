@@ -45,6 +45,12 @@ impl DbArgs {
     }
 }
 
+/// clap value parser for durations such as `7d`, `36h`, `1h30m` (see
+/// [`oncely_ops::retention::parse_duration`]).
+pub fn duration(text: &str) -> std::result::Result<std::time::Duration, String> {
+    oncely_ops::retention::parse_duration(text).map_err(|e| e.to_string())
+}
+
 /// Prints `value` as one line of JSON.
 pub fn print_json<T: serde::Serialize>(value: &T) {
     println!(

@@ -5,7 +5,6 @@ use super::{DbArgs, print_json, print_table};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use oncely_ops::prune::{PruneOptions, prune};
-use oncely_ops::retention::parse_duration;
 use std::time::Duration;
 
 /// Flags of `oncely prune`.
@@ -14,8 +13,8 @@ pub struct PruneArgs {
     #[command(flatten)]
     db: DbArgs,
     /// Retention window: ids received longer ago are deleted (e.g. 7d, 36h).
-    #[arg(long, default_value = "7d")]
-    older_than: String,
+    #[arg(long, default_value = "7d", value_parser = super::duration)]
+    older_than: std::time::Duration,
     /// Rows per DELETE statement.
     #[arg(long, default_value_t = 5_000)]
     batch_size: u32,
@@ -40,7 +39,7 @@ pub async fn run(args: PruneArgs) -> Result<bool> {
     let metrics = super::metrics::serve(&args.metrics)?;
     let (_store, ops) = args.db.open().await?;
     let options = PruneOptions {
-        window: parse_duration(&args.older_than)?,
+        window: args.older_than,
         batch_size: args.batch_size,
         pause: Duration::from_millis(args.pause_ms),
         wait_for_lock: args.wait,
