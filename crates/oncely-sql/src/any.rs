@@ -17,6 +17,7 @@ use sqlx::{MySqlPool, PgPool, SqlitePool};
 ///
 /// ```no_run
 /// # async fn f() -> oncely_core::Result<()> {
+/// use oncely_core::Inspect;
 /// use oncely_sql::{AnyStore, ConnectOptions};
 /// let store = AnyStore::connect("sqlite:oncely.db", &ConnectOptions::default()).await?;
 /// store.migrate().await?;
@@ -84,7 +85,8 @@ macro_rules! with_store {
 /// oncely_sql::with_pool!(pool, p => sqlx::query("DELETE FROM t")
 ///     .execute(p)
 ///     .await
-///     .map_err(|e| oncely_sql::db("clearing t", e))?);
+///     .map_err(|e| oncely_sql::db("clearing t", e))?
+///     .rows_affected());
 /// # Ok(()) }
 /// ```
 #[macro_export]
