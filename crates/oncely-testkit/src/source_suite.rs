@@ -96,6 +96,12 @@ fn id_of(d: &Delivery) -> String {
     d.message().display_id().unwrap_or_default()
 }
 
+/// The suite's consumer: the reference store's recording handler, under one name.
+fn suite_consumer(store: &MemoryStore) -> Consumer<MemoryStore, LedgerHandler<MemoryHarness>> {
+    let name = ConsumerName::new("source-suite").expect("valid name");
+    Consumer::new(name, store.clone(), store.recorder())
+}
+
 fn sample(case: &str, i: usize) -> RawEnvelope {
     let mut payload = format!("{i}:").into_bytes();
     payload.extend_from_slice(&[0, 1, 0xfe, 0xff, b'\n']);
@@ -234,12 +240,7 @@ pub async fn missing_id_is_delivered<H: SourceHarness>(h: &H) -> CaseResult {
     }
     let mut source = h.fresh("no-id").await.map_err(err)?;
     let store = MemoryStore::new();
-    let name = ConsumerName::new("source-suite").expect("valid name");
-    let consumer = Consumer::new(
-        name,
-        store.clone(),
-        LedgerHandler::<MemoryHarness>::default(),
-    );
+    let consumer = suite_consumer(&store);
     let id_less = RawEnvelope {
         id: None,
         payload: b"5".to_vec(),
@@ -288,17 +289,12 @@ pub async fn exactly_once_under_crashes<H: SourceHarness>(h: &H) -> CaseResult {
     messages.extend(copies);
     h.publish("crashes", messages).await.map_err(err)?;
     let store = MemoryStore::new();
-    let name = ConsumerName::new("source-suite").expect("valid name");
-    let consumer = Consumer::new(
-        name,
-        store.clone(),
-        LedgerHandler::<MemoryHarness>::default(),
-    )
-    .concurrency(4)
-    .retry(RetryPolicy::default().base_delay(Duration::from_millis(1)))
-    .chaos(Arc::new(
-        CrashPlan::new(3, 0.15).only_at(&[Step::Claimed, Step::Committed]),
-    ));
+    let consumer = suite_consumer(&store)
+        .concurrency(4)
+        .retry(RetryPolicy::default().base_delay(Duration::from_millis(1)))
+        .chaos(Arc::new(
+            CrashPlan::new(3, 0.15).only_at(&[Step::Claimed, Step::Committed]),
+        ));
     let idle = traits.redelivery_within + traits.quiet;
     let stats = consumer
         .run(StopWhenIdle::new(source, idle), CancellationToken::new())
