@@ -10,14 +10,14 @@
 //! an event count or a notification count is off).
 
 use oncely_core::{
-    Consumer, ConsumerName, CrashPlan, Envelope, Error, Handled, Handler, MemorySource, MessageId,
-    RawEnvelope, RetryPolicy, SourceFaults, Step,
+    Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, MessageId,
+    RawEnvelope, RetryPolicy, SourceFaults,
 };
 use oncely_effects::{Outbox, Outgoing, Relay, derived_id};
 use oncely_sql::{SqliteStore, Tables};
+use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
 use sqlx::{Sqlite, Transaction};
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -141,12 +141,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     let consumer = Consumer::new(
         ConsumerName::new("credit-ledger")?,
-        ledger.clone(),
-        CreditLedger {
+        // Crashes before some commits: oncely-testkit's wrappers around the store and handler.
+        CrashingStore::new(
+            ledger.clone(),
+            CrashPlan::new(1, 0.25).only_at(&[Step::Effected]),
+        ),
+        CrashingHandler(CreditLedger {
             outbox: Outbox::new("credit-ledger", Tables::default()),
-        },
+        }),
     )
-    .chaos(Arc::new(CrashPlan::new(1, 0.25).only_at(&[Step::Effected])))
     .retry(RetryPolicy::default().base_delay(Duration::from_millis(2)));
     let stats = consumer.run(incoming, CancellationToken::new()).await?;
     println!("ledger: {stats:?}");

@@ -6,8 +6,8 @@ use crate::bed::{Credit, Item, Ops};
 use anyhow::{Result, anyhow};
 use futures::FutureExt;
 use oncely_core::{
-    BatchConsumer, BatchStats, Consumer, ConsumerName, Delivery, MemorySource, PayloadHash,
-    RetryPolicy, Source, StatsSnapshot,
+    BatchStats, Consumer, ConsumerName, Delivery, MemorySource, PayloadHash, RetryPolicy, Source,
+    StatsSnapshot,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -46,8 +46,8 @@ where
     Ok(consumer.run(source, CancellationToken::new()).await?)
 }
 
-/// oncely batch mode: [`oncely_core::BatchConsumer`] with batches of up to `batch`
-/// deliveries, one consumer (all messages are published before the clock starts, so batches
+/// oncely batch mode: [`oncely_core::Consumer::max_batch`] with batches of up to `batch`
+/// deliveries, one batch at a time (all messages are published before the clock starts, so batches
 /// fill at once; the 1 ms linger only matters for the last one).
 pub(crate) async fn oncely_batch<B: Ops>(
     bed: &B,
@@ -60,8 +60,9 @@ where
         oncely_core::Handler<<oncely_sql::SqlStore<B::Db> as oncely_core::Store>::Tx>,
     oncely_sql::SqlStore<B::Db>: oncely_core::Store,
 {
-    let consumer = BatchConsumer::new(name.clone(), bed.store(), bed.handler())
+    let consumer = Consumer::new(name.clone(), bed.store(), bed.handler())
         .max_batch(batch)
+        .concurrency(1)
         .linger(Duration::from_millis(1))
         .retry(retry_policy());
     let stats = consumer.run(source, CancellationToken::new()).await?;

@@ -1,10 +1,10 @@
 //! Running a consumer over a source until it has been idle for a while.
 
-use crate::ledger::{Db, Ledger};
+use crate::ledger::Db;
 use oncely_core::{
-    Chaos, Consumer, ConsumerName, Delivery, Handler, Result, RetryPolicy, Source, StatsSnapshot,
-    Store,
+    Consumer, ConsumerName, Delivery, Handler, Result, RetryPolicy, Source, StatsSnapshot, Store,
 };
+use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingSource, CrashingStore};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -19,8 +19,8 @@ pub struct RunOptions {
     pub idle_exit: Duration,
     /// Deliveries processed at once.
     pub concurrency: usize,
-    /// Injected crashes, if any.
-    pub chaos: Option<Arc<dyn Chaos>>,
+    /// Injected crashes, if any (through oncely-testkit's chaos wrappers).
+    pub chaos: Option<CrashPlan>,
 }
 
 impl RunOptions {
@@ -44,6 +44,8 @@ pub struct RunSummary {
     pub busy: Duration,
     /// Highest delivery count the broker reported.
     pub max_attempt: u32,
+    /// Crashes injected by [`RunOptions::chaos`].
+    pub crashes: u64,
 }
 
 impl RunSummary {
@@ -81,31 +83,36 @@ pub async fn run_until_idle<Src: Source>(
     options: &RunOptions,
     stop: CancellationToken,
 ) -> Result<RunSummary> {
-    oncely_sql::with_store!(db.store(), s => go(s.clone(), db.handler(), source, options, stop).await)
+    oncely_sql::with_store!(db.store(), s => match &options.chaos {
+        Some(plan) => {
+            let store = CrashingStore::new(s.clone(), plan.clone());
+            let handler = CrashingHandler(db.handler());
+            let source = CrashingSource::new(source, plan.clone());
+            go(store, handler, source, options, stop).await
+        }
+        None => go(s.clone(), db.handler(), source, options, stop).await,
+    })
 }
 
-async fn go<S, Src>(
+async fn go<S, H, Src>(
     store: S,
-    handler: Ledger,
+    handler: H,
     source: Src,
     options: &RunOptions,
     stop: CancellationToken,
 ) -> Result<RunSummary>
 where
     S: Store,
-    Ledger: Handler<S::Tx>,
+    H: Handler<S::Tx>,
     Src: Source,
 {
-    let mut consumer = Consumer::new(
+    let consumer = Consumer::new(
         ConsumerName::new(&options.consumer).map_err(oncely_core::Error::config)?,
         store,
         handler,
     )
     .concurrency(options.concurrency)
     .retry(RetryPolicy::default().max_attempts(10));
-    if let Some(chaos) = &options.chaos {
-        consumer = consumer.chaos(chaos.clone());
-    }
     let start = Instant::now();
     let last_ms = Arc::new(AtomicU64::new(0));
     let max_attempt = Arc::new(AtomicU64::new(0));
@@ -141,5 +148,6 @@ where
         stats: stats?,
         busy,
         max_attempt: max_attempt.load(Ordering::Relaxed) as u32,
+        crashes: options.chaos.as_ref().map_or(0, CrashPlan::fired),
     })
 }

@@ -5,9 +5,9 @@ use crate::faults::wait_for_rows;
 use crate::ledger::Db;
 use crate::runner::{RunOptions, RunSummary, run_until_idle};
 use crate::workload::Workload;
-use oncely_core::{CrashPlan, Source, Step};
+use oncely_core::Source;
+use oncely_testkit::chaos::{CrashPlan, Step};
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -41,16 +41,14 @@ pub async fn conformance<Src, P, PF>(
     publish(workload.messages.clone()).await.expect("publish");
     let mut options = RunOptions::new("conformance");
     options.idle_exit = idle;
-    options.chaos = Some(Arc::new(
-        CrashPlan::new(11, 0.1).only_at(&[Step::Claimed, Step::Committed]),
-    ));
+    options.chaos = Some(CrashPlan::new(11, 0.1).only_at(&[Step::Claimed, Step::Committed]));
     let run = run_until_idle(&db, source, &options, CancellationToken::new())
         .await
         .expect("run");
     eprintln!("{label}: {:?}, max attempt {}", run.stats, run.max_attempt);
     let report = Report::read(&db, &workload).await.expect("report");
     report.assert_exact(label);
-    assert!(run.stats.crashes > 0, "{label}: the crash plan never fired");
+    assert!(run.crashes > 0, "{label}: the crash plan never fired");
     assert!(
         run.max_attempt >= 2,
         "{label}: abandoned deliveries were not redelivered with a higher delivery count"

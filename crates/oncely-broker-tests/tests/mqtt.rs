@@ -12,8 +12,7 @@ use oncely_broker_tests::runner::{RunOptions, run_until_idle};
 use oncely_broker_tests::services::{MQTT_URL, available, unique};
 use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
 use oncely_broker_tests::workload::Workload;
-use oncely_core::CrashPlan;
-use std::sync::Arc;
+use oncely_testkit::chaos::CrashPlan;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -163,7 +162,7 @@ async fn mqtt_nacks_are_retried_in_process_and_publishing_is_paced() {
     let (db, _dir) = sqlite_db().await;
     let mut options = RunOptions::new("nack");
     options.idle_exit = Duration::from_secs(4);
-    options.chaos = Some(Arc::new(CrashPlan::new(5, 0.05)));
+    options.chaos = Some(CrashPlan::new(5, 0.05));
     let run = run_until_idle(&db, source, &options, CancellationToken::new())
         .await
         .expect("run");
@@ -179,7 +178,12 @@ async fn mqtt_nacks_are_retried_in_process_and_publishing_is_paced() {
         .await
         .expect("report")
         .assert_exact("mqtt nacks");
-    assert!(run.stats.crashes > 50, "too few crashes: {:?}", run.stats);
+    assert!(
+        run.crashes > 50,
+        "too few crashes: {} ({:?})",
+        run.crashes,
+        run.stats
+    );
     assert!(
         run.stats.received * 2 <= copies * 3,
         "{} deliveries for {copies} copies: handed-back deliveries were redelivered wholesale",

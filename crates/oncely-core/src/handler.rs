@@ -35,7 +35,7 @@ pub trait Handler<Tx>: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Handled>> + Send;
 
     /// Writes the effects of several fresh messages through `tx` at once, returning one
-    /// [`Handled`] per message, in order. Batch mode ([`crate::BatchConsumer`]) calls it with
+    /// [`Handled`] per message, in order. Batch mode ([`crate::Consumer::max_batch`]) calls it with
     /// the fresh messages of a batch, after their claims went into the same transaction.
     ///
     /// The default calls [`Handler::handle`] for each message in turn. Override it to write a

@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 /// The health of a consumer's store as the runtime sees it, with counters for tests and
-/// dashboards. Shared by all tasks of a [`Consumer`](crate::Consumer) or
-/// [`BatchConsumer`](crate::BatchConsumer); read it with `consumer.health()`.
+/// dashboards. Shared by all tasks of a [`Consumer`](crate::Consumer);
+/// read it with `consumer.health()`.
 #[derive(Debug)]
 pub struct StoreHealth {
     consumer: ConsumerName,

@@ -14,10 +14,9 @@
 //! - [`Source`] and [`Delivery`]: what brokers deliver.
 //! - [`Consumer`]: the runtime (concurrency, retries with backoff, dead-lettering, shutdown),
 //!   with a per-consumer [`StoreHealth`] circuit breaker that holds deliveries while the store fails.
-//! - [`MemorySource`] and [`CrashPlan`]: an in-process broker and deterministic fault injection.
+//! - [`MemorySource`]: an in-process broker with duplicate, reorder and lost-ack faults
+//!   (crash injection lives in `oncely-testkit`, as wrappers around a store and a source).
 
-mod batch;
-mod chaos;
 mod consumer;
 mod envelope;
 mod error;
@@ -33,17 +32,15 @@ mod stats;
 mod store;
 pub mod wire;
 
-pub use batch::{BatchConsumer, BatchStats};
-pub use chaos::{Chaos, CrashPlan};
 pub(crate) use consumer::panic_message;
-pub use consumer::{Consumer, DEFAULT_RETENTION, LatePolicy};
+pub use consumer::{BatchStats, Consumer, DEFAULT_RETENTION, LatePolicy};
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use handler::Handler;
 pub use health::StoreHealth;
 pub use id::{ConsumerName, IdError, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTES, MessageId};
 pub use memory::{MemorySource, MemoryStats, SourceFaults};
-pub use outcome::{DeadLetterReason, Handled, Outcome, Step};
+pub use outcome::{DeadLetterReason, Handled, Outcome};
 pub use retry::RetryPolicy;
 pub use source::{Acker, Delivery, Source, StopWhenIdle, map_envelope};
 pub use stats::{Stats, StatsSnapshot};

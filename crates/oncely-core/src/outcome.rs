@@ -6,35 +6,6 @@ use crate::id::IdError;
 use std::fmt;
 use std::time::Duration;
 
-/// The step of the contract a delivery had reached; used by fault injection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Step {
-    /// The delivery was received.
-    Received,
-    /// The transaction was begun.
-    Begun,
-    /// The claim was inserted (not yet committed).
-    Claimed,
-    /// The handler's effect was written (not yet committed).
-    Effected,
-    /// The transaction committed (not yet acked).
-    Committed,
-    /// The delivery was acked.
-    Acked,
-}
-
-impl Step {
-    /// Every step, in contract order.
-    pub const ALL: [Step; 6] = [
-        Step::Received,
-        Step::Begun,
-        Step::Claimed,
-        Step::Effected,
-        Step::Committed,
-        Step::Acked,
-    ];
-}
-
 /// Why a message went to the dead-letter table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeadLetterReason {
@@ -131,8 +102,10 @@ pub enum Outcome {
     Retry(Error),
     /// Stored in the dead-letter table with a reason, then acked.
     DeadLettered(DeadLetterReason),
-    /// Fault injection only: the consumer abandoned the delivery at this step, as if its process died.
-    Crashed(Step),
+    /// Processing panicked outside the handler (a store or source bug, or a crash injected
+    /// by `oncely-testkit`'s chaos wrappers): the transaction rolled back and the delivery was
+    /// left unsettled, as a killed process leaves it, so the broker redelivers it.
+    Abandoned,
 }
 
 impl Outcome {
@@ -145,7 +118,7 @@ impl Outcome {
             Self::Stale => "stale",
             Self::Retry(_) => "retry",
             Self::DeadLettered(_) => "dead_lettered",
-            Self::Crashed(_) => "crashed",
+            Self::Abandoned => "abandoned",
         }
     }
 }

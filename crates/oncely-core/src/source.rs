@@ -65,11 +65,10 @@ impl Delivery {
         self.attempt
     }
 
-    /// Acks after the commit that `proof` stands for. Only the runtime ([`Consumer`],
-    /// [`BatchConsumer`]) holds proofs, so this is the ack of a processed message.
+    /// Acks after the commit that `proof` stands for. Only the runtime ([`Consumer`]) holds
+    /// proofs, so this is the ack of a processed message.
     ///
     /// [`Consumer`]: crate::Consumer
-    /// [`BatchConsumer`]: crate::BatchConsumer
     pub async fn ack(self, proof: Committed) -> Result<()> {
         let _ = proof;
         self.acker.ack().await

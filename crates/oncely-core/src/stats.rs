@@ -14,7 +14,7 @@ pub struct Stats {
     retries: AtomicU64,
     store_retries: AtomicU64,
     dead_lettered: AtomicU64,
-    crashes: AtomicU64,
+    abandoned: AtomicU64,
     nacked: AtomicU64,
     ack_failures: AtomicU64,
 }
@@ -40,8 +40,9 @@ pub struct StatsSnapshot {
     pub store_retries: u64,
     /// Deliveries dead-lettered (conflicts included).
     pub dead_lettered: u64,
-    /// Injected crashes survived.
-    pub crashes: u64,
+    /// Deliveries abandoned unsettled because processing panicked outside the handler
+    /// ([`Outcome::Abandoned`]); the broker redelivers them.
+    pub abandoned: u64,
     /// Deliveries handed back to the broker unacked.
     pub nacked: u64,
     /// Acks that failed to reach the broker after a commit (those redeliver as duplicates).
@@ -76,7 +77,7 @@ impl Stats {
             Outcome::Stale => &self.stale,
             Outcome::Retry(_) => &self.nacked,
             Outcome::DeadLettered(_) => &self.dead_lettered,
-            Outcome::Crashed(_) => &self.crashes,
+            Outcome::Abandoned => &self.abandoned,
         };
         counter.fetch_add(1, Relaxed);
     }
@@ -92,7 +93,7 @@ impl Stats {
             retries: self.retries.load(Relaxed),
             store_retries: self.store_retries.load(Relaxed),
             dead_lettered: self.dead_lettered.load(Relaxed),
-            crashes: self.crashes.load(Relaxed),
+            abandoned: self.abandoned.load(Relaxed),
             nacked: self.nacked.load(Relaxed),
             ack_failures: self.ack_failures.load(Relaxed),
         }

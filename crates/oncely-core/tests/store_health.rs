@@ -5,9 +5,7 @@
 
 mod support;
 
-use oncely_core::{
-    BatchConsumer, Consumer, ConsumerName, ErrorKind, MemorySource, RawEnvelope, StoreHealth,
-};
+use oncely_core::{Consumer, ConsumerName, ErrorKind, MemorySource, RawEnvelope, StoreHealth};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::{Calls, Faulty, Ledger, double_and_lost};
@@ -306,12 +304,13 @@ async fn batch_consumer_holds_its_batch() {
     let published = publish(&source, MESSAGES, |_| "x");
     let store = Faulty::default();
     let consumer = Arc::new(
-        BatchConsumer::new(
+        Consumer::new(
             ConsumerName::new("health").unwrap(),
             store.clone(),
             Ledger::default(),
         )
-        .max_batch(10),
+        .max_batch(10)
+        .concurrency(1),
     );
     let health = consumer.health();
     let run = tokio::spawn({

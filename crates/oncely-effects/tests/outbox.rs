@@ -6,13 +6,14 @@
 mod support;
 
 use oncely_core::{
-    Consumer, ConsumerName, CrashPlan, Envelope, Error, Handled, Handler, MemorySource,
-    RawEnvelope, RetryPolicy, SourceFaults, Step,
+    Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
+    RetryPolicy, SourceFaults,
 };
 use oncely_effects::{
     EffectsDb, Outbox, OutboxMessage, Outgoing, Publisher, Relay, derived_id, outbox_rows,
 };
 use oncely_sql::Tables;
+use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
 use sqlx::{Pool, Sqlite, Transaction};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -121,16 +122,18 @@ async fn relay_killed_mid_dispatch_downstream_applies_each_once() {
     let emitter = Emitter {
         outbox: Outbox::new("ledger", Tables::default()),
     };
-    let upstream = Consumer::new(ConsumerName::new("ledger").unwrap(), up.clone(), emitter)
-        .chaos(Arc::new(
-            CrashPlan::new(3, 0.3).only_at(&[Step::Effected, Step::Committed]),
-        ))
-        .retry(RetryPolicy::default().base_delay(Duration::from_millis(1)));
+    let plan = CrashPlan::new(3, 0.3).only_at(&[Step::Effected, Step::Committed]);
+    let upstream = Consumer::new(
+        ConsumerName::new("ledger").unwrap(),
+        CrashingStore::new(up.clone(), plan.clone()),
+        CrashingHandler(emitter),
+    )
+    .retry(RetryPolicy::default().base_delay(Duration::from_millis(1)));
     let stats = upstream
         .run(incoming, CancellationToken::new())
         .await
         .unwrap();
-    assert!(stats.crashes > 0, "{stats:?}");
+    assert!(plan.fired() > 0 && stats.abandoned > 0, "{stats:?}");
 
     let rows = outbox_rows::<Sqlite>(&mut up.pool().acquire().await.unwrap(), &Tables::default())
         .await

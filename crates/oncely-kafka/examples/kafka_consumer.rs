@@ -44,12 +44,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     println!(
-        "received={} applied={} duplicates={} dead_lettered={} crashes={} busy_ms={} rate={:.0}",
+        "received={} applied={} duplicates={} dead_lettered={} abandoned={} busy_ms={} rate={:.0}",
         s.received,
         s.applied,
         s.duplicates,
         s.dead_lettered,
-        s.crashes,
+        s.abandoned,
         timing.busy().as_millis(),
         timing.rate()
     );

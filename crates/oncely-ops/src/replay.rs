@@ -248,7 +248,9 @@ where
             }
         }
         Outcome::Retry(e) => result.detail = Some(e.to_string()),
-        Outcome::Crashed(step) => result.detail = Some(format!("crashed at {step:?}")),
+        Outcome::Abandoned => {
+            result.detail = Some("processing panicked outside the handler; not replayed".into())
+        }
     }
     Ok(result)
 }

@@ -5,9 +5,9 @@ use oncely_broker_tests::check::Report;
 use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::services::{PG_URL, available, unique};
 use oncely_broker_tests::workload::Workload;
-use oncely_core::{Consumer, ConsumerName, CrashPlan, Step};
+use oncely_core::{Consumer, ConsumerName};
 use oncely_sql_queue::{Dequeue, SqlQueue};
-use std::sync::Arc;
+use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -31,11 +31,10 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
     for _ in 0..2 {
         let consumer = Consumer::new(
             ConsumerName::new("queue").expect("name"),
-            store.clone(),
-            Dequeue::new(&queue, db.handler()),
+            CrashingStore::new(store.clone(), plan.clone()),
+            CrashingHandler(Dequeue::new(&queue, db.handler())),
         )
-        .concurrency(4)
-        .chaos(Arc::new(plan.clone()));
+        .concurrency(4);
         let source = queue.source(Duration::from_millis(500)).stop_when_empty();
         runs.push(tokio::spawn(async move {
             consumer.run(source, CancellationToken::new()).await
@@ -45,6 +44,7 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
         let stats = run.await.expect("join").expect("run");
         eprintln!("{test}: {stats:?}");
     }
+    assert!(plan.fired() > 0, "the crash plan never fired");
     assert_eq!(queue.len().await.expect("len"), 0, "queue not drained");
     Report::read(&db, &workload)
         .await

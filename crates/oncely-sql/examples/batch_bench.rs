@@ -10,8 +10,8 @@
 //! id. Servers that can't be reached are skipped.
 
 use oncely_core::{
-    BatchConsumer, Claim, Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource,
-    MessageId, PayloadHash, RawEnvelope, Result, SourceFaults, StatsSnapshot, Store,
+    Claim, Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, MessageId,
+    PayloadHash, RawEnvelope, Result, SourceFaults, StatsSnapshot, Store,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
 use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables};
@@ -153,9 +153,10 @@ macro_rules! bench {
                     .await
                     .unwrap(),
                 Mode::Batch(size, _) => {
-                    let consumer = BatchConsumer::new(name, store.clone(), handler)
+                    let consumer = Consumer::new(name, store.clone(), handler)
                         .max_batch(size)
-                        .linger(Duration::from_millis(2));
+                        .linger(Duration::from_millis(2))
+                        .concurrency(1);
                     let stats = consumer.run(src, stop).await.unwrap();
                     let b = consumer.batch_stats();
                     batches = format!(", batches {} committed / {} fell back", b.committed, b.fallbacks);

@@ -15,6 +15,7 @@
 //! Every check counts effects independently, from the ledger rows the harness reads back,
 //! never from the consumer's own counters.
 
+pub mod chaos;
 mod check;
 mod fault_proxy;
 mod harness;

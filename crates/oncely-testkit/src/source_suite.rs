@@ -2,16 +2,16 @@
 //! broker through a [`SourceHarness`], with effects counted in the reference
 //! [`MemoryStore`](crate::MemoryStore).
 
+use crate::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
 use crate::check::tally;
 use crate::ledger::LedgerHandler;
 use crate::memory_store::{MemoryHarness, MemoryStore};
 use oncely_core::{
-    Consumer, ConsumerName, CrashPlan, Delivery, Inspect, Meta, RawEnvelope, Result, RetryPolicy,
-    Source, Step, StopWhenIdle,
+    Consumer, ConsumerName, Delivery, Inspect, Meta, RawEnvelope, Result, RetryPolicy, Source,
+    StopWhenIdle,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
@@ -289,12 +289,14 @@ pub async fn exactly_once_under_crashes<H: SourceHarness>(h: &H) -> CaseResult {
     messages.extend(copies);
     h.publish("crashes", messages).await.map_err(err)?;
     let store = MemoryStore::new();
-    let consumer = suite_consumer(&store)
-        .concurrency(4)
-        .retry(RetryPolicy::default().base_delay(Duration::from_millis(1)))
-        .chaos(Arc::new(
-            CrashPlan::new(3, 0.15).only_at(&[Step::Claimed, Step::Committed]),
-        ));
+    let plan = CrashPlan::new(3, 0.15).only_at(&[Step::Claimed, Step::Committed]);
+    let consumer = Consumer::new(
+        ConsumerName::new("source-suite").expect("valid name"),
+        CrashingStore::new(store.clone(), plan.clone()),
+        CrashingHandler(store.recorder()),
+    )
+    .concurrency(4)
+    .retry(RetryPolicy::default().base_delay(Duration::from_millis(1)));
     let idle = traits.redelivery_within + traits.quiet;
     let stats = consumer
         .run(StopWhenIdle::new(source, idle), CancellationToken::new())
@@ -305,7 +307,10 @@ pub async fn exactly_once_under_crashes<H: SourceHarness>(h: &H) -> CaseResult {
         t.is_exactly_once(),
         "{t:?} (stats {stats:?}): want 0 double, 0 lost"
     );
-    ensure!(stats.crashes > 0, "the crash plan never fired");
+    ensure!(
+        plan.fired() > 0 && stats.abandoned > 0,
+        "the crash plan never fired"
+    );
     ensure!(
         stats.duplicates > 0,
         "no Duplicate although copies were published and commits abandoned"

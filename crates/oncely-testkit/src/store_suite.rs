@@ -1,14 +1,14 @@
 //! The store conformance cases. Each case gets a fresh store from the harness.
 
+use crate::chaos::{AckEarly, CrashPlan, CrashingHandler, CrashingSource, CrashingStore, Step};
 use crate::check::tally;
 use crate::harness::StoreHarness;
 use crate::ledger::{LedgerHandler, Script};
 use oncely_core::{
-    Claim, Consumer, ConsumerName, CrashPlan, Inspect, LatePolicy, MemorySource, MessageId,
-    Outcome, PayloadHash, RawEnvelope, RetryPolicy, Source, SourceFaults, Step, Store,
+    Claim, Consumer, ConsumerName, Inspect, LatePolicy, MemorySource, MessageId, Outcome,
+    PayloadHash, RawEnvelope, RetryPolicy, Source, SourceFaults, Store,
 };
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 
@@ -377,11 +377,18 @@ pub async fn crash_at_every_step<H: StoreHarness>(
             }
             source.close();
             let plan = CrashPlan::new(seed, 0.3).only_at(&[step]);
-            let c = consumer("billing", &store, &handler)
-                .concurrency(4)
-                .chaos(Arc::new(plan));
+            let c = Consumer::new(
+                ConsumerName::new("billing").expect("valid name"),
+                CrashingStore::new(store.clone(), plan.clone()),
+                CrashingHandler(handler.clone()),
+            )
+            .retry(fast_retry())
+            .concurrency(4);
             let stats = c
-                .run(source.clone(), CancellationToken::new())
+                .run(
+                    CrashingSource::new(source.clone(), plan.clone()),
+                    CancellationToken::new(),
+                )
                 .await
                 .map_err(err)?;
             let effects = H::effects(&store).await.map_err(err)?;
@@ -391,7 +398,7 @@ pub async fn crash_at_every_step<H: StoreHarness>(
                 "crash after {step:?}, seed {seed}: {t:?} (stats {stats:?})"
             );
             ensure!(
-                stats.crashes > 0,
+                plan.fired() > 0,
                 "crash after {step:?}, seed {seed}: no crash was injected"
             );
             ensure!(source.unacked() == 0, "messages left unacked");
@@ -412,10 +419,15 @@ pub async fn checker_catches_ack_before_commit<H: StoreHarness>(h: &H) -> CaseRe
         source.publish(RawEnvelope::new(format!("m-{i}"), "1"));
     }
     source.close();
-    let c = consumer("billing", &store, &handler)
-        .unsafe_ack_before_commit(true)
-        .chaos(Arc::new(CrashPlan::new(1, 0.5).only_at(&[Step::Effected])));
-    c.run(source, CancellationToken::new()).await.map_err(err)?;
+    let plan = CrashPlan::new(1, 0.5).only_at(&[Step::Effected]);
+    let c = Consumer::new(
+        ConsumerName::new("billing").expect("valid name"),
+        CrashingStore::new(store.clone(), plan),
+        CrashingHandler(handler.clone()),
+    );
+    c.run(AckEarly(source), CancellationToken::new())
+        .await
+        .map_err(err)?;
     let t = tally(&H::effects(&store).await.map_err(err)?, &expected, &[]);
     ensure!(
         t.lost > 0,

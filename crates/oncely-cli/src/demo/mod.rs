@@ -14,16 +14,16 @@ use credits::{CreditTables, Credits};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncely::brokers::{connect_source, publish};
 use oncely_core::{
-    Consumer, ConsumerName, CrashPlan, MemorySource, MemoryStats, RetryPolicy, Source,
-    SourceFaults, StatsSnapshot, StopWhenIdle,
+    Consumer, ConsumerName, MemorySource, MemoryStats, RetryPolicy, Source, SourceFaults,
+    StatsSnapshot, StopWhenIdle,
 };
 use oncely_sql::AnyStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::with_store;
 use oncely_sql::{ConnectOptions, Dialect, Tables, redact_url};
+use oncely_testkit::chaos::{AckEarly, CrashPlan, CrashingHandler, CrashingSource, CrashingStore};
 use publish::{Mix, generate};
 use report::Report;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -127,7 +127,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         },
     );
     let name = ConsumerName::new("demo")?;
-    let (stats, source_stats, elapsed, broker_dedups) = match &args.source {
+    let (stats, crashes, source_stats, elapsed, broker_dedups) = match &args.source {
         None => {
             let source = MemorySource::with_faults(SourceFaults {
                 seed: args.seed,
@@ -141,9 +141,9 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             source.close();
             let copies = source.stats().published + source.stats().duplicates_injected;
             let started = Instant::now();
-            let stats =
+            let (stats, crashes) =
                 consume_with(&args, &store, &credit_tables, &name, source.clone(), copies).await?;
-            (stats, source.stats(), started.elapsed(), false)
+            (stats, crashes, source.stats(), started.elapsed(), false)
         }
         Some(broker) => {
             let url = broker::consume_url(broker, &args);
@@ -162,7 +162,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             let publishing = broker::start_publishing(broker, &source, &copies).await?;
             let started = Instant::now();
             let idle = StopWhenIdle::new(source, Duration::from_secs(args.idle_exit));
-            let stats = consume_with(
+            let (stats, crashes) = consume_with(
                 &args,
                 &store,
                 &credit_tables,
@@ -179,7 +179,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
                 deliveries: stats.received,
                 ..MemoryStats::default()
             };
-            (stats, source_stats, elapsed, broker_dedups)
+            (stats, crashes, source_stats, elapsed, broker_dedups)
         }
     };
 
@@ -193,7 +193,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         .source
         .as_deref()
         .map_or("memory".to_owned(), redact_url);
-    let report = Report::new(
+    let mut report = Report::new(
         &args,
         format!("{} via {shown}", redact_url(&url)),
         &published,
@@ -202,6 +202,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         &verdict,
         elapsed,
     );
+    report.crashes = crashes;
     report.print(args.json);
     metrics.hold().await;
     Ok(verdict.holds())
@@ -230,19 +231,24 @@ async fn consume_with<Src: Source>(
     name: &ConsumerName,
     source: Src,
     copies: u64,
-) -> Result<StatsSnapshot> {
-    let handler = Credits::new(tables.clone());
+) -> Result<(StatsSnapshot, u64)> {
+    let handler = CrashingHandler(Credits::new(tables.clone()));
     let progress = progress_bar(copies, args.json);
+    // Consumer crashes come from oncely-testkit's chaos wrappers around the store and source.
+    let plan = CrashPlan::new(args.seed, args.crash_rate);
+    let source = CrashingSource::new(source, plan.clone());
     let stats = with_store!(store, s => {
-        let consumer = Consumer::new(name.clone(), s.clone(), handler)
+        let consumer = Consumer::new(name.clone(), CrashingStore::new(s.clone(), plan.clone()), handler)
             .concurrency(args.workers)
-            .retry(RetryPolicy::default().max_attempts(5).base_delay(Duration::from_millis(5)))
-            .chaos(Arc::new(CrashPlan::new(args.seed, args.crash_rate)))
-            .unsafe_ack_before_commit(args.unsafe_ack_before_commit);
-        consume(consumer, source, &progress).await?
+            .retry(RetryPolicy::default().max_attempts(5).base_delay(Duration::from_millis(5)));
+        if args.unsafe_ack_before_commit {
+            consume(consumer, AckEarly(source), &progress).await?
+        } else {
+            consume(consumer, source, &progress).await?
+        }
     });
     progress.finish_and_clear();
-    Ok(stats)
+    Ok((stats, plan.fired()))
 }
 
 async fn consume<S, H, Src>(

@@ -28,7 +28,7 @@ pub struct Report {
     pub dead_lettered: u64,
     /// Dead-letter rows by reason.
     pub dead_letters_by_reason: std::collections::BTreeMap<String, u64>,
-    /// Injected consumer crashes survived.
+    /// Consumer crashes injected (oncely-testkit chaos wrappers) and survived.
     pub crashes: u64,
     /// Acks dropped by the broker on purpose.
     pub lost_acks: u64,
@@ -78,7 +78,7 @@ impl Report {
             conflicts_dropped_by_broker: verdict.broker_dropped_conflicts,
             dead_lettered: verdict.dead_letter_rows,
             dead_letters_by_reason: verdict.dead_letters_by_reason.clone(),
-            crashes: stats.crashes,
+            crashes: 0, // set by the caller: the crash plan counts them
             lost_acks: source.lost_acks,
             retries: stats.retries,
             expected_total: verdict.expected_total,

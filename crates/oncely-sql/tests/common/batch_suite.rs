@@ -1,9 +1,9 @@
 //! Batch mode on every store: one-statement claims with intra-batch duplicates, and the
-//! `BatchConsumer` isolating a failing message while the others apply once.
+//! batch mode (`Consumer::max_batch`) isolating a failing message while the others apply once.
 
 use super::{Fx, Ledger, TestStore};
 use oncely_core::{
-    BatchConsumer, Claim, ConsumerName, Handler, MemorySource, MessageId, Outcome, PayloadHash,
+    Claim, Consumer, ConsumerName, Handler, MemorySource, MessageId, Outcome, PayloadHash,
     RawEnvelope, RetryPolicy, Source, SourceFaults,
 };
 use std::collections::BTreeMap;
@@ -197,7 +197,7 @@ where
     source.publish(RawEnvelope::new("b", "credit 3"));
     source.close();
     let name = ConsumerName::new("batcher").unwrap();
-    let consumer = BatchConsumer::new(name.clone(), fx.store.clone(), fx.ledger("one"))
+    let consumer = Consumer::new(name.clone(), fx.store.clone(), fx.ledger("one"))
         .late_after(Duration::from_secs(60), LatePolicy::Quarantine);
     let mut batch = vec![];
     for _ in 0..3 {
@@ -248,7 +248,7 @@ where
         .max_attempts(20)
         .base_delay(Duration::from_millis(5));
     let make = |store: S, instance| {
-        BatchConsumer::new(name.clone(), store, fx.ledger(instance))
+        Consumer::new(name.clone(), store, fx.ledger(instance))
             .max_batch(25)
             .linger(Duration::from_millis(5))
             .retry(retry.clone())
@@ -300,7 +300,7 @@ where
     } else {
         fx.ledger("one")
     };
-    let consumer = BatchConsumer::new(name, fx.store.clone(), ledger)
+    let consumer = Consumer::new(name, fx.store.clone(), ledger)
         .max_batch(max_batch)
         .retry(RetryPolicy::default().base_delay(Duration::from_millis(5)));
     let mut batch = vec![];

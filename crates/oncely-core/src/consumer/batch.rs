@@ -1,0 +1,224 @@
+//! Many messages in one transaction: one claim statement ([`Store::claim_batch`]), the fresh
+//! messages through [`Handler::handle_batch`], one commit, then every delivery acked. When the
+//! handler or the store fails, the batch is rolled back and its messages go through the
+//! per-message path one at a time, so the failing message is isolated (retried or
+//! dead-lettered per its error kind) and the others apply once. While the store is
+//! unavailable the batch is held and retried whole.
+
+use super::Consumer;
+use crate::envelope::{Envelope, PayloadHash};
+use crate::error::{Error, Result};
+use crate::handler::Handler;
+use crate::health::Probe;
+use crate::id::MessageId;
+use crate::outcome::{DeadLetterReason, Handled, Outcome};
+use crate::retry::Backoff;
+use crate::source::Delivery;
+use crate::store::{Claim, Committed, Store};
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+/// What one message of a committed batch came to: settled messages carry their proof.
+enum Committable {
+    Done(Outcome, Committed),
+    Conflict(PayloadHash),
+}
+
+#[derive(Debug, Default)]
+pub(super) struct BatchCounts {
+    committed: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+/// How batches went so far (see [`Consumer::max_batch`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Batches committed in one transaction.
+    pub committed: u64,
+    /// Batches rolled back and processed one message at a time (a handler or the store failed).
+    pub fallbacks: u64,
+}
+
+impl BatchCounts {
+    pub(super) fn snapshot(&self) -> BatchStats {
+        BatchStats {
+            committed: self.committed.load(Relaxed),
+            fallbacks: self.fallbacks.load(Relaxed),
+        }
+    }
+}
+
+impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
+    /// Settles several deliveries: bad ids, undecodable envelopes and late messages through
+    /// the per-message path (which dead-letters them), the rest in one transaction.
+    pub(super) async fn settle_many(
+        &self,
+        deliveries: Vec<Delivery>,
+        stop: &CancellationToken,
+    ) -> Vec<Outcome> {
+        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(deliveries.len());
+        let mut valid = Vec::with_capacity(deliveries.len());
+        let mut pending = Vec::with_capacity(deliveries.len());
+        for (at, delivery) in deliveries.into_iter().enumerate() {
+            outcomes.push(None);
+            match self.screen(&delivery) {
+                Ok(message) if self.late(&message).is_none() => {
+                    valid.push(message);
+                    pending.push((at, delivery));
+                }
+                _ => outcomes[at] = Some(self.settle_one(delivery, stop).await),
+            }
+        }
+        if pending.len() == 1 {
+            let (at, delivery) = pending.pop().expect("one");
+            outcomes[at] = Some(self.settle_one(delivery, stop).await);
+        } else if !pending.is_empty() {
+            match self.attempt_held(&valid, stop).await {
+                Ok(settled) => {
+                    self.batches.committed.fetch_add(1, Relaxed);
+                    let rows = pending.into_iter().zip(&valid).zip(settled);
+                    for (((at, delivery), message), settled) in rows {
+                        outcomes[at] = Some(match settled {
+                            Committable::Done(outcome, proof) => {
+                                self.ack(delivery, proof, outcome).await
+                            }
+                            Committable::Conflict(stored) => {
+                                let received = message.payload_hash();
+                                let reason = DeadLetterReason::Conflict { stored, received };
+                                self.dead_letter(delivery, reason, 1, stop).await
+                            }
+                        });
+                    }
+                }
+                Err(e) if stop.is_cancelled() && e.is_unavailable() => {
+                    warn!(error = %e, "shutting down while the store fails; batch handed back to the broker");
+                    for (at, delivery) in pending {
+                        let e = Error::new(e.kind(), e.to_string());
+                        outcomes[at] = Some(self.nack(delivery, e).await);
+                    }
+                }
+                Err(e) => {
+                    self.batches.fallbacks.fetch_add(1, Relaxed);
+                    debug!(consumer = %self.name, error = %e, "batch rolled back; processing its messages one at a time");
+                    for (at, delivery) in pending {
+                        outcomes[at] = Some(self.settle_one(delivery, stop).await);
+                    }
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.expect("every delivery settled"))
+            .collect()
+    }
+
+    /// [`Self::attempt_batch`], held and retried while the store is unavailable (one probe at
+    /// a time, backing off). Returns the unavailable error only if `stop` came first.
+    async fn attempt_held(
+        &self,
+        batch: &[Envelope],
+        stop: &CancellationToken,
+    ) -> Result<Vec<Committable>> {
+        let mut backoff = Backoff::store();
+        let mut probe: Probe<'_> = None;
+        loop {
+            let started = std::time::Instant::now();
+            let result = self.attempt_batch(batch).await;
+            drop(probe.take());
+            match result {
+                Err(e) if e.is_unavailable() => {
+                    self.stats.store_retried();
+                    match self.health.hold(&e, &mut backoff, stop).await {
+                        // The next attempt runs as the only probe (or after recovery).
+                        Some(turn) => probe = turn,
+                        None => return Err(e),
+                    }
+                }
+                other => {
+                    if other.is_ok() {
+                        self.health.succeeded(started);
+                    }
+                    return other;
+                }
+            }
+        }
+    }
+
+    /// begin → claim_batch → handler for the fresh messages → commit. Any failure rolls the
+    /// whole batch back and is returned.
+    async fn attempt_batch(&self, batch: &[Envelope]) -> Result<Vec<Committable>> {
+        let mut tx = self.store.begin().await?;
+        let items: Vec<(MessageId, PayloadHash)> = batch
+            .iter()
+            .map(|m| (m.id().clone(), m.payload_hash()))
+            .collect();
+        let claims = match self.store.claim_batch(&mut tx, &self.name, &items).await {
+            Ok(claims) if claims.len() == items.len() => claims,
+            Ok(claims) => {
+                let _ = self.store.rollback(tx).await;
+                return Err(Error::permanent(format!(
+                    "claim_batch returned {} claims for {} messages",
+                    claims.len(),
+                    items.len()
+                )));
+            }
+            Err(e) => {
+                let _ = self.store.rollback(tx).await;
+                return Err(e);
+            }
+        };
+        let mut settled: Vec<Option<Committable>> = Vec::with_capacity(batch.len());
+        let mut fresh = Vec::new();
+        for (at, claim) in claims.into_iter().enumerate() {
+            settled.push(match claim {
+                Claim::Duplicate => Some(Committable::Done(Outcome::Duplicate, Committed::new())),
+                Claim::Conflict { stored } => Some(Committable::Conflict(stored)),
+                Claim::Fresh => {
+                    fresh.push(at);
+                    None
+                }
+            });
+        }
+        if !fresh.is_empty() {
+            let messages: Vec<Envelope> = fresh.iter().map(|&at| batch[at].clone()).collect();
+            let run = AssertUnwindSafe(self.handler.handle_batch(&mut tx, &messages))
+                .catch_unwind()
+                .await;
+            let handled = match run {
+                Ok(Ok(handled)) if handled.len() == messages.len() => handled,
+                Ok(Ok(handled)) => {
+                    let _ = self.store.rollback(tx).await;
+                    return Err(Error::permanent(format!(
+                        "handle_batch returned {} results for {} messages",
+                        handled.len(),
+                        messages.len()
+                    )));
+                }
+                Ok(Err(e)) => {
+                    let _ = self.store.rollback(tx).await;
+                    return Err(e);
+                }
+                Err(_panic) => {
+                    drop(tx); // rolls back
+                    return Err(Error::permanent("a handler panicked in the batch"));
+                }
+            };
+            for (at, handled) in fresh.into_iter().zip(handled) {
+                let outcome = match handled {
+                    Handled::Applied => Outcome::Applied,
+                    Handled::Stale => Outcome::Stale,
+                };
+                settled[at] = Some(Committable::Done(outcome, Committed::new()));
+            }
+        }
+        // The proofs stand for this commit: they are handed out only if it succeeds.
+        self.store.commit(tx).await?;
+        Ok(settled
+            .into_iter()
+            .map(|s| s.expect("every message settled"))
+            .collect())
+    }
+}

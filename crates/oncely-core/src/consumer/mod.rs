@@ -1,0 +1,381 @@
+//! The consumer runtime: receive → begin → claim → handler → commit → ack.
+//!
+//! One runtime for both modes: the run loop takes a delivery (and, with
+//! [`Consumer::max_batch`] above 1, what else arrives within the linger), and each group is
+//! settled by [`Consumer::process_batch`]: a group of one in its own transaction
+//! (`single.rs`), a larger one in one shared transaction that falls back to one at a time
+//! (`batch.rs`); acks, dead letters and hand-backs happen in one place (`settle.rs`).
+
+mod batch;
+mod settle;
+mod single;
+
+pub use batch::BatchStats;
+pub(crate) use settle::panic_message;
+
+use crate::handler::Handler;
+use crate::health::StoreHealth;
+use crate::id::ConsumerName;
+use crate::outcome::Outcome;
+use crate::retry::RetryPolicy;
+use crate::source::{Delivery, Source};
+use crate::stats::{Stats, StatsSnapshot};
+use crate::store::Store;
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// The default inbox retention window, 7 days: the pruner keeps ids at least this long
+/// (`oncely_ops::retention`), and a consumer quarantines, by default, a fresh message whose
+/// source time (the producer's, or the broker's when the producer set none) is older than it.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// What to do with a message whose source time is older than the retention window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LatePolicy {
+    /// Dead-letter it with reason `late` (default): its id may have been pruned already.
+    #[default]
+    Quarantine,
+    /// Apply it anyway (only if the effect is naturally idempotent).
+    Apply,
+}
+
+/// Settings of a [`Consumer`].
+#[derive(Debug, Clone)]
+struct ConsumerConfig {
+    concurrency: usize,
+    retry: RetryPolicy,
+    late_window: Option<Duration>,
+    late_policy: LatePolicy,
+    check_inbox_first: bool,
+    max_batch: usize,
+    linger: Duration,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 4,
+            retry: RetryPolicy::default(),
+            late_window: Some(DEFAULT_RETENTION),
+            late_policy: LatePolicy::default(),
+            check_inbox_first: false,
+            max_batch: 1,
+            linger: Duration::from_millis(10),
+        }
+    }
+}
+
+/// Runs a [`Handler`] over deliveries with the oncely contract.
+///
+/// ```no_run
+/// # use oncely_core::*;
+/// # async fn demo<S: Store, H: Handler<S::Tx>>(store: S, handler: H, source: MemorySource) -> Result<(), Error> {
+/// let consumer = Consumer::new(ConsumerName::new("billing")?, store, handler).concurrency(8);
+/// let shutdown = CancellationToken::new();
+/// let stats = consumer.run(source, shutdown).await?;
+/// println!("applied {}", stats.applied);
+/// # Ok(()) }
+/// ```
+pub struct Consumer<S: Store, H> {
+    name: ConsumerName,
+    store: Arc<S>,
+    handler: Arc<H>,
+    config: ConsumerConfig,
+    stats: Arc<Stats>,
+    health: Arc<StoreHealth>,
+    batches: Arc<batch::BatchCounts>,
+}
+
+impl<S: Store, H> Clone for Consumer<S, H> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            store: self.store.clone(),
+            handler: self.handler.clone(),
+            config: self.config.clone(),
+            stats: self.stats.clone(),
+            health: self.health.clone(),
+            batches: self.batches.clone(),
+        }
+    }
+}
+
+impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
+    /// A consumer named `name` (the inbox key's first half) over `store`, running `handler`.
+    pub fn new(name: ConsumerName, store: impl Into<Arc<S>>, handler: H) -> Self {
+        Self {
+            health: Arc::new(StoreHealth::new(name.clone())),
+            name,
+            store: store.into(),
+            handler: Arc::new(handler),
+            config: ConsumerConfig::default(),
+            stats: Arc::default(),
+            batches: Arc::default(),
+        }
+    }
+
+    /// Deliveries (or, in batch mode, batches) processed at once (default 4).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n.max(1);
+        self
+    }
+
+    /// Batch mode: up to `n` deliveries share one transaction and one claim statement, and
+    /// are acked after its commit (default 1: every delivery in its own transaction). A batch
+    /// is what arrived within [`Consumer::linger`] after its first delivery. When a handler or
+    /// the store fails mid-batch, the batch is rolled back and its messages are processed one
+    /// at a time (see [`Consumer::batch_stats`]); with a failing store it is held whole.
+    ///
+    /// ```
+    /// # use oncely_core::{Consumer, ConsumerName};
+    /// # use std::time::Duration;
+    /// # fn f<S: oncely_core::Store, H: oncely_core::Handler<S::Tx>>(store: S, handler: H) {
+    /// let consumer = Consumer::new(ConsumerName::new("billing").unwrap(), store, handler)
+    ///     .max_batch(200)
+    ///     .linger(Duration::from_millis(5))
+    ///     .concurrency(1);
+    /// # }
+    /// ```
+    pub fn max_batch(mut self, n: usize) -> Self {
+        self.config.max_batch = n.max(1);
+        self
+    }
+
+    /// How long batch mode waits for more deliveries after the first of a batch
+    /// (default 10 ms; unused with [`Consumer::max_batch`] 1).
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.config.linger = linger;
+        self
+    }
+
+    /// Reads the inbox before opening a transaction (default off): a delivery whose id is
+    /// already claimed with the same payload hash is acked as `Duplicate` without a write
+    /// transaction ([`Store::committed_claim`]). Costs one read per fresh message; pays off
+    /// where duplicates are common (redelivery after crashes, replays) and on SQLite, where
+    /// every claim takes the database's write lock.
+    ///
+    /// ```
+    /// # use oncely_core::{Consumer, ConsumerName};
+    /// # fn f<S: oncely_core::Store, H: oncely_core::Handler<S::Tx>>(store: S, handler: H) {
+    /// let consumer = Consumer::new(ConsumerName::new("billing").unwrap(), store, handler)
+    ///     .check_inbox_first(true);
+    /// # }
+    /// ```
+    pub fn check_inbox_first(mut self, on: bool) -> Self {
+        self.config.check_inbox_first = on;
+        self
+    }
+
+    /// Retry policy for transient failures (default: 5 attempts, 50 ms doubling, jitter).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Messages whose source time is older than `window` are late duplicate risks,
+    /// handled by `policy` (see [`LatePolicy`]). Set it to the inbox retention window; the
+    /// default is [`DEFAULT_RETENTION`] with [`LatePolicy::Quarantine`], which agrees with the
+    /// pruner's default. `LatePolicy::Apply` turns the check off (naturally idempotent effects).
+    pub fn late_after(mut self, window: Duration, policy: LatePolicy) -> Self {
+        self.config.late_window = Some(window);
+        self.config.late_policy = policy;
+        self
+    }
+
+    /// The consumer's name.
+    pub fn name(&self) -> &ConsumerName {
+        &self.name
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// The store's health as this consumer sees it (its circuit breaker).
+    pub fn health(&self) -> Arc<StoreHealth> {
+        self.health.clone()
+    }
+
+    /// Batches committed whole vs. processed one at a time after a failure (batch mode).
+    pub fn batch_stats(&self) -> BatchStats {
+        self.batches.snapshot()
+    }
+
+    /// Pulls deliveries from `source` until it is exhausted or `shutdown` is cancelled,
+    /// processing up to `concurrency` deliveries (or batches) at once. On shutdown, in-flight
+    /// deliveries finish (a batch being collected is still processed); nothing uncommitted is
+    /// acked.
+    ///
+    /// While the store fails, no new delivery is taken: the ones in flight are held and
+    /// retried (one probe at a time, backing off up to 30 s) until the store recovers, and
+    /// handed back to the source only on shutdown.
+    pub async fn run<Src: Source>(
+        &self,
+        mut source: Src,
+        shutdown: CancellationToken,
+    ) -> crate::Result<StatsSnapshot> {
+        let permits = Arc::new(Semaphore::new(self.config.concurrency));
+        let mut tasks = JoinSet::new();
+        let mut exhausted = false;
+        self.health.publish();
+        while !exhausted {
+            let permit = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
+            };
+            // Intake pauses while the store fails; with nothing in flight, one delivery goes
+            // in as the probe.
+            while !self.health.is_healthy() && !tasks.is_empty() {
+                tokio::select! {
+                    _ = self.health.until_healthy(&shutdown) => break,
+                    Some(done) = tasks.join_next() => self.joined(done),
+                }
+            }
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let next = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                next = source.next() => next,
+            };
+            let mut group = match next {
+                Ok(Some(delivery)) => vec![delivery],
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(consumer = %self.name, error = %e, "source failed; retrying in 200 ms");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            exhausted = self.fill_batch(&mut source, &mut group, &shutdown).await;
+            let me = self.clone();
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                let _permit = permit;
+                me.process_batch_until(group, &stop).await;
+            });
+            while let Some(done) = tasks.try_join_next() {
+                self.joined(done);
+            }
+        }
+        while let Some(done) = tasks.join_next().await {
+            self.joined(done);
+        }
+        Ok(self.stats.snapshot())
+    }
+
+    fn joined(&self, done: Result<(), tokio::task::JoinError>) {
+        if let Err(e) = done {
+            warn!(consumer = %self.name, error = %e, "delivery task failed");
+        }
+    }
+
+    /// Batch mode: adds to `group` what arrives within the linger, up to `max_batch`. True
+    /// when the source ended meanwhile.
+    async fn fill_batch<Src: Source>(
+        &self,
+        source: &mut Src,
+        group: &mut Vec<Delivery>,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let deadline = Instant::now() + self.config.linger;
+        while group.len() < self.config.max_batch {
+            let next = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return false,
+                next = tokio::time::timeout_at(deadline, source.next()) => next,
+            };
+            match next {
+                Err(_lingered) => return false,
+                Ok(Ok(Some(delivery))) => group.push(delivery),
+                Ok(Ok(None)) => return true,
+                Ok(Err(e)) => {
+                    warn!(consumer = %self.name, error = %e, "source failed mid-batch");
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    /// Processes one delivery through the whole contract and settles it. While the store
+    /// fails, the delivery is held until it recovers (see [`Consumer::process_until`]).
+    pub async fn process(&self, delivery: Delivery) -> Outcome {
+        self.process_until(delivery, &CancellationToken::new())
+            .await
+    }
+
+    /// [`Consumer::process`], handing the delivery back ([`Outcome::Retry`]) if `stop` is
+    /// cancelled while it is held for a failing store or waiting to retry.
+    pub async fn process_until(&self, delivery: Delivery, stop: &CancellationToken) -> Outcome {
+        let mut outcomes = self.process_batch_until(vec![delivery], stop).await;
+        outcomes.pop().expect("one outcome per delivery")
+    }
+
+    /// Processes deliveries as one batch (one transaction, see [`Consumer::max_batch`]) and
+    /// settles each; returns the outcomes in delivery order. A batch of one is a delivery
+    /// processed on its own.
+    pub async fn process_batch(&self, deliveries: Vec<Delivery>) -> Vec<Outcome> {
+        self.process_batch_until(deliveries, &CancellationToken::new())
+            .await
+    }
+
+    /// Every path ends here: counts the deliveries in, settles them, counts the outcomes.
+    /// A panic outside the handler (a store or source bug) abandons the group unsettled, as
+    /// a crashed process would: the transaction rolls back, the deliveries are neither acked
+    /// nor nacked, so the broker redelivers them, and the consumer keeps running.
+    async fn process_batch_until(
+        &self,
+        deliveries: Vec<Delivery>,
+        stop: &CancellationToken,
+    ) -> Vec<Outcome> {
+        let n = deliveries.len();
+        let _in_flight = self.health.track(n);
+        for _ in 0..n {
+            self.stats.received();
+        }
+        let settled = match n {
+            0 => Ok(Vec::new()),
+            1 => {
+                let delivery = deliveries.into_iter().next().expect("one");
+                AssertUnwindSafe(self.settle_one(delivery, stop))
+                    .catch_unwind()
+                    .await
+                    .map(|o| vec![o])
+            }
+            _ => {
+                AssertUnwindSafe(self.settle_many(deliveries, stop))
+                    .catch_unwind()
+                    .await
+            }
+        };
+        let outcomes = settled.unwrap_or_else(|panic| {
+            warn!(
+                consumer = %self.name,
+                panic = %panic_message(&*panic),
+                deliveries = n,
+                "processing panicked outside the handler; deliveries abandoned for redelivery"
+            );
+            (0..n).map(|_| Outcome::Abandoned).collect()
+        });
+        for outcome in &outcomes {
+            self.stats.record(outcome);
+            crate::metrics::outcome(&self.name, outcome);
+        }
+        outcomes
+    }
+}

@@ -1,0 +1,161 @@
+//! Settling a delivery, in one place for every path of the runtime: ack after a commit,
+//! dead-letter (then ack), hand back (nack), hold while the store fails.
+
+use super::Consumer;
+use crate::error::{Error, Result};
+use crate::handler::Handler;
+use crate::health::Probe;
+use crate::outcome::{DeadLetterReason, Outcome};
+use crate::retry::Backoff;
+use crate::source::Delivery;
+use crate::store::{Committed, DeadLetter, Store};
+use std::time::{Duration, Instant, SystemTime};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
+    /// Acks a delivery whose effect (or dead letter) `proof` says is committed.
+    pub(super) async fn ack(
+        &self,
+        delivery: Delivery,
+        proof: Committed,
+        outcome: Outcome,
+    ) -> Outcome {
+        if let Err(e) = delivery.ack(proof).await {
+            // Committed but not acked: the redelivery will be a Duplicate. Nothing is lost.
+            warn!(error = %e, "ack failed after commit; the broker will redeliver a duplicate");
+            self.stats.ack_failed();
+        }
+        outcome
+    }
+
+    /// Hands a delivery back to the broker (shutdown while it could not be settled).
+    pub(super) async fn nack(&self, delivery: Delivery, error: Error) -> Outcome {
+        warn!(error = %error, "shutting down before the delivery could be settled; handed back to the broker");
+        if let Err(e) = delivery.nack().await {
+            warn!(error = %e, "nack failed; the broker redelivers after its timeout");
+        }
+        Outcome::Retry(error)
+    }
+
+    /// Holds a delivery after the store failed (see [`crate::StoreHealth`]); `None` on
+    /// shutdown.
+    pub(super) async fn hold(
+        &self,
+        error: &Error,
+        backoff: &mut Backoff,
+        stop: &CancellationToken,
+    ) -> Option<Probe<'_>> {
+        if error.is_transient() {
+            self.stats.retried();
+            crate::metrics::retry(&self.name);
+        } else {
+            self.stats.store_retried();
+        }
+        self.health.hold(error, backoff, stop).await
+    }
+
+    /// Stores a dead letter and acks; while the store refuses it, the delivery is held. A
+    /// payload conflict comes out as [`Outcome::Conflict`], every other reason as
+    /// [`Outcome::DeadLettered`].
+    pub(super) async fn dead_letter(
+        &self,
+        delivery: Delivery,
+        reason: DeadLetterReason,
+        attempts: u32,
+        stop: &CancellationToken,
+    ) -> Outcome {
+        let letter = DeadLetter {
+            consumer: self.name.clone(),
+            message: delivery.message().clone(),
+            reason,
+            attempts,
+        };
+        match self.store_dead_letter(&letter, stop).await {
+            Ok(proof) => {
+                warn!(reason = letter.reason.code(), detail = %letter.reason, "dead-lettered");
+                let outcome = match letter.reason {
+                    DeadLetterReason::Conflict { stored, received } => {
+                        Outcome::Conflict { stored, received }
+                    }
+                    reason => Outcome::DeadLettered(reason),
+                };
+                self.ack(delivery, proof, outcome).await
+            }
+            Err(e) => self.nack(delivery, e).await,
+        }
+    }
+
+    /// Inserts `letter`, holding and retrying while the store fails; fails only on shutdown.
+    /// The proof stands for the stored dead letter.
+    async fn store_dead_letter(
+        &self,
+        letter: &DeadLetter,
+        stop: &CancellationToken,
+    ) -> Result<Committed> {
+        let mut backoff = Backoff::store();
+        let mut probe: Probe<'_> = None;
+        loop {
+            let started = Instant::now();
+            let stored = self.store.dead_letter(letter).await;
+            drop(probe.take());
+            match stored {
+                Ok(()) => {
+                    self.health.succeeded(started);
+                    return Ok(Committed::new());
+                }
+                Err(e) => match self.hold(&e, &mut backoff, stop).await {
+                    Some(turn) => probe = turn,
+                    None => return Err(e),
+                },
+            }
+        }
+    }
+}
+
+/// How far ahead of this host's clock a source time may be before it is logged as skew.
+const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
+
+/// The age of a message sent at `sent`. A source time in the future (the producer's clock is
+/// ahead) counts as "now", so it is never late; beyond [`MAX_CLOCK_SKEW`] it is logged.
+pub(crate) fn age(sent: SystemTime) -> Duration {
+    match SystemTime::now().duration_since(sent) {
+        Ok(age) => age,
+        Err(ahead) => {
+            let ahead = ahead.duration();
+            if ahead > MAX_CLOCK_SKEW {
+                warn!(
+                    ahead_s = ahead.as_secs(),
+                    "source time is {} s in the future (clock skew beyond {} s); treated as now",
+                    ahead.as_secs(),
+                    MAX_CLOCK_SKEW.as_secs()
+                );
+            }
+            Duration::ZERO
+        }
+    }
+}
+
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn future_source_times_count_as_now() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(age(SystemTime::now() + hour), Duration::ZERO);
+        assert_eq!(
+            age(SystemTime::now() + Duration::from_secs(10)),
+            Duration::ZERO
+        );
+        assert!(age(SystemTime::now() - hour) >= hour);
+    }
+}
