@@ -20,6 +20,9 @@ pub enum ErrorKind {
     /// is at fault, so the runtime holds the delivery, backs off and pauses intake instead of
     /// retrying, dead-lettering or handing it back to the broker.
     Unavailable,
+    /// The payload cannot be decoded into the handler's type (see [`crate::Json`]): it will
+    /// never succeed, so the runtime dead-letters it at once with reason `undecodable_payload`.
+    Undecodable,
 }
 
 /// An oncely error: a kind, a message, and an optional source.
@@ -64,6 +67,16 @@ impl Error {
     /// ```
     pub fn unavailable(message: impl fmt::Display) -> Self {
         Self::new(ErrorKind::Unavailable, message.to_string())
+    }
+
+    /// A payload that cannot be decoded: dead-lettered as `undecodable_payload`.
+    ///
+    /// ```
+    /// let e = oncely_core::Error::undecodable("expected an object at line 1");
+    /// assert_eq!(e.kind(), oncely_core::ErrorKind::Undecodable);
+    /// ```
+    pub fn undecodable(message: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::Undecodable, message.to_string())
     }
 
     /// A configuration error.

@@ -1,8 +1,9 @@
 //! The user's code: a [`Handler`] writes its effect through the store's transaction.
 
 use crate::envelope::Envelope;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::outcome::Handled;
+use serde::de::DeserializeOwned;
 use std::future::Future;
 
 /// Applies one message's effect through the store's transaction `Tx`.
@@ -58,4 +59,70 @@ pub trait Handler<Tx>: Send + Sync + 'static {
             Ok(handled)
         }
     }
+}
+
+/// A handler of typed payloads: [`Json`] decodes each payload from JSON into
+/// [`JsonHandler::Payload`] before calling it. A payload that does not decode is never handed
+/// to it: the runtime dead-letters the message with reason `undecodable_payload` (with serde's
+/// error) and acks it.
+///
+/// ```
+/// use oncely_core::{Envelope, Error, Handled, Json, JsonHandler};
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize)]
+/// struct Credit {
+///     account: String,
+///     amount: i64,
+/// }
+///
+/// struct AddCredits;
+/// // `Tx` is a plain map here; with oncely-sql it is the store's transaction.
+/// impl JsonHandler<std::collections::HashMap<String, i64>> for AddCredits {
+///     type Payload = Credit;
+///     async fn handle(
+///         &self,
+///         tx: &mut std::collections::HashMap<String, i64>,
+///         _message: &Envelope,
+///         credit: Credit,
+///     ) -> Result<Handled, Error> {
+///         *tx.entry(credit.account).or_default() += credit.amount;
+///         Ok(Handled::Applied)
+///     }
+/// }
+///
+/// let handler = Json(AddCredits); // a `Handler` for `Consumer::new`
+/// # let _ = handler;
+/// ```
+pub trait JsonHandler<Tx>: Send + Sync + 'static {
+    /// The type each payload is decoded into.
+    type Payload: DeserializeOwned + Send;
+
+    /// Writes the effect of `message`, whose payload decoded to `payload`, through `tx`.
+    fn handle(
+        &self,
+        tx: &mut Tx,
+        message: &Envelope,
+        payload: Self::Payload,
+    ) -> impl Future<Output = Result<Handled>> + Send;
+}
+
+/// Decodes JSON payloads for a [`JsonHandler`]; see there.
+#[derive(Debug, Clone, Default)]
+pub struct Json<H>(pub H);
+
+impl<Tx: Send, H: JsonHandler<Tx>> Handler<Tx> for Json<H> {
+    async fn handle(&self, tx: &mut Tx, message: &Envelope) -> Result<Handled> {
+        let payload = serde_json::from_slice::<H::Payload>(message.payload()).map_err(|e| {
+            Error::undecodable(format!("not a JSON {}: {e}", short_type::<H::Payload>()))
+        })?;
+        self.0.handle(tx, message, payload).await
+    }
+}
+
+/// The last path segment of a type's name (`Credit` for `my_app::Credit`).
+fn short_type<T>() -> &'static str {
+    let name = std::any::type_name::<T>();
+    let base = name.split('<').next().unwrap_or(name);
+    base.rsplit("::").next().unwrap_or(base)
 }

@@ -36,7 +36,7 @@ pub(crate) use consumer::panic_message;
 pub use consumer::{BatchStats, Consumer, DEFAULT_RETENTION, LatePolicy};
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
 pub use error::{BoxError, Error, ErrorKind, Result};
-pub use handler::Handler;
+pub use handler::{Handler, Json, JsonHandler};
 pub use health::StoreHealth;
 pub use id::{ConsumerName, IdError, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTES, MessageId};
 pub use memory::{MemorySource, MemoryStats, SourceFaults};

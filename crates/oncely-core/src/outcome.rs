@@ -40,6 +40,9 @@ pub enum DeadLetterReason {
     /// The broker's envelope could not be mapped (a header or property the source could not
     /// read, or a panic while reading it): the payload is kept as delivered.
     UndecodableEnvelope(String),
+    /// The payload could not be decoded into the handler's type ([`crate::Json`], or a
+    /// handler returning [`crate::Error::undecodable`]).
+    UndecodablePayload(String),
 }
 
 impl DeadLetterReason {
@@ -53,6 +56,7 @@ impl DeadLetterReason {
             Self::Panicked(_) => "panic",
             Self::Late { .. } => "late",
             Self::UndecodableEnvelope(_) => "undecodable_envelope",
+            Self::UndecodablePayload(_) => "undecodable_payload",
         }
     }
 }
@@ -78,6 +82,7 @@ impl fmt::Display for DeadLetterReason {
                 window.as_secs()
             ),
             Self::UndecodableEnvelope(why) => write!(f, "undecodable envelope: {why}"),
+            Self::UndecodablePayload(why) => write!(f, "undecodable payload: {why}"),
         }
     }
 }

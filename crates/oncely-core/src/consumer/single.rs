@@ -3,7 +3,7 @@
 
 use super::{Consumer, LatePolicy, settle::age, settle::panic_message};
 use crate::envelope::{Envelope, PayloadHash};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::handler::Handler;
 use crate::health::Probe;
 use crate::id::MessageId;
@@ -92,6 +92,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                             attempts: attempt,
                             last_error: error.to_string(),
                         }
+                    } else if error.kind() == ErrorKind::Undecodable {
+                        DeadLetterReason::UndecodablePayload(error.to_string())
                     } else {
                         DeadLetterReason::Permanent(error.to_string())
                     }
