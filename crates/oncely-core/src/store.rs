@@ -170,6 +170,25 @@ pub trait Store: Send + Sync + 'static {
         async { Ok(false) }
     }
 
+    /// [`Store::committed_claim`] for several messages at once, one `bool` per item, in order:
+    /// `true` where the inbox already holds the id with the item's hash. The runtime calls it
+    /// for each group of ready deliveries before claiming (see [`crate::Consumer::max_batch`]),
+    /// so redelivered duplicates are acked after one read, without a write transaction. The
+    /// default asks [`Store::committed_claim`] for each item; SQL stores use one statement.
+    fn committed_claims(
+        &self,
+        consumer: &ConsumerName,
+        items: &[(crate::MessageId, PayloadHash)],
+    ) -> impl Future<Output = Result<Vec<bool>>> + Send {
+        async move {
+            let mut held = Vec::with_capacity(items.len());
+            for (id, hash) in items {
+                held.push(self.committed_claim(consumer, id, *hash).await?);
+            }
+            Ok(held)
+        }
+    }
+
     /// Commits durably. `Ok(())` means the claim and the effect are durable: the runtime
     /// acks the delivery only after it.
     fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<()>> + Send;

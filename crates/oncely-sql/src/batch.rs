@@ -131,18 +131,29 @@ impl SqlStore<Postgres> {
         if rest.is_empty() {
             return Ok(());
         }
-        let rows: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(format!(
-            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = $1 AND message_id = ANY($2)"
-        )))
-        .bind(consumer.as_str())
-        .bind(&rest)
-        .fetch_all(&mut **tx)
-        .await
-        .map_err(|e| db("reading claimed payload hashes", e))?;
-        for (id, hash) in rows {
+        let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+        for (id, hash) in self.stored_hashes(&mut **tx, consumer, &rest).await? {
             found.store_hash(id, &hash)?;
         }
         Ok(())
+    }
+
+    /// `(message_id, payload_hash)` of the ids the inbox holds for `consumer`.
+    pub(crate) async fn stored_hashes<'e>(
+        &self,
+        executor: impl sqlx::PgExecutor<'e>,
+        consumer: &ConsumerName,
+        ids: &[&str],
+    ) -> Result<Vec<(String, String)>> {
+        let inbox = self.tables().table("inbox");
+        sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = $1 AND message_id = ANY($2)"
+        )))
+        .bind(consumer.as_str())
+        .bind(ids)
+        .fetch_all(executor)
+        .await
+        .map_err(|e| db("reading claimed payload hashes", e))
     }
 }
 
@@ -182,25 +193,35 @@ impl SqlStore<Sqlite> {
         if rest.is_empty() {
             return Ok(());
         }
+        for (id, hash) in self.stored_hashes(&mut **tx, consumer, &rest).await? {
+            found.store_hash(id, &hash)?;
+        }
+        Ok(())
+    }
+
+    /// `(message_id, payload_hash)` of the ids the inbox holds for `consumer`.
+    pub(crate) async fn stored_hashes<'e>(
+        &self,
+        executor: impl sqlx::SqliteExecutor<'e>,
+        consumer: &ConsumerName,
+        ids: &[&str],
+    ) -> Result<Vec<(String, String)>> {
+        let inbox = self.tables().table("inbox");
         let mut select = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ?1 AND message_id IN ({})",
-            (0..rest.len())
+            (0..ids.len())
                 .map(|i| format!("?{}", i + 2))
                 .collect::<Vec<_>>()
                 .join(", ")
         )))
         .bind(consumer.as_str());
-        for id in &rest {
+        for id in ids {
             select = select.bind(*id);
         }
-        let rows: Vec<(String, String)> = select
-            .fetch_all(&mut **tx)
+        select
+            .fetch_all(executor)
             .await
-            .map_err(|e| db("reading claimed payload hashes", e))?;
-        for (id, hash) in rows {
-            found.store_hash(id, &hash)?;
-        }
-        Ok(())
+            .map_err(|e| db("reading claimed payload hashes", e))
     }
 }
 
@@ -214,20 +235,9 @@ impl SqlStore<MySql> {
     ) -> Result<()> {
         let inbox = self.tables().table("inbox");
         // 1. Ids already claimed (a plain read: no gap locks).
-        let mut select = sqlx::query_as(AssertSqlSafe(format!(
-            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ? AND message_id IN ({})",
-            list(1, chunk.len(), false)
-        )))
-        .bind(consumer.as_str());
-        for (id, _) in chunk {
-            select = select.bind(id.as_bytes());
-        }
-        let rows: Vec<(Vec<u8>, String)> = select
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(|e| db("reading claimed payload hashes", e))?;
-        for (id, hash) in rows {
-            found.store_hash(String::from_utf8_lossy(&id).into_owned(), &hash)?;
+        let ids: Vec<&str> = chunk.iter().map(|(id, _)| *id).collect();
+        for (id, hash) in self.stored_hashes(&mut **tx, consumer, &ids).await? {
+            found.store_hash(id, &hash)?;
         }
         let rest: Vec<(&str, PayloadHash)> = chunk
             .iter()
@@ -286,5 +296,31 @@ impl SqlStore<MySql> {
             }
         }
         Ok(())
+    }
+
+    /// `(message_id, payload_hash)` of the ids the inbox holds for `consumer`.
+    pub(crate) async fn stored_hashes<'e>(
+        &self,
+        executor: impl sqlx::MySqlExecutor<'e>,
+        consumer: &ConsumerName,
+        ids: &[&str],
+    ) -> Result<Vec<(String, String)>> {
+        let inbox = self.tables().table("inbox");
+        let mut select = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ? AND message_id IN ({})",
+            list(1, ids.len(), false)
+        )))
+        .bind(consumer.as_str());
+        for id in ids {
+            select = select.bind(id.as_bytes());
+        }
+        let rows: Vec<(Vec<u8>, String)> = select
+            .fetch_all(executor)
+            .await
+            .map_err(|e| db("reading claimed payload hashes", e))?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, hash)| (String::from_utf8_lossy(&id).into_owned(), hash))
+            .collect())
     }
 }

@@ -216,6 +216,26 @@ macro_rules! sql_store {
                 Ok(stored == Some(hash))
             }
 
+            async fn committed_claims(
+                &self,
+                consumer: &ConsumerName,
+                items: &[(MessageId, PayloadHash)],
+            ) -> Result<Vec<bool>> {
+                let unique = crate::batch::unique_sorted(items);
+                let mut stored = std::collections::HashMap::new();
+                for chunk in unique.chunks(crate::batch::CHUNK) {
+                    let ids: Vec<&str> = chunk.iter().map(|(id, _)| *id).collect();
+                    // Rows read outside a transaction are committed ones.
+                    for (id, hash) in self.stored_hashes(&self.pool, consumer, &ids).await? {
+                        stored.insert(id, stored_hash_of(&hash)?);
+                    }
+                }
+                Ok(items
+                    .iter()
+                    .map(|(id, hash)| stored.get(id.as_str()) == Some(hash))
+                    .collect())
+            }
+
             async fn claim(
                 &self,
                 tx: &mut Self::Tx,

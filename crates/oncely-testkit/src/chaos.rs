@@ -267,6 +267,14 @@ impl<S: Store> Store for CrashingStore<S> {
         self.inner.committed_claim(consumer, id, hash).await
     }
 
+    async fn committed_claims(
+        &self,
+        consumer: &ConsumerName,
+        items: &[(MessageId, PayloadHash)],
+    ) -> Result<Vec<bool>> {
+        self.inner.committed_claims(consumer, items).await
+    }
+
     async fn commit(&self, tx: Self::Tx) -> Result<()> {
         self.maybe_crash(Step::Effected, &tx.claims);
         self.inner.commit(tx.inner).await?;

@@ -76,6 +76,7 @@ pub async fn exercise_with<H: StoreHarness>(harness: &H, options: ExerciseOption
             Box::pin(conflict_is_dead_lettered(harness)),
         ),
         ("inbox_check_first", Box::pin(inbox_check_first(harness))),
+        ("group_commit", Box::pin(group_commit(harness))),
         (
             "consumers_are_independent",
             Box::pin(consumers_are_independent(harness)),

@@ -72,6 +72,35 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 _ => outcomes[at] = Some(self.settle_one(delivery, stop).await),
             }
         }
+        // Redelivered duplicates: one read for the group, then acked without a transaction.
+        if pending.len() > 1 {
+            let items: Vec<(MessageId, PayloadHash)> = valid
+                .iter()
+                .map(|m| (m.id().clone(), m.payload_hash()))
+                .collect();
+            match self.store.committed_claims(&self.name, &items).await {
+                Ok(held) if held.len() == items.len() && held.contains(&true) => {
+                    let mut kept = (Vec::new(), Vec::new());
+                    for ((message, (at, delivery)), held) in
+                        valid.into_iter().zip(pending).zip(held)
+                    {
+                        if held {
+                            let outcome = self.ack(delivery, Committed::new(), Outcome::Duplicate);
+                            outcomes[at] = Some(outcome.await);
+                        } else {
+                            kept.0.push(message);
+                            kept.1.push((at, delivery));
+                        }
+                    }
+                    (valid, pending) = kept;
+                }
+                Ok(_) => {}
+                // The claim stays the authority: a failed read only costs the shortcut.
+                Err(e) => {
+                    debug!(consumer = %self.name, error = %e, "inbox read before the claim failed")
+                }
+            }
+        }
         if pending.len() == 1 {
             let (at, delivery) = pending.pop().expect("one");
             outcomes[at] = Some(self.settle_one(delivery, stop).await);

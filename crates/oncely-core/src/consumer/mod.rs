@@ -67,7 +67,7 @@ impl Default for ConsumerConfig {
             late_policy: LatePolicy::default(),
             check_inbox_first: false,
             max_batch: 1,
-            linger: Duration::from_millis(10),
+            linger: Duration::ZERO,
         }
     }
 }
@@ -127,11 +127,16 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         self
     }
 
-    /// Batch mode: up to `n` deliveries share one transaction and one claim statement, and
-    /// are acked after its commit (default 1: every delivery in its own transaction). A batch
-    /// is what arrived within [`Consumer::linger`] after its first delivery. When a handler or
-    /// the store fails mid-batch, the batch is rolled back and its messages are processed one
-    /// at a time (see [`Consumer::batch_stats`]); with a failing store it is held whole.
+    /// Group commit: up to `n` deliveries share one transaction and one claim statement, and
+    /// are acked after its commit (default 1: every delivery in its own transaction). A group
+    /// is what is ready when its first delivery arrives (plus what arrives within
+    /// [`Consumer::linger`], default zero), so an idle consumer adds no latency: a lone
+    /// delivery is a group of one. The handler's [`Handler::handle_batch`] runs the group's
+    /// fresh messages (by default one [`Handler::handle`] each). Before claiming, one read
+    /// ([`Store::committed_claims`]) finds the redelivered duplicates, which are acked without
+    /// a transaction. When a handler or the store fails mid-group, the group is rolled back
+    /// and its messages are processed one at a time (see [`Consumer::batch_stats`]); with a
+    /// failing store it is held whole.
     ///
     /// ```
     /// # use oncely_core::{Consumer, ConsumerName};
@@ -148,8 +153,9 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         self
     }
 
-    /// How long batch mode waits for more deliveries after the first of a batch
-    /// (default 10 ms; unused with [`Consumer::max_batch`] 1).
+    /// How long a group waits for more deliveries after its first (default zero: only what
+    /// is ready; unused with [`Consumer::max_batch`] 1). A linger fills larger groups under
+    /// light load at the cost of that much latency.
     pub fn linger(mut self, linger: Duration) -> Self {
         self.config.linger = linger;
         self
