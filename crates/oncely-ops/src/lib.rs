@@ -5,7 +5,7 @@
 //! - [`prune`]: retention. Deletes ids older than a window in bounded batches with a pause
 //!   between them (never one long transaction), or — on PostgreSQL with the
 //!   [`partition`]ed inbox — drops whole daily partitions. Only one pruner runs at a time per
-//!   inbox across all instances ([`lock`]).
+//!   inbox across all instances ([`oncely_sql::DbLock`]).
 //! - [`stats`], [`inspect`]: per-consumer numbers and where one message id is.
 //! - [`dlq`]: list, show and purge dead letters; [`replay`]: replay them (through a
 //!   [`oncely_core::Consumer`], after refusing conflicts, already-applied and possibly-pruned
@@ -30,7 +30,6 @@ mod db;
 pub mod dlq;
 pub mod events;
 pub mod inspect;
-pub mod lock;
 pub mod metrics;
 pub mod partition;
 pub mod prune;

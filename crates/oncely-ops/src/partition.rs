@@ -16,7 +16,7 @@ use crate::db::Ops;
 use oncely_core::{Error, Result};
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool};
 use oncely_sql::{Adopt, Dialect, Migration, MigrationSet, Tables, run_migrations};
-use oncely_sql::{AnyPool, db, now_ms};
+use oncely_sql::{db, now_ms};
 use tracing::{info, warn};
 
 /// Milliseconds in a day.
@@ -60,12 +60,11 @@ pub struct Partition {
 }
 
 fn pg(ops: &Ops) -> Result<&PgPool> {
-    match ops.pool() {
-        AnyPool::Postgres(p) => Ok(p),
-        _ => Err(Error::config(
+    ops.pool().as_postgres().ok_or_else(|| {
+        Error::config(
             "the partitioned inbox exists on PostgreSQL only; other databases prune in batches",
-        )),
-    }
+        )
+    })
 }
 
 /// Civil date (year, month, day) of a day number since 1970-01-01 (H. Hinnant's algorithm).
@@ -124,7 +123,7 @@ fn day_of_suffix(name: &str, prefix: &str) -> Option<i64> {
 
 /// True when the inbox of `ops` is the partitioned layout.
 pub async fn is_partitioned(ops: &Ops) -> Result<bool> {
-    let AnyPool::Postgres(pool) = ops.pool() else {
+    let Some(pool) = ops.pool().as_postgres() else {
         return Ok(false);
     };
     sqlx::query_scalar(

@@ -11,12 +11,12 @@
 //! Partitioned path (PostgreSQL, see [`crate::partition`]): drops every daily partition older
 //! than the window and creates the partitions for the coming days.
 //!
-//! Either way only one pruner runs at a time per inbox ([`crate::lock::OpsLock`]).
+//! Either way only one pruner runs at a time per inbox ([`oncely_sql::DbLock`]).
 
 use crate::db::Ops;
-use crate::lock::OpsLock;
 use crate::partition;
 use oncely_core::Result;
+use oncely_sql::DbLock;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{db, now_ms, with_pool};
 use std::time::{Duration, Instant};
@@ -101,7 +101,9 @@ pub async fn prune(
         cutoff_ms,
         ..PruneReport::default()
     };
-    let Some(mut lock) = OpsLock::acquire(ops, "prune", options.wait_for_lock).await? else {
+    let Some(mut lock) =
+        DbLock::acquire(ops.pool(), ops.tables(), "prune", options.wait_for_lock).await?
+    else {
         info!(inbox = %ops.table("inbox"), "another pruner holds the lock; skipping this run");
         return Ok(report);
     };
@@ -126,7 +128,7 @@ pub async fn prune(
 async fn run(
     ops: &Ops,
     options: &PruneOptions,
-    lock: &mut OpsLock,
+    lock: &mut DbLock,
     report: &mut PruneReport,
     progress: &mut (dyn FnMut(PruneProgress) + Send),
 ) -> Result<()> {

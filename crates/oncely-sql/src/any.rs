@@ -182,6 +182,15 @@ impl AnyPool {
         }
     }
 
+    /// The PostgreSQL pool, for features that exist on PostgreSQL only (the partitioned
+    /// inbox, the SQL queue); `None` on the other databases.
+    pub fn as_postgres(&self) -> Option<&PgPool> {
+        match self {
+            Self::Postgres(pool) => Some(pool),
+            _ => None,
+        }
+    }
+
     /// Size on disk of the oncely table `name` of `tables` with its indexes (and, on
     /// PostgreSQL, its partitions), if the database says (SQLite needs the `dbstat` table).
     pub async fn table_bytes(&self, tables: &Tables, name: &str) -> Option<i64> {

@@ -26,6 +26,7 @@ mod connect;
 mod dialect;
 mod error;
 mod letter;
+mod lock;
 mod migrate;
 mod store;
 mod tables;
@@ -35,6 +36,7 @@ pub use clock::{from_ms, now_ms, to_ms};
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
 pub use error::{db, db as db_error, error_kind, is_missing_table, redact_url};
+pub use lock::{DbLock, LEASE_TTL};
 pub use migrate::{
     Adopt, INBOX, MigrateDb, MigrationSet, migrate_url, print_migration_sets, run_migrations,
 };

@@ -1,4 +1,5 @@
-//! One pruner at a time per inbox, across every instance that shares the database.
+//! A named lock across every process that shares the database: one pruner at a time per
+//! inbox (`oncely-ops`), and any other "only one of us" job.
 //!
 //! - PostgreSQL: a session advisory lock (`pg_try_advisory_lock(int4, int4)`) held on a
 //!   connection taken out of the pool; if the process dies, the session ends and the lock goes.
@@ -6,12 +7,12 @@
 //! - SQLite: a lease row in `{prefix}ops_leases` with an expiry, renewed after every batch;
 //!   a crashed holder's lease expires after [`LEASE_TTL`].
 
-use crate::db::Ops;
+use crate::any::AnyPool;
+use crate::clock::now_ms;
+use crate::error::db;
+use crate::tables::Tables;
 use oncely_core::{Error, Result};
-use oncely_sql::sqlx::{
-    self, AssertSqlSafe, Connection, MySqlConnection, PgConnection, SqlitePool,
-};
-use oncely_sql::{AnyPool, db, now_ms};
+use sqlx::{AssertSqlSafe, Connection, MySqlConnection, PgConnection, SqlitePool};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -21,9 +22,19 @@ pub const LEASE_TTL: Duration = Duration::from_secs(60);
 /// First half of the PostgreSQL advisory key: ASCII `once`.
 const PG_CLASS: i32 = 0x6f6e_6365;
 
-/// A held lock. Release it with [`OpsLock::release`]; dropping it also releases it (the
+/// A held lock. Release it with [`DbLock::release`]; dropping it also releases it (the
 /// connection closes), except for a SQLite lease, which then expires after [`LEASE_TTL`].
-pub struct OpsLock {
+///
+/// ```no_run
+/// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+/// use oncely_sql::{DbLock, Tables};
+/// if let Some(lock) = DbLock::acquire(&pool, &Tables::default(), "prune", false).await? {
+///     // … the work only one process may do at a time …
+///     lock.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub struct DbLock {
     inner: Held,
     name: String,
 }
@@ -38,9 +49,9 @@ enum Held {
     },
 }
 
-impl std::fmt::Debug for OpsLock {
+impl std::fmt::Debug for DbLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpsLock").field("name", &self.name).finish()
+        f.debug_struct("DbLock").field("name", &self.name).finish()
     }
 }
 
@@ -50,13 +61,19 @@ fn fnv1a(text: &str) -> u64 {
     })
 }
 
-impl OpsLock {
-    /// Takes the lock called `purpose` for this installation's tables (e.g. `"prune"`).
-    /// Returns `None` when another holder has it and `wait` is false; with `wait`, waits.
-    pub async fn acquire(ops: &Ops, purpose: &str, wait: bool) -> Result<Option<Self>> {
-        let name = format!("oncely_{purpose}:{}", ops.table("inbox"));
+impl DbLock {
+    /// Takes the lock called `purpose` for the installation whose tables are `tables`
+    /// (e.g. `"prune"`). Returns `None` when another holder has it and `wait` is false; with
+    /// `wait`, waits.
+    pub async fn acquire(
+        pool: &AnyPool,
+        tables: &Tables,
+        purpose: &str,
+        wait: bool,
+    ) -> Result<Option<Self>> {
+        let name = format!("oncely_{purpose}:{}", tables.table("inbox"));
         let hash = fnv1a(&name);
-        let inner = match ops.pool() {
+        let inner = match pool {
             AnyPool::Postgres(pool) => {
                 let mut conn = pool
                     .acquire()
@@ -106,7 +123,7 @@ impl OpsLock {
                 Held::MySql(conn)
             }
             AnyPool::Sqlite(pool) => {
-                let table = ops.table("ops_leases");
+                let table = tables.table("ops_leases");
                 sqlx::raw_sql(AssertSqlSafe(format!(
                     "CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at INTEGER NOT NULL)"
                 )))
