@@ -3,7 +3,8 @@
 
 use anyhow::{Context, Result};
 use oncely_sql::{
-    Dialect, INBOX, MigrationSet, Tables, migrate_url, print_migration_sets, redact_url,
+    AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, Tables, migrate_url,
+    print_migration_sets, redact_url,
 };
 
 /// A migration set besides the inbox, for `--with`.
@@ -44,6 +45,15 @@ pub async fn run(url: &str, tables: Tables, print: bool, with: &[With]) -> Resul
     if print {
         print!("{}", print_migration_sets(dialect, &tables, &sets)?);
         return Ok(());
+    }
+    if with.contains(&With::Partitioned) {
+        // The partitioned layout replaces the inbox table: refuse clearly over a regular one.
+        let options = ConnectOptions {
+            tables: tables.clone(),
+            ..ConnectOptions::default()
+        };
+        let store = AnyStore::connect(url, &options).await?;
+        oncely_ops::partition::check_installable(&oncely_ops::Ops::from(&store)).await?;
     }
     let applied = migrate_url(url, &tables, &sets)
         .await

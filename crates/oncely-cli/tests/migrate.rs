@@ -91,3 +91,28 @@ async fn apply_everything_on_postgres() {
     assert!(out.starts_with("0 migration(s) applied"), "{out}");
     t.cleanup().await;
 }
+
+/// `--with partitioned` over an inbox that already exists as a regular table: a clear error
+/// that says what to do, and nothing applied.
+#[tokio::test]
+async fn partitioned_over_a_regular_inbox_is_refused_clearly() {
+    let Some(url) = pg_url("cli_migrate_partitioned_over_regular").await else {
+        return;
+    };
+    let t = Target::server(url, "cli_mig_reg");
+    let (code, _, err) = migrate(&t, &[]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = migrate(&t, &["--with", "partitioned"]);
+    assert_ne!(code, 0, "must refuse: {out}");
+    assert!(
+        err.contains("already exists as a regular table") && err.contains("new schema or prefix"),
+        "unclear error: {err}"
+    );
+    let ledger = t.table("migration_ledger");
+    assert_eq!(
+        t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await,
+        2,
+        "only the inbox set's migrations"
+    );
+    t.cleanup().await;
+}

@@ -148,24 +148,36 @@ pub async fn install(ops: &Ops, days_ahead: u32) -> Result<Vec<String>> {
         .await
         .map_err(|e| db("creating the schema", e))?;
     }
-    if !is_partitioned(ops).await? {
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-            .bind(ops.table("inbox"))
-            .fetch_one(pool)
-            .await
-            .map_err(|e| db("looking for the inbox", e))?;
-        if exists {
-            return Err(Error::config(format!(
-                "{} already exists as a regular table; install the partitioned inbox under a new schema or prefix (docs/retention.md)",
-                ops.table("inbox")
-            )));
-        }
-    }
+    check_installable(ops).await?;
     // Under the migration lock; records (or adopts) the set in the ledger.
     if run_migrations(pool, ops.tables(), &[&MIGRATIONS]).await? > 0 {
         info!(table = %ops.table("inbox"), "partitioned inbox installed");
     }
     ensure(ops, now_ms(), days_ahead).await
+}
+
+/// Fails with a configuration error that says what to do when a regular (unpartitioned)
+/// inbox already exists under these names: the partitioned layout replaces the inbox table
+/// and cannot be created over it. `Ok` when there is no inbox yet or it is partitioned.
+pub async fn check_installable(ops: &Ops) -> Result<()> {
+    let pool = pg(ops)?;
+    if is_partitioned(ops).await? {
+        return Ok(());
+    }
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(ops.table("inbox"))
+        .fetch_one(pool)
+        .await
+        .map_err(|e| db("looking for the inbox", e))?;
+    if exists {
+        return Err(Error::config(format!(
+            "{} already exists as a regular table; the partitioned inbox replaces it and cannot \
+             be created over it: install it under a new schema or prefix and switch consumers \
+             over (docs/retention.md)",
+            ops.table("inbox")
+        )));
+    }
+    Ok(())
 }
 
 /// Creates the missing daily partitions from the day of `from_ms` to `days_ahead` days after
