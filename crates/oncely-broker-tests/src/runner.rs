@@ -81,7 +81,7 @@ pub async fn run_until_idle<Src: Source>(
     options: &RunOptions,
     stop: CancellationToken,
 ) -> Result<RunSummary> {
-    oncely_sql::with_store!(db.store(), s => go(s.clone(), db.handler(), source, options, stop).await)
+    go(db.store().clone(), db.handler(), source, options, stop).await
 }
 
 async fn go<S, Src>(

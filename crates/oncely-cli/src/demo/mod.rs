@@ -233,14 +233,18 @@ async fn consume_with<Src: Source>(
 ) -> Result<StatsSnapshot> {
     let handler = Credits::new(tables.clone());
     let progress = progress_bar(copies, args.json);
-    let stats = with_store!(store, s => {
-        let consumer = Consumer::new(name.clone(), s.clone(), handler)
+    let stats = {
+        let consumer = Consumer::new(name.clone(), store.clone(), handler)
             .concurrency(args.workers)
-            .retry(RetryPolicy::default().max_attempts(5).base_delay(Duration::from_millis(5)))
+            .retry(
+                RetryPolicy::default()
+                    .max_attempts(5)
+                    .base_delay(Duration::from_millis(5)),
+            )
             .chaos(Arc::new(CrashPlan::new(args.seed, args.crash_rate)))
             .unsafe_ack_before_commit(args.unsafe_ack_before_commit);
         consume(consumer, source, &progress).await?
-    });
+    };
     progress.finish_and_clear();
     Ok(stats)
 }
