@@ -7,7 +7,7 @@ use oncely_core::{Envelope, Error, Handled, Handler};
 use oncely_sql::sqlx::{
     self, AssertSqlSafe, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite, Transaction,
 };
-use oncely_sql::{Dialect, SqlStore, Tables, now_ms};
+use oncely_sql::{AnyStore, AnyTx, Dialect, SqlStore, Tables, now_ms};
 use serde::Deserialize;
 use std::future::Future;
 
@@ -148,7 +148,8 @@ pub(crate) trait Effect {
     ) -> impl Future<Output = oncely_core::Result<()>> + Send;
 }
 
-macro_rules! credits_handler {
+/// The effect on a typed transaction: what the plain consumer and the raw reference run.
+macro_rules! typed_effect {
     ($db:ty, $many:path) => {
         impl Effect for Transaction<'static, $db> {
             async fn credit(
@@ -181,43 +182,51 @@ macro_rules! credits_handler {
                 $many(sql, self, rows).await
             }
         }
-
-        impl Handler<Transaction<'static, $db>> for Credits {
-            async fn handle(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                message: &Envelope,
-            ) -> oncely_core::Result<Handled> {
-                let credit = Credit::parse(message.payload())?;
-                tx.credit(&self.sql, message.id().as_str(), &credit).await?;
-                Ok(Handled::Applied)
-            }
-
-            /// Batch mode: every fresh message's ledger row and balance with multi-row
-            /// statements (the same ones the raw reference uses).
-            async fn handle_batch(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                messages: &[Envelope],
-            ) -> oncely_core::Result<Vec<Handled>> {
-                let credits = messages
-                    .iter()
-                    .map(|m| Credit::parse(m.payload()))
-                    .collect::<oncely_core::Result<Vec<_>>>()?;
-                let rows: Vec<(&str, &Credit)> = messages
-                    .iter()
-                    .zip(&credits)
-                    .map(|(m, c)| (m.id().as_str(), c))
-                    .collect();
-                <Transaction<'static, $db> as Effect>::credit_many(tx, &self.sql, &rows).await?;
-                Ok(vec![Handled::Applied; messages.len()])
-            }
-        }
     };
 }
 
-credits_handler!(Postgres, crate::raw::pg_effects);
-credits_handler!(Sqlite, crate::raw::sqlite_effects);
+typed_effect!(Postgres, crate::raw::pg_effects);
+typed_effect!(Sqlite, crate::raw::sqlite_effects);
+
+/// One impl for both databases: the two statements through [`AnyTx::execute`] (the store's
+/// transaction, erased); a batch through the typed transaction inside, as the multi-row
+/// statements bind arrays on PostgreSQL (the same ones the raw reference uses).
+impl Handler<AnyTx> for Credits {
+    async fn handle(&self, tx: &mut AnyTx, message: &Envelope) -> oncely_core::Result<Handled> {
+        let credit = Credit::parse(message.payload())?;
+        let (id, account) = (message.id().as_str(), credit.account.as_str());
+        let args = [id.into(), account.into(), credit.amount.into()];
+        tx.execute(self.sql.insert_ledger.as_str(), &args).await?;
+        tx.execute(self.sql.upsert_balance.as_str(), &args[1..])
+            .await?;
+        Ok(Handled::Applied)
+    }
+
+    /// Batch mode: every fresh message's ledger row and balance with multi-row statements.
+    async fn handle_batch(
+        &self,
+        tx: &mut AnyTx,
+        messages: &[Envelope],
+    ) -> oncely_core::Result<Vec<Handled>> {
+        let credits = messages
+            .iter()
+            .map(|m| Credit::parse(m.payload()))
+            .collect::<oncely_core::Result<Vec<_>>>()?;
+        let rows: Vec<(&str, &Credit)> = messages
+            .iter()
+            .zip(&credits)
+            .map(|(m, c)| (m.id().as_str(), c))
+            .collect();
+        match tx {
+            AnyTx::Postgres(tx) => tx.credit_many(&self.sql, &rows).await?,
+            AnyTx::Sqlite(tx) => tx.credit_many(&self.sql, &rows).await?,
+            AnyTx::MySql(_) => {
+                return Err(Error::permanent("the bench runs on PostgreSQL and SQLite"));
+            }
+        }
+        Ok(vec![Handled::Applied; messages.len()])
+    }
+}
 
 /// A database prepared for the benchmark: pool, oncely tables, effect tables.
 pub struct Bed<DB: sqlx::Database> {
@@ -240,8 +249,8 @@ impl<DB: sqlx::Database> Clone for Bed<DB> {
 pub trait Ops: Clone + Send + Sync + 'static {
     /// The sqlx database.
     type Db: oncely_sql::SqlDatabase;
-    /// An oncely store over the bed's pool.
-    fn store(&self) -> SqlStore<Self::Db>;
+    /// An oncely store over the bed's pool (the handler is written once, for [`AnyTx`]).
+    fn store(&self) -> AnyStore;
     /// The oncely handler.
     fn handler(&self) -> Credits;
     /// Empties the inbox, dead letters, ledger and accounts.
@@ -278,8 +287,8 @@ macro_rules! common_ops {
     ($db:ty) => {
         type Db = $db;
 
-        fn store(&self) -> SqlStore<$db> {
-            SqlStore::with_tables(self.pool.clone(), self.tables.clone())
+        fn store(&self) -> AnyStore {
+            SqlStore::<$db>::with_tables(self.pool.clone(), self.tables.clone()).into()
         }
 
         fn handler(&self) -> Credits {

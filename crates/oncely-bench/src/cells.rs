@@ -1,11 +1,10 @@
 //! One cell of the matrix: a consumer kind, a batch size and a concurrency on one database,
 //! timed over a fixed set of messages and checked against the database afterwards.
 
-use crate::bed::{Counts, Credits, Ops};
+use crate::bed::{Counts, Ops};
 use crate::runners;
 use anyhow::{Result, bail};
-use oncely_core::{ConsumerName, Handler, MemorySource, RawEnvelope, Store};
-use oncely_sql::SqlStore;
+use oncely_core::{ConsumerName, MemorySource, RawEnvelope};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -189,11 +188,7 @@ async fn consume<B: Ops>(
     name: &ConsumerName,
     spec: Spec,
     msgs: &[RawEnvelope],
-) -> Result<Duration>
-where
-    Credits: Handler<<SqlStore<B::Db> as Store>::Tx>,
-    SqlStore<B::Db>: Store,
-{
+) -> Result<Duration> {
     let source = source_of(msgs);
     let started = Instant::now();
     match (spec.mode, spec.batch) {
@@ -221,11 +216,12 @@ fn rate(n: usize, d: Duration) -> f64 {
 }
 
 /// Resets the tables, runs the cell, checks the database.
-pub(crate) async fn run_cell<B: Ops>(bed: &B, backend: &str, spec: Spec, tag: &str) -> Result<Cell>
-where
-    Credits: Handler<<SqlStore<B::Db> as Store>::Tx>,
-    SqlStore<B::Db>: Store,
-{
+pub(crate) async fn run_cell<B: Ops>(
+    bed: &B,
+    backend: &str,
+    spec: Spec,
+    tag: &str,
+) -> Result<Cell> {
     bed.reset().await?;
     let name = ConsumerName::new("bench")?;
     let (msgs, total) = workload(spec.messages, tag);

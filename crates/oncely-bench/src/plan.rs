@@ -1,13 +1,12 @@
 //! `oncely bench`: the flags, the matrix of cells, the databases, and the run.
 
-use crate::bed::{Bed, Credits, Ops};
+use crate::bed::{Bed, Ops};
 use crate::cells::{Cell, Mode, Spec, run_cell};
 use crate::report::{Machine, Report};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use oncely_core::{Handler, Store};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Sqlite};
-use oncely_sql::{ConnectOptions, Durability, PgStore, SqlStore, SqliteStore, Tables, redact_url};
+use oncely_sql::{ConnectOptions, Durability, PgStore, SqliteStore, Tables, redact_url};
 use std::path::PathBuf;
 
 /// Flags of `oncely bench`.
@@ -176,11 +175,7 @@ async fn sweep<B: Ops>(
     groups: &[Vec<Spec>],
     rounds: usize,
     bar: &ProgressBar,
-) -> Result<Vec<Cell>>
-where
-    Credits: Handler<<SqlStore<B::Db> as Store>::Tx>,
-    SqlStore<B::Db>: Store,
-{
+) -> Result<Vec<Cell>> {
     // Warm-up (not recorded): opens the pool's connections and prepares the statements.
     let top = groups
         .iter()

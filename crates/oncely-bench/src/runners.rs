@@ -33,12 +33,7 @@ pub(crate) async fn oncely<B: Ops>(
     source: MemorySource,
     concurrency: usize,
     check_first: bool,
-) -> Result<StatsSnapshot>
-where
-    crate::bed::Credits:
-        oncely_core::Handler<<oncely_sql::SqlStore<B::Db> as oncely_core::Store>::Tx>,
-    oncely_sql::SqlStore<B::Db>: oncely_core::Store,
-{
+) -> Result<StatsSnapshot> {
     let consumer = Consumer::new(name.clone(), bed.store(), bed.handler())
         .concurrency(concurrency)
         .check_inbox_first(check_first)
@@ -54,12 +49,7 @@ pub(crate) async fn oncely_batch<B: Ops>(
     name: &ConsumerName,
     source: MemorySource,
     batch: usize,
-) -> Result<(StatsSnapshot, BatchStats)>
-where
-    crate::bed::Credits:
-        oncely_core::Handler<<oncely_sql::SqlStore<B::Db> as oncely_core::Store>::Tx>,
-    oncely_sql::SqlStore<B::Db>: oncely_core::Store,
-{
+) -> Result<(StatsSnapshot, BatchStats)> {
     let consumer = Consumer::new(name.clone(), bed.store(), bed.handler())
         .max_batch(batch)
         .concurrency(1)

@@ -2,8 +2,8 @@
 //! handler that writes one ledger row per applied message.
 
 use oncely_core::{Envelope, Error, Handled, Handler, Result};
-use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
-use oncely_sql::{AnyStore, ConnectOptions, Dialect, Tables, with_pool, with_store};
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Dialect, Tables, with_pool, with_store};
 
 /// A store for tests: SQLite file, PostgreSQL schema or MySQL/MariaDB database, migrated,
 /// with a ledger table.
@@ -68,9 +68,8 @@ impl Db {
     /// The handler writing to this database's ledger.
     pub fn handler(&self) -> Ledger {
         let insert = format!(
-            "INSERT INTO {} (message_id, account, amount) VALUES ({})",
-            self.ledger,
-            self.store.dialect().params(1, 3)
+            "INSERT INTO {} (message_id, account, amount) VALUES ($1, $2, $3)",
+            self.ledger
         );
         Ledger { insert }
     }
@@ -111,28 +110,14 @@ pub fn parse_payload(payload: &[u8]) -> Result<(String, i64)> {
     Ok((account.to_owned(), amount))
 }
 
-macro_rules! ledger_handler {
-    ($db:ty) => {
-        impl Handler<Transaction<'static, $db>> for Ledger {
-            async fn handle(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                message: &Envelope,
-            ) -> Result<Handled> {
-                let (account, amount) = parse_payload(message.payload())?;
-                sqlx::query(AssertSqlSafe(self.insert.clone()))
-                    .bind(message.id().as_str())
-                    .bind(account)
-                    .bind(amount)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(db_err)?;
-                Ok(Handled::Applied)
-            }
-        }
-    };
+impl Handler<AnyTx> for Ledger {
+    async fn handle(&self, tx: &mut AnyTx, message: &Envelope) -> Result<Handled> {
+        let (account, amount) = parse_payload(message.payload())?;
+        let args = [message.id().as_str().into(), account.into(), amount.into()];
+        // Transient whatever the database said, as every test database error here.
+        tx.execute(&self.insert, &args)
+            .await
+            .map_err(|e| Error::transient("test database").with_source(e))?;
+        Ok(Handled::Applied)
+    }
 }
-
-ledger_handler!(Sqlite);
-ledger_handler!(Postgres);
-ledger_handler!(MySql);

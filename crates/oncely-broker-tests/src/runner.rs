@@ -83,15 +83,16 @@ pub async fn run_until_idle<Src: Source>(
     options: &RunOptions,
     stop: CancellationToken,
 ) -> Result<RunSummary> {
-    oncely_sql::with_store!(db.store(), s => match &options.chaos {
+    let store = db.store().clone();
+    match &options.chaos {
         Some(plan) => {
-            let store = CrashingStore::new(s.clone(), plan.clone());
+            let store = CrashingStore::new(store, plan.clone());
             let handler = CrashingHandler(db.handler());
             let source = CrashingSource::new(source, plan.clone());
             go(store, handler, source, options, stop).await
         }
-        None => go(s.clone(), db.handler(), source, options, stop).await,
-    })
+        None => go(store, db.handler(), source, options, stop).await,
+    }
 }
 
 async fn go<S, H, Src>(

@@ -2,9 +2,9 @@
 //! payment API), `pending` is committed before the call, the call carries the idempotency key,
 //! and `done` with the provider's reference is committed after.
 
-use crate::db::{Col, EffectsDb, Val};
 use oncely_core::{Error, Result};
 use oncely_sql::Tables;
+use oncely_sql::{Column, SqlDatabase, Value};
 use oncely_sql::{db, from_ms, now_ms};
 use sqlx::Pool;
 use std::fmt;
@@ -118,13 +118,13 @@ impl Performed {
 ///
 /// On SQLite, which has a single writer per file, keep the journal in its own database file
 /// when it is used from inside a handler (the handler's transaction holds the write lock).
-pub struct Journal<DB: EffectsDb> {
+pub struct Journal<DB: SqlDatabase> {
     pool: Pool<DB>,
     tables: Tables,
     chaos: Option<Arc<dyn JournalChaos>>,
 }
 
-impl<DB: EffectsDb> Clone for Journal<DB> {
+impl<DB: SqlDatabase> Clone for Journal<DB> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
@@ -134,7 +134,7 @@ impl<DB: EffectsDb> Clone for Journal<DB> {
     }
 }
 
-impl<DB: EffectsDb> fmt::Debug for Journal<DB> {
+impl<DB: SqlDatabase> fmt::Debug for Journal<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Journal")
             .field("table", &self.tables.table("effect_journal"))
@@ -144,19 +144,19 @@ impl<DB: EffectsDb> fmt::Debug for Journal<DB> {
 
 const COLS: &str =
     "effect_key, kind, state, request, provider_ref, detail, calls, recorded_at, updated_at";
-const COL_TYPES: &[Col] = &[
-    Col::Text,
-    Col::Text,
-    Col::Text,
-    Col::Bytes,
-    Col::OptText,
-    Col::OptText,
-    Col::I64,
-    Col::I64,
-    Col::I64,
+const COL_TYPES: &[Column] = &[
+    Column::Text,
+    Column::Text,
+    Column::Text,
+    Column::Bytes,
+    Column::OptText,
+    Column::OptText,
+    Column::I64,
+    Column::I64,
+    Column::I64,
 ];
 
-fn entry_of(row: &[Val]) -> JournalEntry {
+fn entry_of(row: &[Value]) -> JournalEntry {
     JournalEntry {
         key: row[0].text(),
         kind: row[1].text(),
@@ -170,7 +170,7 @@ fn entry_of(row: &[Val]) -> JournalEntry {
     }
 }
 
-impl<DB: EffectsDb> Journal<DB> {
+impl<DB: SqlDatabase> Journal<DB> {
     /// The journal of `tables` in `pool` (run [`crate::migrate`] first).
     pub fn new(pool: Pool<DB>, tables: Tables) -> Self {
         Self {
@@ -195,17 +195,17 @@ impl<DB: EffectsDb> Journal<DB> {
         self.tables.table("effect_journal")
     }
 
-    async fn exec(&self, doing: &str, sql: String, args: Vec<Val>) -> Result<u64> {
+    async fn exec(&self, doing: &str, sql: String, args: Vec<Value>) -> Result<u64> {
         let mut conn = self.pool.acquire().await.map_err(|e| db(doing, e))?;
-        let done = DB::execute(&mut conn, sql, args)
+        let done = DB::execute(&mut conn, &sql, &args)
             .await
             .map_err(|e| db(doing, e))?;
         Ok(done.rows)
     }
 
-    async fn query(&self, doing: &str, sql: String, args: Vec<Val>) -> Result<Vec<JournalEntry>> {
+    async fn query(&self, doing: &str, sql: String, args: Vec<Value>) -> Result<Vec<JournalEntry>> {
         let mut conn = self.pool.acquire().await.map_err(|e| db(doing, e))?;
-        let rows = DB::fetch(&mut conn, sql, args, COL_TYPES)
+        let rows = DB::fetch(&mut conn, &sql, &args, COL_TYPES)
             .await
             .map_err(|e| db(doing, e))?;
         Ok(rows.iter().map(|r| entry_of(r)).collect())
@@ -226,8 +226,8 @@ impl<DB: EffectsDb> Journal<DB> {
             key.into(),
             kind.into(),
             EffectState::Pending.as_str().into(),
-            Val::Bytes(request.to_vec()),
-            Val::I64(0),
+            Value::Bytes(request.to_vec()),
+            Value::I64(0),
             now.into(),
             now.into(),
         ];

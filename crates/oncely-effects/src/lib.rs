@@ -28,7 +28,6 @@
 //!
 //! See `docs/effects.md` for when to use which.
 
-mod db;
 mod journal;
 mod key;
 mod migrate;
@@ -40,13 +39,15 @@ mod relay;
 pub mod testing;
 mod versioned;
 
-pub use db::EffectsDb;
 pub use journal::{EffectState, Journal, JournalChaos, JournalEntry, JournalStep, Performed};
 pub use key::{
     MAX_KEY_LEN, MAX_VERBATIM_CONSUMER, MAX_VERBATIM_ID, effect_key, effect_key_prefix,
     legacy_effect_key, legacy_effect_key_prefix,
 };
 pub use migrate::{EffectsMigration, MIGRATIONS, migrate, migrations, print_migrations};
+/// The databases oncely-effects supports: [`oncely_sql::SqlDatabase`] (SQLite, PostgreSQL,
+/// MySQL/MariaDB) under the name this crate used first.
+pub use oncely_sql::SqlDatabase as EffectsDb;
 pub use outbox::{DESTINATION_HEADER, Outbox, OutboxMessage, Outgoing, derived_id, outbox_rows};
 pub use prune::{prune_journal, prune_outbox};
 pub use publisher::Publisher;
@@ -54,5 +55,6 @@ pub use reconcile::{ReconcileReport, Reconciler, Resolution, Resolve};
 pub use relay::{DispatchReport, Relay};
 pub use versioned::{Versioned, Versions, apply_if_newer};
 
+/// Former names of [`oncely_sql::Value`], [`oncely_sql::Column`] and [`oncely_sql::Done`].
 #[doc(hidden)]
-pub use db::{Col, Done, Val};
+pub use oncely_sql::{Column as Col, Done, Value as Val};

@@ -2,9 +2,9 @@
 //! with ids derived from the incoming id, so they exist if and only if the effect committed,
 //! and a reprocessed message emits the same ids.
 
-use crate::db::{Col, EffectsDb, Val};
 use oncely_core::{Error, MessageId, Meta, RawEnvelope, Result};
 use oncely_sql::Tables;
+use oncely_sql::{Column, SqlDatabase, Value};
 use oncely_sql::{db, from_ms, now_ms};
 use sha2::{Digest, Sha256};
 use sqlx::Transaction;
@@ -124,20 +124,20 @@ impl OutboxMessage {
 }
 
 pub(crate) const ROW_COLS: &str = "id, message_id, destination, entity_key, payload, version, headers, created_at, attempts, dispatched_at";
-pub(crate) const ROW_TYPES: &[Col] = &[
-    Col::I64,
-    Col::Text,
-    Col::Text,
-    Col::Text,
-    Col::Bytes,
-    Col::OptI64,
-    Col::Text,
-    Col::I64,
-    Col::I64,
-    Col::OptI64,
+pub(crate) const ROW_TYPES: &[Column] = &[
+    Column::I64,
+    Column::Text,
+    Column::Text,
+    Column::Text,
+    Column::Bytes,
+    Column::OptI64,
+    Column::Text,
+    Column::I64,
+    Column::I64,
+    Column::OptI64,
 ];
 
-pub(crate) fn message_of(row: &[Val]) -> Result<OutboxMessage> {
+pub(crate) fn message_of(row: &[Value]) -> Result<OutboxMessage> {
     let id = row[1].text();
     Ok(OutboxMessage {
         seq: row[0].i64(),
@@ -189,7 +189,7 @@ impl Outbox {
     /// Enqueues `message` as the `seq`-th output of `incoming`, inside `tx`, and returns its id
     /// ([`derived_id`]). Enqueuing the same `(incoming, seq)` again is a no-op. On PostgreSQL
     /// the relay is woken by a NOTIFY delivered at commit.
-    pub async fn enqueue<DB: EffectsDb>(
+    pub async fn enqueue<DB: SqlDatabase>(
         &self,
         tx: &mut Transaction<'_, DB>,
         incoming: &MessageId,
@@ -210,31 +210,27 @@ impl Outbox {
             id.as_str().into(),
             message.entity_key.as_str().into(),
             message.destination.as_str().into(),
-            Val::Bytes(message.payload.clone()),
+            Value::Bytes(message.payload.clone()),
             headers.into(),
             message.version.into(),
             now.into(),
-            Val::I64(0),
+            Value::I64(0),
             now.into(),
         ];
-        DB::execute(&mut **tx, sql, args)
+        DB::execute(&mut **tx, &sql, &args)
             .await
             .map_err(|e| db("enqueuing an outgoing message", e))?;
         if let Some(notify) = d.notify_sql() {
-            DB::execute(
-                &mut **tx,
-                notify.to_owned(),
-                vec![channel(&self.tables).into()],
-            )
-            .await
-            .map_err(|e| db("notifying the relay", e))?;
+            DB::execute(&mut **tx, notify, &[channel(&self.tables).into()])
+                .await
+                .map_err(|e| db("notifying the relay", e))?;
         }
         Ok(id)
     }
 }
 
 /// Every outbox row of `tables`, in id order (checks and admin).
-pub async fn outbox_rows<DB: EffectsDb>(
+pub async fn outbox_rows<DB: SqlDatabase>(
     conn: &mut DB::Connection,
     tables: &Tables,
 ) -> Result<Vec<OutboxMessage>> {
@@ -242,7 +238,7 @@ pub async fn outbox_rows<DB: EffectsDb>(
         "SELECT {ROW_COLS} FROM {} ORDER BY id",
         tables.table("outbox")
     );
-    DB::fetch(conn, sql, vec![], ROW_TYPES)
+    DB::fetch(conn, &sql, &[], ROW_TYPES)
         .await
         .map_err(|e| db("reading the outbox", e))?
         .iter()

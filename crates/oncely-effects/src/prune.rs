@@ -1,13 +1,13 @@
 //! Retention: delete dispatched outbox rows and resolved journal rows in bounded batches.
 
-use crate::db::EffectsDb;
 use oncely_core::Result;
+use oncely_sql::SqlDatabase;
 use oncely_sql::Tables;
 use oncely_sql::{db, now_ms};
 use sqlx::Pool;
 use std::time::Duration;
 
-async fn delete_batch<DB: EffectsDb>(
+async fn delete_batch<DB: SqlDatabase>(
     pool: &Pool<DB>,
     table: String,
     key: &str,
@@ -22,8 +22,8 @@ async fn delete_batch<DB: EffectsDb>(
     let mut conn = pool.acquire().await.map_err(|e| db("pruning", e))?;
     let done = DB::execute(
         &mut conn,
-        sql,
-        vec![cutoff_ms.into(), i64::from(batch.max(1)).into()],
+        &sql,
+        &[cutoff_ms.into(), i64::from(batch.max(1)).into()],
     )
     .await
     .map_err(|e| db("pruning", e))?;
@@ -32,7 +32,7 @@ async fn delete_batch<DB: EffectsDb>(
 
 /// Deletes up to `batch` outbox rows dispatched more than `older_than` ago and returns how
 /// many; call it until it returns 0. Undispatched rows are never deleted.
-pub async fn prune_outbox<DB: EffectsDb>(
+pub async fn prune_outbox<DB: SqlDatabase>(
     pool: &Pool<DB>,
     tables: &Tables,
     older_than: Duration,
@@ -55,7 +55,7 @@ pub async fn prune_outbox<DB: EffectsDb>(
 /// inbox retention window): a redelivery that finds no row would call the provider again,
 /// which is then safe only within the provider's own deduplication window. Pending rows are
 /// never deleted.
-pub async fn prune_journal<DB: EffectsDb>(
+pub async fn prune_journal<DB: SqlDatabase>(
     pool: &Pool<DB>,
     tables: &Tables,
     older_than: Duration,

@@ -1,9 +1,9 @@
 //! The reconciler: resolves journal rows left `pending` (a crash between record and done, with
 //! no redelivery to finish the job) through a user-supplied check.
 
-use crate::db::EffectsDb;
 use crate::journal::{Journal, JournalEntry, Performed};
 use oncely_core::{Error, Result};
+use oncely_sql::SqlDatabase;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -57,7 +57,7 @@ pub struct ReconcileReport {
 /// println!("{} resolved as done", report.done);
 /// # Ok(()) }
 /// ```
-pub struct Reconciler<DB: EffectsDb, R> {
+pub struct Reconciler<DB: SqlDatabase, R> {
     journal: Journal<DB>,
     resolver: R,
     timeout: Duration,
@@ -82,7 +82,7 @@ fn holder_name() -> String {
 /// Shortest lease, for a zero timeout.
 const MIN_LEASE: Duration = Duration::from_secs(30);
 
-impl<DB: EffectsDb, R: Resolve> Reconciler<DB, R> {
+impl<DB: SqlDatabase, R: Resolve> Reconciler<DB, R> {
     /// A reconciler over `journal` (default timeout 5 minutes, 100 rows per pass).
     pub fn new(journal: Journal<DB>, resolver: R) -> Self {
         Self {
@@ -182,7 +182,7 @@ impl<DB: EffectsDb, R: Resolve> Reconciler<DB, R> {
     }
 }
 
-impl<DB: EffectsDb> Journal<DB> {
+impl<DB: SqlDatabase> Journal<DB> {
     /// [`Journal::perform`] with the call and the check of a [`Resolve`]: when the row is
     /// already `pending` and a call was started before (`entry.calls > 0`, a crash or a lost
     /// answer), the provider is asked first (`check`) and called again only on

@@ -3,12 +3,12 @@
 //! rows are locked while dispatched (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL 8 /
 //! MariaDB 10.6+; SQLite's single writer serializes relays).
 
-use crate::db::{Col, EffectsDb, Val};
 use crate::outbox::{ROW_COLS, ROW_TYPES, channel, message_of};
 use crate::publisher::Publisher;
 use futures::future::BoxFuture;
 use oncely_core::{Error, Result};
 use oncely_sql::Tables;
+use oncely_sql::{Column, SqlDatabase, Value};
 use oncely_sql::{db, now_ms};
 use sqlx::{Pool, Postgres};
 use std::sync::Arc;
@@ -40,7 +40,7 @@ pub struct DispatchReport {
 /// relay.run(shutdown).await?;
 /// # Ok(()) }
 /// ```
-pub struct Relay<DB: EffectsDb, P> {
+pub struct Relay<DB: SqlDatabase, P> {
     pool: Pool<DB>,
     tables: Tables,
     publisher: Arc<P>,
@@ -53,7 +53,7 @@ pub struct Relay<DB: EffectsDb, P> {
     listener: Option<ListenFn>,
 }
 
-impl<DB: EffectsDb, P> Clone for Relay<DB, P> {
+impl<DB: SqlDatabase, P> Clone for Relay<DB, P> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
@@ -70,7 +70,7 @@ impl<DB: EffectsDb, P> Clone for Relay<DB, P> {
     }
 }
 
-impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
+impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
     /// A relay over the outbox of `tables` in `pool`, publishing to `publisher`. Defaults: 32
     /// rows per pass, polling every second, backoff from 100 ms doubling to 60 s, a 30 s
     /// publish timeout.
@@ -163,8 +163,8 @@ impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
             .map_err(|e| db("beginning a dispatch", e))?;
         let rows = DB::fetch(
             &mut tx,
-            self.select_sql(),
-            vec![now_ms().into(), i64::from(self.batch).into()],
+            &self.select_sql(),
+            &[now_ms().into(), i64::from(self.batch).into()],
             ROW_TYPES,
         )
         .await
@@ -186,7 +186,7 @@ impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
                         d.param(1),
                         d.param(2)
                     );
-                    DB::execute(&mut tx, sql, vec![now_ms().into(), message.seq.into()])
+                    DB::execute(&mut tx, &sql, &[now_ms().into(), message.seq.into()])
                         .await
                         .map_err(|e| db("marking a row dispatched", e))?;
                     report.dispatched += 1;
@@ -201,8 +201,8 @@ impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
                         d.param(3)
                     );
                     let next = now_ms() + delay.as_millis() as i64;
-                    let args = vec![next.into(), Val::Text(e.to_string()), message.seq.into()];
-                    DB::execute(&mut tx, sql, args)
+                    let args = vec![next.into(), Value::Text(e.to_string()), message.seq.into()];
+                    DB::execute(&mut tx, &sql, &args)
                         .await
                         .map_err(|e| db("rescheduling a row", e))?;
                     report.failed += 1;
@@ -226,7 +226,7 @@ impl<DB: EffectsDb, P: Publisher> Relay<DB, P> {
             .acquire()
             .await
             .map_err(|e| db("counting undispatched rows", e))?;
-        let rows = DB::fetch(&mut conn, sql, vec![], &[Col::I64])
+        let rows = DB::fetch(&mut conn, &sql, &[], &[Column::I64])
             .await
             .map_err(|e| db("counting undispatched rows", e))?;
         Ok(rows.first().map_or(0, |r| r[0].i64().max(0) as u64))

@@ -2,8 +2,8 @@
 //! version is lower, in one atomic statement, so reordered and duplicated updates converge on
 //! the highest version.
 
-use crate::db::{Col, EffectsDb, Val};
 use oncely_core::{Handled, Result};
+use oncely_sql::{Column, SqlDatabase, Value};
 use oncely_sql::{Dialect, Tables};
 use oncely_sql::{db, now_ms};
 use sqlx::Transaction;
@@ -62,7 +62,7 @@ impl Versions {
     /// Stores `version` for `(entity, key)` if it is higher than the stored version (or none is
     /// stored), inside `tx`. A concurrent transaction on the same entity waits on the row lock
     /// and then compares against the committed version.
-    pub async fn apply_if_newer<DB: EffectsDb>(
+    pub async fn apply_if_newer<DB: SqlDatabase>(
         &self,
         tx: &mut Transaction<'_, DB>,
         entity: &str,
@@ -70,15 +70,15 @@ impl Versions {
         version: i64,
     ) -> Result<Versioned> {
         let sql = apply_sql(DB::DIALECT, &self.tables);
-        let args: Vec<Val> = vec![entity.into(), key.into(), version.into(), now_ms().into()];
-        let done = DB::execute(&mut **tx, sql, args)
+        let args: Vec<Value> = vec![entity.into(), key.into(), version.into(), now_ms().into()];
+        let done = DB::execute(&mut **tx, &sql, &args)
             .await
             .map_err(|e| db("apply_if_newer", e))?;
         Ok(decide(DB::DIALECT, done.rows, done.last_insert_id))
     }
 
     /// The stored version of `(entity, key)`, if any.
-    pub async fn current<DB: EffectsDb>(
+    pub async fn current<DB: SqlDatabase>(
         &self,
         conn: &mut DB::Connection,
         entity: &str,
@@ -91,7 +91,7 @@ impl Versions {
             d.param(1),
             d.param(2)
         );
-        let rows = DB::fetch(conn, sql, vec![entity.into(), key.into()], &[Col::I64])
+        let rows = DB::fetch(conn, &sql, &[entity.into(), key.into()], &[Column::I64])
             .await
             .map_err(|e| db("reading a version", e))?;
         Ok(rows.first().map(|r| r[0].i64()))
@@ -115,7 +115,7 @@ impl Versions {
 ///     }
 /// }
 /// ```
-pub async fn apply_if_newer<DB: EffectsDb>(
+pub async fn apply_if_newer<DB: SqlDatabase>(
     tx: &mut Transaction<'_, DB>,
     entity: &str,
     key: &str,

@@ -53,7 +53,7 @@ async fn create_values<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) {
         values_table(tables)
     );
     let mut conn = pool.acquire().await.unwrap();
-    DB::script(&mut conn, sql).await.unwrap();
+    DB::script(&mut conn, &sql).await.unwrap();
 }
 
 /// One update in its own transaction, as a handler would: apply_if_newer, then (only if
@@ -82,7 +82,7 @@ async fn apply<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables, u: &Update) -> V
                     u.value.as_str().into(),
                     u.version.into(),
                 ];
-                DB::execute(&mut tx, upsert.clone(), args)
+                DB::execute(&mut tx, &upsert, &args)
                     .await
                     .map_err(oncely_core::Error::transient)?;
             }
@@ -147,12 +147,12 @@ async fn run_case<DB: EffectsDb>(
         prop_assert_eq!(stored, Some(*version), "version of {}", key);
         let rows = DB::fetch(
             &mut conn,
-            format!(
+            &format!(
                 "SELECT value, version FROM {} WHERE k = {}",
                 values_table(tables),
                 DB::DIALECT.param(1)
             ),
-            vec![key.as_str().into()],
+            &[key.as_str().into()],
             &[oncely_effects::Col::Text, oncely_effects::Col::I64],
         )
         .await
@@ -328,16 +328,16 @@ fn last_write_wins_is_caught() {
         for (version, value) in [(3, "shipped"), (2, "paid")] {
             <sqlx::Sqlite as EffectsDb>::execute(
                 &mut conn,
-                "INSERT INTO entity_values (k, value, version) VALUES (?1, ?2, ?3) ON CONFLICT (k) DO UPDATE SET value = excluded.value, version = excluded.version".into(),
-                vec!["o1".into(), value.into(), Val::I64(version)],
+                "INSERT INTO entity_values (k, value, version) VALUES (?1, ?2, ?3) ON CONFLICT (k) DO UPDATE SET value = excluded.value, version = excluded.version",
+                &["o1".into(), value.into(), Val::I64(version)],
             )
             .await
             .unwrap();
         }
         let rows = <sqlx::Sqlite as EffectsDb>::fetch(
             &mut conn,
-            "SELECT value FROM entity_values WHERE k = 'o1'".into(),
-            vec![],
+            "SELECT value FROM entity_values WHERE k = 'o1'",
+            &[],
             &[oncely_effects::Col::Text],
         )
         .await

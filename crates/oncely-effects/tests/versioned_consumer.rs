@@ -54,7 +54,7 @@ impl<DB: EffectsDb> Handler<Transaction<'static, DB>> for Status {
                 d.on_conflict_update("k", &["value"])
             );
             let value = String::from_utf8_lossy(msg.payload()).into_owned();
-            DB::execute(tx, sql, vec![Val::Text(key), Val::Text(value)])
+            DB::execute(tx, &sql, &[Val::Text(key), Val::Text(value)])
                 .await
                 .map_err(Error::transient)?;
         }
@@ -71,7 +71,7 @@ where
     let mut conn = store.pool().acquire().await.unwrap();
     DB::script(
         &mut conn,
-        format!(
+        &format!(
             "CREATE TABLE {} (k {key_type} PRIMARY KEY, value TEXT NOT NULL)",
             table(&tables)
         ),
@@ -113,8 +113,8 @@ where
     );
     let rows = DB::fetch(
         &mut conn,
-        format!("SELECT k, value FROM {} ORDER BY k", table(&tables)),
-        vec![],
+        &format!("SELECT k, value FROM {} ORDER BY k", table(&tables)),
+        &[],
         &[Col::Text, Col::Text],
     )
     .await

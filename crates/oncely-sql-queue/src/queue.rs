@@ -7,7 +7,7 @@ use oncely_core::{
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
 use oncely_sql::{
-    Adopt, Dialect, Migration, MigrationSet, PgStore, Tables, now_ms, run_migrations,
+    Adopt, AnyTx, Dialect, Migration, MigrationSet, PgStore, Tables, now_ms, run_migrations,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -291,12 +291,7 @@ impl<H: Handler<Transaction<'static, Postgres>>> Handler<Transaction<'static, Po
         tx: &mut Transaction<'static, Postgres>,
         message: &Envelope,
     ) -> Result<Handled> {
-        if let Some(row) = message
-            .meta()
-            .headers
-            .get(QUEUE_ROW_HEADER)
-            .and_then(|r| r.parse::<i64>().ok())
-        {
+        if let Some(row) = queue_row(message) {
             sqlx::query(AssertSqlSafe(self.delete.clone()))
                 .bind(row)
                 .execute(&mut **tx)
@@ -305,6 +300,36 @@ impl<H: Handler<Transaction<'static, Postgres>>> Handler<Transaction<'static, Po
         }
         self.inner.handle(tx, message).await
     }
+}
+
+/// The same for a handler written once for any database ([`AnyTx`]); the store must be the
+/// queue's PostgreSQL (an [`oncely_sql::AnyStore::Postgres`]).
+///
+/// ```no_run
+/// # async fn f<H: oncely_core::Handler<oncely_sql::AnyTx>>(queue: oncely_sql_queue::SqlQueue, store: oncely_sql::PgStore, handler: H) {
+/// let consumer = oncely_core::Consumer::new(
+///     oncely_core::ConsumerName::new("queue").unwrap(),
+///     oncely_sql::AnyStore::from(store),
+///     oncely_sql_queue::Dequeue::new(&queue, handler),
+/// );
+/// # }
+/// ```
+impl<H: Handler<AnyTx>> Handler<AnyTx> for Dequeue<H> {
+    async fn handle(&self, tx: &mut AnyTx, message: &Envelope) -> Result<Handled> {
+        if let Some(row) = queue_row(message) {
+            tx.execute(&self.delete, &[row.into()]).await?;
+        }
+        self.inner.handle(tx, message).await
+    }
+}
+
+/// The queue row a message came from, if it came from the queue.
+fn queue_row(message: &Envelope) -> Option<i64> {
+    message
+        .meta()
+        .headers
+        .get(QUEUE_ROW_HEADER)
+        .and_then(|r| r.parse::<i64>().ok())
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
     for _ in 0..2 {
         let consumer = Consumer::new(
             ConsumerName::new("queue").expect("name"),
-            CrashingStore::new(store.clone(), plan.clone()),
+            CrashingStore::new(db.store().clone(), plan.clone()),
             CrashingHandler(Dequeue::new(&queue, db.handler())),
         )
         .concurrency(4);

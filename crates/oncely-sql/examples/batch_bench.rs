@@ -13,8 +13,10 @@ use oncely_core::{
     Claim, Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, MessageId,
     PayloadHash, RawEnvelope, Result, SourceFaults, StatsSnapshot, Store,
 };
-use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
-use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables};
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{
+    AnyStore, AnyTx, ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables, Value,
+};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +24,6 @@ use tokio_util::sync::CancellationToken;
 struct Ledger {
     insert: String,
     table: String,
-    dollar: bool,
     run: &'static str,
     /// Write a batch's effects with one multi-row INSERT (`Handler::handle_batch`).
     multi_row: bool,
@@ -31,10 +32,7 @@ struct Ledger {
 impl Ledger {
     fn multi_row_sql(&self, rows: usize) -> String {
         let values: Vec<String> = (0..rows)
-            .map(|i| match self.dollar {
-                true => format!("(${}, ${})", 2 * i + 1, 2 * i + 2),
-                false => "(?, ?)".to_owned(),
-            })
+            .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
             .collect();
         format!(
             "INSERT INTO {} (message_id, run) VALUES {}",
@@ -44,51 +42,32 @@ impl Ledger {
     }
 }
 
-macro_rules! handler {
-    ($db:ty) => {
-        impl Handler<Transaction<'static, $db>> for Ledger {
-            async fn handle(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                msg: &Envelope,
-            ) -> Result<Handled> {
-                sqlx::query(AssertSqlSafe(self.insert.clone()))
-                    .bind(msg.id().as_str().to_owned())
-                    .bind(self.run)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(|e| Error::transient(e.to_string()))?;
-                Ok(Handled::Applied)
-            }
+impl Handler<AnyTx> for Ledger {
+    async fn handle(&self, tx: &mut AnyTx, msg: &Envelope) -> Result<Handled> {
+        tx.execute(&self.insert, &[msg.id().as_str().into(), self.run.into()])
+            .await
+            .map_err(|e| Error::transient(e.to_string()))?;
+        Ok(Handled::Applied)
+    }
 
-            async fn handle_batch(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                messages: &[Envelope],
-            ) -> Result<Vec<Handled>> {
-                if !self.multi_row {
-                    let mut handled = Vec::with_capacity(messages.len());
-                    for message in messages {
-                        handled.push(self.handle(tx, message).await?);
-                    }
-                    return Ok(handled);
-                }
-                let mut insert = sqlx::query(AssertSqlSafe(self.multi_row_sql(messages.len())));
-                for message in messages {
-                    insert = insert.bind(message.id().as_str().to_owned()).bind(self.run);
-                }
-                insert
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(|e| Error::transient(e.to_string()))?;
-                Ok(vec![Handled::Applied; messages.len()])
+    async fn handle_batch(&self, tx: &mut AnyTx, messages: &[Envelope]) -> Result<Vec<Handled>> {
+        if !self.multi_row {
+            let mut handled = Vec::with_capacity(messages.len());
+            for message in messages {
+                handled.push(self.handle(tx, message).await?);
             }
+            return Ok(handled);
         }
-    };
+        let args: Vec<Value> = messages
+            .iter()
+            .flat_map(|m| [m.id().as_str().into(), self.run.into()])
+            .collect();
+        tx.execute(&self.multi_row_sql(messages.len()), &args)
+            .await
+            .map_err(|e| Error::transient(e.to_string()))?;
+        Ok(vec![Handled::Applied; messages.len()])
+    }
 }
-handler!(Postgres);
-handler!(MySql);
-handler!(Sqlite);
 
 fn source(n: usize, run: &str) -> MemorySource {
     let source = MemorySource::with_faults(SourceFaults {
@@ -123,10 +102,10 @@ const RUNS: [(&str, Mode); 6] = [
 ];
 
 macro_rules! bench {
-    ($store:expr, $ledger:expr, $dollar:expr, $n:expr, $label:expr) => {{
+    ($store:expr, $ledger:expr, $n:expr, $label:expr) => {{
         let store = $store;
+        let any = AnyStore::from(store.clone());
         let ledger: String = $ledger;
-        let params = if $dollar { "$1, $2" } else { "?, ?" };
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE TABLE {ledger} (message_id VARCHAR(255) NOT NULL, run VARCHAR(32) NOT NULL)"
         )))
@@ -135,9 +114,8 @@ macro_rules! bench {
         .expect("ledger table");
         for (run, mode) in RUNS {
             let handler = Ledger {
-                insert: format!("INSERT INTO {ledger} (message_id, run) VALUES ({params})"),
+                insert: format!("INSERT INTO {ledger} (message_id, run) VALUES ($1, $2)"),
                 table: ledger.clone(),
-                dollar: $dollar,
                 run,
                 multi_row: matches!(mode, Mode::Batch(_, true)),
             };
@@ -147,13 +125,13 @@ macro_rules! bench {
             let started = Instant::now();
             let mut batches = String::new();
             let stats: StatsSnapshot = match mode {
-                Mode::PerMessage(c) => Consumer::new(name, store.clone(), handler)
+                Mode::PerMessage(c) => Consumer::new(name, any.clone(), handler)
                     .concurrency(c)
                     .run(src, stop)
                     .await
                     .unwrap(),
                 Mode::Batch(size, _) => {
-                    let consumer = Consumer::new(name, store.clone(), handler)
+                    let consumer = Consumer::new(name, any.clone(), handler)
                         .max_batch(size)
                         .linger(Duration::from_millis(2))
                         .concurrency(1);
@@ -231,7 +209,7 @@ async fn main() {
     let url = format!("sqlite:{}", dir.path().join("bench.db").display());
     let store = SqliteStore::connect(&url).await.unwrap();
     store.migrate().await.unwrap();
-    bench!(store, "bench_ledger".to_owned(), false, n, "sqlite");
+    bench!(store, "bench_ledger".to_owned(), n, "sqlite");
 
     let schema = unique("bench_pg");
     let options = ConnectOptions {
@@ -241,13 +219,7 @@ async fn main() {
     match PgStore::connect_with(&pg, &options).await {
         Ok(store) => {
             store.migrate().await.unwrap();
-            bench!(
-                store.clone(),
-                format!("{schema}.ledger"),
-                true,
-                n,
-                "postgres"
-            );
+            bench!(store.clone(), format!("{schema}.ledger"), n, "postgres");
             let drop = format!("DROP SCHEMA {schema} CASCADE");
             let _ = sqlx::raw_sql(AssertSqlSafe(drop))
                 .execute(store.pool())
@@ -264,13 +236,7 @@ async fn main() {
     match MySqlStore::connect_with(&my, &options).await {
         Ok(store) => {
             store.migrate().await.unwrap();
-            bench!(
-                store.clone(),
-                format!("{database}.ledger"),
-                false,
-                n,
-                "mariadb"
-            );
+            bench!(store.clone(), format!("{database}.ledger"), n, "mariadb");
             let drop = format!("DROP DATABASE {database}");
             let _ = sqlx::raw_sql(AssertSqlSafe(drop))
                 .execute(store.pool())

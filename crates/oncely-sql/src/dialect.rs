@@ -2,6 +2,7 @@
 
 use crate::tables::Tables;
 use oncely_core::Error;
+use std::borrow::Cow;
 
 /// A SQL dialect oncely supports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +53,84 @@ impl Dialect {
             Self::Sqlite => format!("?{n}"),
             Self::MySql => "?".to_owned(),
         }
+    }
+
+    /// The workspace's one placeholder rewrite: `sql` written with numbered placeholders
+    /// `$1, $2, …` (PostgreSQL's), made runnable on this database. PostgreSQL and SQLite take
+    /// them as they are (`None`: bind the arguments in order). MySQL has only positional `?`:
+    /// each `$n` becomes `?`, and the returned order lists, per `?`, which argument (0-based)
+    /// it binds, so a number may repeat or come out of order. Quoted text (`'…'`, `"…"`,
+    /// `` `…` ``) and comments (`-- …`, `/* … */`) are left alone; so is a `$` not followed by a
+    /// digit or following an identifier character. Statements already written with `?` pass
+    /// through unchanged; do not mix both styles in one statement.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// let sql = "UPDATE t SET a = $2, note = 'costs $1' WHERE id = $1 AND b = $2";
+    /// let (mysql, order) = Dialect::MySql.rewrite_params(sql);
+    /// assert_eq!(mysql, "UPDATE t SET a = ?, note = 'costs $1' WHERE id = ? AND b = ?");
+    /// assert_eq!(order, Some(vec![1, 0, 1]));
+    /// let (pg, order) = Dialect::Postgres.rewrite_params(sql);
+    /// assert_eq!((pg.as_ref(), order), (sql, None));
+    /// ```
+    pub fn rewrite_params(self, sql: &str) -> (Cow<'_, str>, Option<Vec<usize>>) {
+        if self != Self::MySql || !sql.contains('$') {
+            return (Cow::Borrowed(sql), None);
+        }
+        let bytes = sql.as_bytes();
+        let (mut out, mut order) = (String::with_capacity(sql.len()), Vec::new());
+        let (mut i, mut copied) = (0, 0);
+        while i < bytes.len() {
+            match bytes[i] {
+                quote @ (b'\'' | b'"' | b'`') => {
+                    i += 1;
+                    while i < bytes.len() && bytes[i] != quote {
+                        // MySQL's strings take backslash escapes.
+                        i += if bytes[i] == b'\\' && quote != b'`' {
+                            2
+                        } else {
+                            1
+                        };
+                    }
+                    i += 1;
+                }
+                b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                    while i < bytes.len() && bytes[i] != b'\n' {
+                        i += 1;
+                    }
+                }
+                b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                    i += 2;
+                    while i < bytes.len() && !(bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/'))
+                    {
+                        i += 1;
+                    }
+                    i += 2;
+                }
+                b'$' if bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
+                    && !(i > 0
+                        && (bytes[i - 1].is_ascii_alphanumeric()
+                            || bytes[i - 1] == b'_'
+                            || bytes[i - 1] == b'$')) =>
+                {
+                    let end = (i + 1..bytes.len())
+                        .find(|&j| !bytes[j].is_ascii_digit())
+                        .unwrap_or(bytes.len());
+                    // `$0` (or a number too large) names no argument: the server reports it.
+                    let n: usize = sql[i + 1..end].parse().unwrap_or(0);
+                    out.push_str(&sql[copied..i]);
+                    out.push('?');
+                    order.push(n.checked_sub(1).unwrap_or(usize::MAX));
+                    (i, copied) = (end, end);
+                }
+                _ => i += 1,
+            }
+        }
+        if order.is_empty() {
+            return (Cow::Borrowed(sql), None);
+        }
+        out.push_str(&sql[copied.min(sql.len())..]);
+        (Cow::Owned(out), Some(order))
     }
 
     /// An SQL expression for "now" in milliseconds since the Unix epoch, read from the
@@ -418,6 +497,73 @@ impl Queries {
             upsert_dead_letter,
             dead_letters: format!("{select} ORDER BY id"),
             dead_letters_of: format!("{select} WHERE consumer = {} ORDER BY id", d.param(1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dialect;
+
+    fn mysql(sql: &str) -> (String, Option<Vec<usize>>) {
+        let (sql, order) = Dialect::MySql.rewrite_params(sql);
+        (sql.into_owned(), order)
+    }
+
+    #[test]
+    fn rewrite_params_numbers_become_positional_on_mysql() {
+        assert_eq!(
+            mysql("INSERT INTO t (a, b, c) VALUES ($1, $2, $3)"),
+            (
+                "INSERT INTO t (a, b, c) VALUES (?, ?, ?)".into(),
+                Some(vec![0, 1, 2])
+            )
+        );
+        assert_eq!(
+            mysql("SELECT $10, $2, $10"),
+            ("SELECT ?, ?, ?".into(), Some(vec![9, 1, 9]))
+        );
+        assert_eq!(
+            mysql("SELECT $0"),
+            ("SELECT ?".into(), Some(vec![usize::MAX]))
+        );
+    }
+
+    #[test]
+    fn rewrite_params_skips_quotes_comments_and_identifiers() {
+        let sql = "SELECT 'a $1 '' $2', \"col$1\", `x $3`, a$1, $$, $ -- $4\n, $1 /* $5 */";
+        assert_eq!(
+            mysql(sql),
+            (
+                "SELECT 'a $1 '' $2', \"col$1\", `x $3`, a$1, $$, $ -- $4\n, ? /* $5 */".into(),
+                Some(vec![0])
+            )
+        );
+        // A backslash escapes a quote inside a MySQL string.
+        assert_eq!(
+            mysql(r"SELECT 'it\'s $1', $2"),
+            (r"SELECT 'it\'s $1', ?".into(), Some(vec![1]))
+        );
+        // Unterminated quote or comment: nothing after it is rewritten, nothing is lost.
+        assert_eq!(
+            mysql("SELECT $1, 'open $2"),
+            ("SELECT ?, 'open $2".into(), Some(vec![0]))
+        );
+        assert_eq!(
+            mysql("SELECT $1 /* open $2"),
+            ("SELECT ? /* open $2".into(), Some(vec![0]))
+        );
+    }
+
+    #[test]
+    fn rewrite_params_leaves_other_statements_alone() {
+        for sql in ["SELECT ?, ?", "SELECT '$1'", "SELECT 1"] {
+            assert_eq!(mysql(sql), (sql.into(), None));
+        }
+        for d in [Dialect::Postgres, Dialect::Sqlite] {
+            let (sql, order) = d.rewrite_params("SELECT $2, $1");
+            assert!(matches!(sql, std::borrow::Cow::Borrowed("SELECT $2, $1")));
+            assert_eq!(order, None);
         }
     }
 }

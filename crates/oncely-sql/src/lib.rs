@@ -28,8 +28,10 @@ mod error;
 mod letter;
 mod lock;
 mod migrate;
+mod query;
 mod store;
 mod tables;
+mod tx;
 
 pub use any::{AnyPool, AnyStore};
 pub use clock::{from_ms, now_ms, to_ms};
@@ -41,6 +43,8 @@ pub use migrate::{
     Adopt, INBOX, MigrateDb, MigrationSet, migrate_url, print_migration_sets, run_migrations,
 };
 pub use migrate::{Migration, migrations, print_migrations};
+pub use query::{Column, Done, SqlDatabase, Value};
 pub use sqlx;
-pub use store::{MySqlStore, PgStore, SqlDatabase, SqlStore, SqliteStore};
+pub use store::{MySqlStore, PgStore, SqlStore, SqliteStore};
 pub use tables::{Tables, is_identifier};
+pub use tx::AnyTx;

@@ -4,6 +4,7 @@ use crate::clock::from_ms;
 use crate::dialect::{Dialect, Isolation, Queries};
 use crate::error::db;
 use crate::letter::LetterRow;
+use crate::query::SqlDatabase;
 use crate::tables::Tables;
 use oncely_core::{
     Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, Meta, PayloadHash, Result, Store,
@@ -93,21 +94,6 @@ async fn ensure_not_aborted(tx: &mut sqlx::Transaction<'static, Postgres>) -> Re
         }
         Err(e) => Err(db("commit", e)),
     }
-}
-
-/// Which dialect a sqlx database speaks.
-pub trait SqlDatabase: Database {
-    /// The dialect.
-    const DIALECT: Dialect;
-}
-impl SqlDatabase for Sqlite {
-    const DIALECT: Dialect = Dialect::Sqlite;
-}
-impl SqlDatabase for Postgres {
-    const DIALECT: Dialect = Dialect::Postgres;
-}
-impl SqlDatabase for MySql {
-    const DIALECT: Dialect = Dialect::MySql;
 }
 
 impl<DB: SqlDatabase> SqlStore<DB> {

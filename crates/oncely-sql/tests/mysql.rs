@@ -250,12 +250,17 @@ async fn mysql_three_way_duplicate_after_rollback_applies_once() {
     let gate = Gate::new();
     let c1 = Consumer::new(
         name.clone(),
-        fx.store.clone(),
+        fx.any(),
         fx.ledger("one").gated(gate.clone(), true),
     )
     .retry(retry.clone());
-    let c2 = Consumer::new(name.clone(), fx.other.clone(), fx.ledger("two")).retry(retry.clone());
-    let c3 = Consumer::new(name.clone(), fx.open_another().await, fx.ledger("three")).retry(retry);
+    let c2 = Consumer::new(name.clone(), fx.any_other(), fx.ledger("two")).retry(retry.clone());
+    let c3 = Consumer::new(
+        name.clone(),
+        oncely_sql::AnyStore::from(fx.open_another().await),
+        fx.ledger("three"),
+    )
+    .retry(retry);
     let delivery = || suite::delivery("X", b"credit 5".to_vec());
     let ((d1, _s1), (d2, _s2), (d3, _s3)) = (delivery(), delivery(), delivery());
     let first = tokio::spawn(async move { c1.process(d1).await });

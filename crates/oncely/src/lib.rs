@@ -22,6 +22,24 @@ pub use oncely_core::*;
 #[cfg(feature = "sql")]
 pub use oncely_sql as sql;
 
+/// What a handler written once for any database needs (the README's quick start):
+/// [`AnyStore`] picks SQLite, PostgreSQL or MySQL/MariaDB from a URL and hands the handler an
+/// [`AnyTx`], which runs statements with `$1, $2, …` placeholders and [`Value`] arguments.
+///
+/// ```no_run
+/// # async fn f() -> oncely::Result<()> {
+/// use oncely::{AnyStore, ConnectOptions, Store};
+/// let store = AnyStore::connect("sqlite:app.db", &ConnectOptions::default()).await?;
+/// store.migrate().await?;
+/// let mut tx = store.begin().await?;
+/// tx.execute("UPDATE accounts SET credits = credits + $1 WHERE id = $2", &[5.into(), "a".into()])
+///     .await?;
+/// store.commit(tx).await?;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "sql")]
+pub use oncely_sql::{AnyStore, AnyTx, Column, ConnectOptions, Value};
+
 #[cfg(feature = "effects")]
 pub use oncely_effects as effects;
 

@@ -9,7 +9,6 @@ use oncely_ops::dlq::{self, Filter};
 use oncely_ops::replay::{self, Decision, ReplayOptions, Replayed};
 use oncely_ops::retention::DEFAULT_WINDOW;
 use oncely_sql::AnyStore;
-use oncely_sql::with_store;
 use std::sync::Arc;
 
 /// Flags of `oncely dlq`.
@@ -345,7 +344,7 @@ async fn run_replay(
     let tables = CreditTables::new(store.dialect(), db.schema.as_deref());
     let handler = Credits::new(tables);
     if let Some(id) = id {
-        let r = with_store!(store, s => replay::replay(ops, Arc::new(s.clone()), handler, id, options).await?);
+        let r = replay::replay(ops, Arc::new(store.clone()), handler, id, options).await?;
         return Ok(vec![r]);
     }
     let total = dlq::list(ops, filter).await?.len() as u64;
@@ -359,7 +358,15 @@ async fn run_replay(
             .expect("valid template")
             .progress_chars("=> "),
     );
-    let results = with_store!(store, s => replay::replay_all(ops, Arc::new(s.clone()), handler.clone(), filter, options, &mut |_| bar.inc(1)).await?);
+    let results = replay::replay_all(
+        ops,
+        Arc::new(store.clone()),
+        handler,
+        filter,
+        options,
+        &mut |_| bar.inc(1),
+    )
+    .await?;
     bar.finish_and_clear();
     Ok(results)
 }

@@ -1,10 +1,7 @@
 //! The demo's effect: "add N credits to account A" — not naturally idempotent.
 
 use oncely_core::{Envelope, Error, Handled, Handler, Result};
-use oncely_sql::Dialect;
-use oncely_sql::sqlx::{
-    self, AssertSqlSafe, MySql, Postgres, SqlSafeStr, SqlStr, Sqlite, Transaction,
-};
+use oncely_sql::{AnyTx, Dialect};
 use serde::{Deserialize, Serialize};
 
 /// The demo message payload: `{"account": "acct-17", "amount": 5}`.
@@ -41,8 +38,8 @@ pub struct CreditTables {
     pub accounts: String,
     /// `ledger` table: one row per applied effect.
     pub ledger: String,
-    insert_ledger: SqlStr,
-    upsert_balance: SqlStr,
+    insert_ledger: String,
+    upsert_balance: String,
     dialect: Dialect,
 }
 
@@ -55,20 +52,17 @@ impl CreditTables {
         };
         let accounts = q("demo_accounts");
         let ledger = q("demo_ledger");
-        let insert_ledger = format!(
-            "INSERT INTO {ledger} (message_id, account, amount) VALUES ({})",
-            dialect.params(1, 3)
-        );
+        let insert_ledger =
+            format!("INSERT INTO {ledger} (message_id, account, amount) VALUES ($1, $2, $3)");
         let upsert_balance = format!(
-            "INSERT INTO {accounts} (account, balance) VALUES ({}) {}",
-            dialect.params(1, 2),
+            "INSERT INTO {accounts} (account, balance) VALUES ($1, $2) {}",
             dialect.on_conflict_add(&accounts, "account", "balance")
         );
         Self {
             accounts,
             ledger,
-            insert_ledger: AssertSqlSafe(insert_ledger).into_sql_str(),
-            upsert_balance: AssertSqlSafe(upsert_balance).into_sql_str(),
+            insert_ledger,
+            upsert_balance,
             dialect,
         }
     }
@@ -103,38 +97,14 @@ impl Credits {
     }
 }
 
-fn db(e: sqlx::Error) -> Error {
-    oncely_sql::db_error("credit write", e)
+/// One impl for every database: the statements number their placeholders `$1, $2, …`.
+impl Handler<AnyTx> for Credits {
+    async fn handle(&self, tx: &mut AnyTx, message: &Envelope) -> Result<Handled> {
+        let credit = Credit::parse(message.payload())?;
+        let (id, account, amount) = (message.id().as_str(), &credit.account, credit.amount);
+        let args = [id.into(), account.into(), amount.into()];
+        tx.execute(&self.tables.insert_ledger, &args).await?;
+        tx.execute(&self.tables.upsert_balance, &args[1..]).await?;
+        Ok(Handled::Applied)
+    }
 }
-
-macro_rules! credits_handler {
-    ($db:ty) => {
-        impl Handler<Transaction<'static, $db>> for Credits {
-            async fn handle(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                message: &Envelope,
-            ) -> Result<Handled> {
-                let credit = Credit::parse(message.payload())?;
-                sqlx::query(self.tables.insert_ledger.clone())
-                    .bind(message.id().as_str())
-                    .bind(&credit.account)
-                    .bind(credit.amount)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(db)?;
-                sqlx::query(self.tables.upsert_balance.clone())
-                    .bind(&credit.account)
-                    .bind(credit.amount)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(db)?;
-                Ok(Handled::Applied)
-            }
-        }
-    };
-}
-
-credits_handler!(Sqlite);
-credits_handler!(Postgres);
-credits_handler!(MySql);

@@ -237,16 +237,21 @@ async fn consume_with<Src: Source>(
     // Consumer crashes come from oncely-testkit's chaos wrappers around the store and source.
     let plan = CrashPlan::new(args.seed, args.crash_rate);
     let source = CrashingSource::new(source, plan.clone());
-    let stats = with_store!(store, s => {
-        let consumer = Consumer::new(name.clone(), CrashingStore::new(s.clone(), plan.clone()), handler)
+    let stats = {
+        let store = CrashingStore::new(store.clone(), plan.clone());
+        let consumer = Consumer::new(name.clone(), store, handler)
             .concurrency(args.workers)
-            .retry(RetryPolicy::default().max_attempts(5).base_delay(Duration::from_millis(5)));
+            .retry(
+                RetryPolicy::default()
+                    .max_attempts(5)
+                    .base_delay(Duration::from_millis(5)),
+            );
         if args.unsafe_ack_before_commit {
             consume(consumer, AckEarly(source), &progress).await?
         } else {
             consume(consumer, source, &progress).await?
         }
-    });
+    };
     progress.finish_and_clear();
     Ok((stats, plan.fired()))
 }

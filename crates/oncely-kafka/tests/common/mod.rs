@@ -115,13 +115,11 @@ pub async fn consume_from(
         timing: timing.clone(),
     };
     let name = ConsumerName::new(consumer).map_err(oncely_core::Error::config)?;
-    let stats = oncely_sql::with_store!(db.store(), store => {
-        Consumer::new(name, store.clone(), db.handler())
-            .concurrency(concurrency)
-            .retry(RetryPolicy::default().max_attempts(10))
-            .run(source, stop)
-            .await?
-    });
+    let stats = Consumer::new(name, db.store().clone(), db.handler())
+        .concurrency(concurrency)
+        .retry(RetryPolicy::default().max_attempts(10))
+        .run(source, stop)
+        .await?;
     let timing = *timing.lock().unwrap();
     Ok((stats, timing))
 }

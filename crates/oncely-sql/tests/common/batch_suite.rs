@@ -1,11 +1,12 @@
 //! Batch mode on every store: one-statement claims with intra-batch duplicates, and the
 //! batch mode (`Consumer::max_batch`) isolating a failing message while the others apply once.
 
-use super::{Fx, Ledger, TestStore};
+use super::{Fx, TestStore};
 use oncely_core::{
-    Claim, Consumer, ConsumerName, Handler, MemorySource, MessageId, Outcome, PayloadHash,
-    RawEnvelope, RetryPolicy, Source, SourceFaults,
+    Claim, Consumer, ConsumerName, MemorySource, MessageId, Outcome, PayloadHash, RawEnvelope,
+    RetryPolicy, Source, SourceFaults,
 };
+use oncely_sql::AnyStore;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -79,10 +80,7 @@ fn expected(published: &[(String, String)]) -> BTreeMap<String, String> {
 /// One batch holding duplicates, a conflicting copy, a permanently failing message and a
 /// flaky one: the batch rolls back, the messages are isolated one at a time, the failing one
 /// is dead-lettered, every other id applies exactly once, and everything is acked.
-pub async fn batch_isolates_failure<S: TestStore>(fx: Fx<S>, multi_row: bool)
-where
-    Ledger: Handler<S::Tx>,
-{
+pub async fn batch_isolates_failure<S: TestStore>(fx: Fx<S>, multi_row: bool) {
     let mut published = vec![];
     for i in 0..20 {
         let payload = match i {
@@ -137,10 +135,7 @@ where
 
 /// A batch without failures commits in one transaction: same per-message outcomes, and
 /// intra-batch duplicates don't trip the statement (no SQLSTATE 21000).
-pub async fn batch_commits_once<S: TestStore>(fx: Fx<S>, multi_row: bool)
-where
-    Ledger: Handler<S::Tx>,
-{
+pub async fn batch_commits_once<S: TestStore>(fx: Fx<S>, multi_row: bool) {
     let published: Vec<(String, String)> = [
         ("a", "credit 1"),
         ("b", "credit 2"),
@@ -183,10 +178,7 @@ where
 
 /// A late message (source time beyond the window) leaves the batch and is quarantined; the
 /// rest of the batch commits together.
-pub async fn batch_quarantines_late<S: TestStore>(fx: Fx<S>)
-where
-    Ledger: Handler<S::Tx>,
-{
+pub async fn batch_quarantines_late<S: TestStore>(fx: Fx<S>) {
     use oncely_core::LatePolicy;
     let mut source = MemorySource::new();
     let old = std::time::SystemTime::now() - Duration::from_secs(3600);
@@ -197,7 +189,7 @@ where
     source.publish(RawEnvelope::new("b", "credit 3"));
     source.close();
     let name = ConsumerName::new("batcher").unwrap();
-    let consumer = Consumer::new(name.clone(), fx.store.clone(), fx.ledger("one"))
+    let consumer = Consumer::new(name.clone(), fx.any(), fx.ledger("one"))
         .late_after(Duration::from_secs(60), LatePolicy::Quarantine);
     let mut batch = vec![];
     for _ in 0..3 {
@@ -226,10 +218,7 @@ where
 }
 
 /// Two batch consumers on separate pools draining one source full of duplicates.
-pub async fn two_batch_consumers<S: TestStore>(fx: Fx<S>)
-where
-    Ledger: Handler<S::Tx>,
-{
+pub async fn two_batch_consumers<S: TestStore>(fx: Fx<S>) {
     let source = MemorySource::with_faults(SourceFaults {
         seed: 7,
         duplicate_rate: 0.3,
@@ -247,13 +236,13 @@ where
     let retry = RetryPolicy::default()
         .max_attempts(20)
         .base_delay(Duration::from_millis(5));
-    let make = |store: S, instance| {
+    let make = |store: AnyStore, instance| {
         Consumer::new(name.clone(), store, fx.ledger(instance))
             .max_batch(25)
             .linger(Duration::from_millis(5))
             .retry(retry.clone())
     };
-    let (one, two) = (make(fx.store.clone(), "one"), make(fx.other.clone(), "two"));
+    let (one, two) = (make(fx.any(), "one"), make(fx.any_other(), "two"));
     let stop = tokio_util::sync::CancellationToken::new();
     let (a, b) = tokio::join!(
         one.run(source.clone(), stop.clone()),
@@ -285,10 +274,7 @@ async fn run_batches<S: TestStore>(
     published: &[(String, String)],
     max_batch: usize,
     multi_row: bool,
-) -> (Vec<Outcome>, oncely_core::BatchStats)
-where
-    Ledger: Handler<S::Tx>,
-{
+) -> (Vec<Outcome>, oncely_core::BatchStats) {
     let mut source = MemorySource::new();
     for (id, payload) in published {
         source.publish(RawEnvelope::new(id.clone(), payload.clone()));
@@ -300,7 +286,7 @@ where
     } else {
         fx.ledger("one")
     };
-    let consumer = Consumer::new(name, fx.store.clone(), ledger)
+    let consumer = Consumer::new(name, fx.any(), ledger)
         .max_batch(max_batch)
         .retry(RetryPolicy::default().base_delay(Duration::from_millis(5)));
     let mut batch = vec![];

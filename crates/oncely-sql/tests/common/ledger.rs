@@ -2,7 +2,7 @@
 //! the payload and an optional gate that holds the first transaction open.
 
 use oncely_core::{Envelope, Error, Handled, Handler, Result};
-use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
+use oncely_sql::{AnyTx, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,7 +41,6 @@ impl Gate {
 pub struct Ledger {
     insert: String,
     table: String,
-    dollar: bool,
     multi_row: bool,
     instance: &'static str,
     gate: Option<Arc<Gate>>,
@@ -51,14 +50,12 @@ pub struct Ledger {
 
 impl Ledger {
     /// A ledger handler on `table`.
-    pub fn new(table: &str, dollar: bool, instance: &'static str) -> Self {
-        let params = if dollar { "$1, $2, $3" } else { "?, ?, ?" };
+    pub fn new(table: &str, instance: &'static str) -> Self {
         Self {
             insert: format!(
-                "INSERT INTO {table} (message_id, payload, instance) VALUES ({params})"
+                "INSERT INTO {table} (message_id, payload, instance) VALUES ($1, $2, $3)"
             ),
             table: table.to_owned(),
-            dollar,
             multi_row: false,
             instance,
             gate: None,
@@ -82,10 +79,7 @@ impl Ledger {
 
     fn multi_row_sql(&self, rows: usize) -> String {
         let values: Vec<String> = (0..rows)
-            .map(|i| match self.dollar {
-                true => format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3),
-                false => "(?, ?, ?)".to_owned(),
-            })
+            .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
             .collect();
         format!(
             "INSERT INTO {} (message_id, payload, instance) VALUES {}",
@@ -127,57 +121,39 @@ impl Ledger {
     }
 }
 
-macro_rules! ledger_handler {
-    ($db:ty) => {
-        impl Handler<Transaction<'static, $db>> for Ledger {
-            async fn handle(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                msg: &Envelope,
-            ) -> Result<Handled> {
-                self.before(msg).await?;
-                sqlx::query(AssertSqlSafe(self.insert.clone()))
-                    .bind(msg.id().as_str().to_owned())
-                    .bind(String::from_utf8_lossy(msg.payload()).into_owned())
-                    .bind(self.instance)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(|e| Error::transient(format!("ledger insert: {e}")))?;
-                Ok(Handled::Applied)
-            }
-
-            async fn handle_batch(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                messages: &[Envelope],
-            ) -> Result<Vec<Handled>> {
-                if !self.multi_row {
-                    let mut handled = Vec::with_capacity(messages.len());
-                    for message in messages {
-                        handled.push(self.handle(tx, message).await?);
-                    }
-                    return Ok(handled);
-                }
-                for message in messages {
-                    self.before(message).await?;
-                }
-                let mut insert = sqlx::query(AssertSqlSafe(self.multi_row_sql(messages.len())));
-                for m in messages {
-                    insert = insert
-                        .bind(m.id().as_str().to_owned())
-                        .bind(String::from_utf8_lossy(m.payload()).into_owned())
-                        .bind(self.instance);
-                }
-                insert
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(|e| Error::transient(format!("ledger insert: {e}")))?;
-                Ok(vec![Handled::Applied; messages.len()])
-            }
-        }
-    };
+/// The row a message adds: `(message_id, payload, instance)`.
+fn row(ledger: &Ledger, msg: &Envelope) -> [Value; 3] {
+    [
+        msg.id().as_str().into(),
+        String::from_utf8_lossy(msg.payload()).into_owned().into(),
+        ledger.instance.into(),
+    ]
 }
 
-ledger_handler!(Postgres);
-ledger_handler!(MySql);
-ledger_handler!(Sqlite);
+impl Handler<AnyTx> for Ledger {
+    async fn handle(&self, tx: &mut AnyTx, msg: &Envelope) -> Result<Handled> {
+        self.before(msg).await?;
+        tx.execute(&self.insert, &row(self, msg))
+            .await
+            .map_err(|e| Error::transient(format!("ledger insert: {e}")))?;
+        Ok(Handled::Applied)
+    }
+
+    async fn handle_batch(&self, tx: &mut AnyTx, messages: &[Envelope]) -> Result<Vec<Handled>> {
+        if !self.multi_row {
+            let mut handled = Vec::with_capacity(messages.len());
+            for message in messages {
+                handled.push(self.handle(tx, message).await?);
+            }
+            return Ok(handled);
+        }
+        for message in messages {
+            self.before(message).await?;
+        }
+        let args: Vec<Value> = messages.iter().flat_map(|m| row(self, m)).collect();
+        tx.execute(&self.multi_row_sql(messages.len()), &args)
+            .await
+            .map_err(|e| Error::transient(format!("ledger insert: {e}")))?;
+        Ok(vec![Handled::Applied; messages.len()])
+    }
+}

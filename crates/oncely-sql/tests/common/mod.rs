@@ -10,7 +10,7 @@ pub mod suite;
 pub use ledger::{Gate, Ledger};
 use oncely_core::Result;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{ConnectOptions, Dialect, MySqlStore, PgStore, SqliteStore, Tables};
+use oncely_sql::{AnyStore, ConnectOptions, Dialect, MySqlStore, PgStore, SqliteStore, Tables};
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -85,7 +85,9 @@ pub fn unique(test: &str) -> String {
 }
 
 /// What the generic tests need from each store type.
-pub trait TestStore: oncely_core::Inspect + oncely_core::Store + Clone + Sized {
+pub trait TestStore:
+    oncely_core::Inspect + oncely_core::Store + Clone + Sized + Into<AnyStore>
+{
     /// Server name for messages.
     const SERVER: &'static str;
     /// Opens a store on `url` with `tables`.
@@ -300,7 +302,17 @@ async fn build<S: TestStore>(test: &str, url: &str, tables: Tables, name: String
 impl<S: TestStore> Fx<S> {
     /// A ledger handler writing as `instance`.
     pub fn ledger(&self, instance: &'static str) -> Ledger {
-        Ledger::new(&self.ledger_table, S::DOLLAR, instance)
+        Ledger::new(&self.ledger_table, instance)
+    }
+
+    /// The store as an [`AnyStore`], for consumers running the ledger handler (`AnyTx`).
+    pub fn any(&self) -> AnyStore {
+        self.store.clone().into()
+    }
+
+    /// [`Fx::other`] as an [`AnyStore`].
+    pub fn any_other(&self) -> AnyStore {
+        self.other.clone().into()
     }
 
     /// All ledger rows `(message_id, payload, instance)`, ordered by id.

@@ -1,9 +1,9 @@
 //! Tests every store type runs: claims, migrations, concurrent duplicates.
 
-use super::{Fx, Gate, Ledger, TestStore};
+use super::{Fx, Gate, TestStore};
 use oncely_core::{
-    Claim, Consumer, ConsumerName, ErrorKind, Handler, MessageId, Outcome, PayloadHash,
-    RawEnvelope, RetryPolicy,
+    Claim, Consumer, ConsumerName, ErrorKind, MessageId, Outcome, PayloadHash, RawEnvelope,
+    RetryPolicy,
 };
 use std::time::Duration;
 
@@ -106,10 +106,7 @@ pub async fn concurrent_migrators<S: TestStore>(url: &str, schema: &str) {
 pub async fn concurrent_duplicate<S: TestStore>(
     fx: Fx<S>,
     first_rolls_back: bool,
-) -> oncely_core::StatsSnapshot
-where
-    Ledger: Handler<S::Tx>,
-{
+) -> oncely_core::StatsSnapshot {
     let gate = Gate::new();
     let name = consumer("billing");
     let retry = RetryPolicy::default()
@@ -117,11 +114,11 @@ where
         .base_delay(Duration::from_millis(20));
     let c1 = Consumer::new(
         name.clone(),
-        fx.store.clone(),
+        fx.any(),
         fx.ledger("one").gated(gate.clone(), first_rolls_back),
     )
     .retry(retry.clone());
-    let c2 = Consumer::new(name.clone(), fx.other.clone(), fx.ledger("two")).retry(retry);
+    let c2 = Consumer::new(name.clone(), fx.any_other(), fx.ledger("two")).retry(retry);
     let (p1, p2) = (b"credit 5".to_vec(), b"credit 5".to_vec());
     let (d1, src1) = delivery("X", p1);
     let (d2, src2) = delivery("X", p2);

@@ -1,0 +1,466 @@
+//! [`AnyTx`]: the transaction of an [`AnyStore`], whichever database it is, so that a handler
+//! is written once (`impl Handler<AnyTx>`) and runs on SQLite, PostgreSQL and MySQL/MariaDB.
+
+use crate::any::AnyStore;
+use crate::dialect::Dialect;
+use crate::error::db;
+use crate::query::{Column, Done, SqlDatabase, Value};
+use oncely_core::{
+    Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, PayloadHash, Result, Store,
+    StoredDeadLetter,
+};
+use sqlx::{MySql, Postgres, Sqlite, Transaction};
+
+/// A transaction of any of the three databases: what [`AnyStore`] hands a handler.
+///
+/// Statements number their placeholders `$1, $2, …` on every database (on MySQL they are
+/// rewritten to `?`, see [`Dialect::rewrite_params`]); arguments are [`Value`]s, rows come back
+/// as [`Value`]s decoded as the [`Column`]s asked for. Errors are classified by the
+/// workspace's one classifier ([`crate::error_kind`]), so a deadlock is transient and a
+/// constraint violation permanent. SQL that differs between databases is built with
+/// [`AnyTx::dialect`]'s methods. For everything else the variants hold the typed sqlx
+/// transaction ([`AnyTx::as_postgres`] and its siblings).
+///
+/// ```no_run
+/// use oncely_core::{Envelope, Handled, Handler, Result};
+/// use oncely_sql::AnyTx;
+///
+/// struct Credits;
+///
+/// impl Handler<AnyTx> for Credits {
+///     async fn handle(&self, tx: &mut AnyTx, message: &Envelope) -> Result<Handled> {
+///         let upsert = format!(
+///             "INSERT INTO accounts (account, balance) VALUES ($1, $2) {}",
+///             tx.dialect().on_conflict_add("accounts", "account", "balance")
+///         );
+///         tx.execute(&upsert, &["acct-17".into(), 5.into()]).await?;
+///         Ok(Handled::Applied)
+///     }
+/// }
+/// ```
+#[derive(Debug)]
+pub enum AnyTx {
+    /// SQLite.
+    Sqlite(Transaction<'static, Sqlite>),
+    /// PostgreSQL.
+    Postgres(Transaction<'static, Postgres>),
+    /// MySQL / MariaDB.
+    MySql(Transaction<'static, MySql>),
+}
+
+/// Runs `$body` with `$conn` bound to the connection of the transaction inside `$tx` and `$db`
+/// to its sqlx database type.
+macro_rules! with_conn {
+    ($tx:expr, $db:ident, $conn:ident => $body:expr) => {
+        match $tx {
+            AnyTx::Sqlite(t) => {
+                type $db = Sqlite;
+                let $conn = &mut **t;
+                $body
+            }
+            AnyTx::Postgres(t) => {
+                type $db = Postgres;
+                let $conn = &mut **t;
+                $body
+            }
+            AnyTx::MySql(t) => {
+                type $db = MySql;
+                let $conn = &mut **t;
+                $body
+            }
+        }
+    };
+}
+
+impl AnyTx {
+    /// The database.
+    ///
+    /// ```no_run
+    /// # fn f(tx: &oncely_sql::AnyTx) {
+    /// let upsert = tx.dialect().on_conflict_add("accounts", "account", "balance");
+    /// # }
+    /// ```
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Self::Sqlite(_) => Dialect::Sqlite,
+            Self::Postgres(_) => Dialect::Postgres,
+            Self::MySql(_) => Dialect::MySql,
+        }
+    }
+
+    /// Runs a statement with `args` bound to `$1, $2, …`; reports the rows it affected.
+    ///
+    /// ```no_run
+    /// # async fn f(tx: &mut oncely_sql::AnyTx) -> oncely_core::Result<()> {
+    /// let done = tx
+    ///     .execute("UPDATE accounts SET balance = balance + $2 WHERE account = $1", &["acct-17".into(), 5.into()])
+    ///     .await?;
+    /// assert!(done.rows <= 1);
+    /// # Ok(()) }
+    /// ```
+    pub async fn execute(&mut self, sql: &str, args: &[Value]) -> Result<Done> {
+        with_conn!(self, DB, conn => DB::execute(conn, sql, args).await)
+            .map_err(|e| db("executing a statement", e))
+    }
+
+    /// Runs a query with `args` bound and returns every row, its columns decoded as `cols`.
+    ///
+    /// ```no_run
+    /// # async fn f(tx: &mut oncely_sql::AnyTx) -> oncely_core::Result<()> {
+    /// use oncely_sql::Column;
+    /// let rows = tx
+    ///     .fetch("SELECT account, balance FROM accounts ORDER BY account", &[], &[Column::Text, Column::I64])
+    ///     .await?;
+    /// for row in rows {
+    ///     println!("{}: {}", row[0].text(), row[1].i64());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn fetch(
+        &mut self,
+        sql: &str,
+        args: &[Value],
+        cols: &[Column],
+    ) -> Result<Vec<Vec<Value>>> {
+        with_conn!(self, DB, conn => DB::fetch(conn, sql, args, cols).await)
+            .map_err(|e| db("running a query", e))
+    }
+
+    /// The first row of a query, if any (the query should return at most one).
+    ///
+    /// ```no_run
+    /// # async fn f(tx: &mut oncely_sql::AnyTx) -> oncely_core::Result<()> {
+    /// use oncely_sql::Column;
+    /// let row = tx
+    ///     .fetch_optional("SELECT balance FROM accounts WHERE account = $1", &["acct-17".into()], &[Column::I64])
+    ///     .await?;
+    /// let balance = row.map_or(0, |row| row[0].i64());
+    /// # Ok(()) }
+    /// ```
+    pub async fn fetch_optional(
+        &mut self,
+        sql: &str,
+        args: &[Value],
+        cols: &[Column],
+    ) -> Result<Option<Vec<Value>>> {
+        Ok(self.fetch(sql, args, cols).await?.into_iter().next())
+    }
+
+    /// The integer in the first column of the first row; `None` for no row or NULL.
+    ///
+    /// ```no_run
+    /// # async fn f(tx: &mut oncely_sql::AnyTx) -> oncely_core::Result<()> {
+    /// let balance = tx
+    ///     .fetch_i64("SELECT balance FROM accounts WHERE account = $1", &["acct-17".into()])
+    ///     .await?
+    ///     .unwrap_or(0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn fetch_i64(&mut self, sql: &str, args: &[Value]) -> Result<Option<i64>> {
+        let row = self.fetch_optional(sql, args, &[Column::OptI64]).await?;
+        Ok(row.and_then(|row| row[0].opt_i64()))
+    }
+
+    /// Runs several statements without arguments (e.g. DDL).
+    ///
+    /// ```no_run
+    /// # async fn f(tx: &mut oncely_sql::AnyTx) -> oncely_core::Result<()> {
+    /// tx.script("DELETE FROM a; DELETE FROM b").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn script(&mut self, sql: &str) -> Result<()> {
+        with_conn!(self, DB, conn => DB::script(conn, sql).await)
+            .map_err(|e| db("running a script", e))
+    }
+
+    /// The typed SQLite transaction, if it is one.
+    ///
+    /// ```no_run
+    /// # async fn f(tx: &mut oncely_sql::AnyTx) -> Result<(), oncely_sql::sqlx::Error> {
+    /// if let Some(tx) = tx.as_sqlite() {
+    ///     oncely_sql::sqlx::query("PRAGMA optimize").execute(&mut **tx).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn as_sqlite(&mut self) -> Option<&mut Transaction<'static, Sqlite>> {
+        match self {
+            Self::Sqlite(tx) => Some(tx),
+            _ => None,
+        }
+    }
+
+    /// The typed PostgreSQL transaction, if it is one (for what the erased layer lacks:
+    /// arrays, `COPY`, other types).
+    ///
+    /// ```no_run
+    /// # async fn f(tx: &mut oncely_sql::AnyTx) -> Result<(), oncely_sql::sqlx::Error> {
+    /// if let Some(tx) = tx.as_postgres() {
+    ///     oncely_sql::sqlx::query("INSERT INTO t SELECT * FROM unnest($1::int8[])")
+    ///         .bind(vec![1_i64, 2, 3])
+    ///         .execute(&mut **tx)
+    ///         .await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn as_postgres(&mut self) -> Option<&mut Transaction<'static, Postgres>> {
+        match self {
+            Self::Postgres(tx) => Some(tx),
+            _ => None,
+        }
+    }
+
+    /// The typed MySQL / MariaDB transaction, if it is one.
+    ///
+    /// ```no_run
+    /// # async fn f(tx: &mut oncely_sql::AnyTx) -> Result<(), oncely_sql::sqlx::Error> {
+    /// if let Some(tx) = tx.as_mysql() {
+    ///     oncely_sql::sqlx::query("DO 1").execute(&mut **tx).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn as_mysql(&mut self) -> Option<&mut Transaction<'static, MySql>> {
+        match self {
+            Self::MySql(tx) => Some(tx),
+            _ => None,
+        }
+    }
+}
+
+impl From<Transaction<'static, Sqlite>> for AnyTx {
+    fn from(tx: Transaction<'static, Sqlite>) -> Self {
+        Self::Sqlite(tx)
+    }
+}
+
+impl From<Transaction<'static, Postgres>> for AnyTx {
+    fn from(tx: Transaction<'static, Postgres>) -> Self {
+        Self::Postgres(tx)
+    }
+}
+
+impl From<Transaction<'static, MySql>> for AnyTx {
+    fn from(tx: Transaction<'static, MySql>) -> Self {
+        Self::MySql(tx)
+    }
+}
+
+/// A transaction of another database than the store's: cannot happen through the runtime
+/// (the store made the transaction), so it is a bug, never worth a retry.
+fn mismatch(store: Dialect, tx: &AnyTx) -> Error {
+    Error::permanent(format!(
+        "an AnyStore of {} was handed a transaction of {}",
+        store.name(),
+        tx.dialect().name()
+    ))
+}
+
+/// Runs `$body` with `$s` and `$t` bound to the store and the transaction of one database, or
+/// fails with [`mismatch`].
+macro_rules! with_store_tx {
+    ($store:expr, $tx:expr, $s:ident, $t:ident => $body:expr) => {
+        match ($store, $tx) {
+            (AnyStore::Sqlite($s), AnyTx::Sqlite($t)) => $body,
+            (AnyStore::Postgres($s), AnyTx::Postgres($t)) => $body,
+            (AnyStore::MySql($s), AnyTx::MySql($t)) => $body,
+            (store, tx) => Err(mismatch(store.dialect(), &tx)),
+        }
+    };
+}
+
+/// Each method goes to the store inside, with the transaction of its database.
+///
+/// ```no_run
+/// # async fn f() -> oncely_core::Result<()> {
+/// use oncely_core::Store;
+/// use oncely_sql::{AnyStore, ConnectOptions};
+/// let store = AnyStore::connect("sqlite:oncely.db", &ConnectOptions::default()).await?;
+/// store.migrate().await?;
+/// let mut tx = store.begin().await?;
+/// tx.execute("DELETE FROM accounts WHERE balance = $1", &[0.into()]).await?;
+/// store.commit(tx).await?;
+/// # Ok(()) }
+/// ```
+impl Store for AnyStore {
+    type Tx = AnyTx;
+
+    async fn begin(&self) -> Result<AnyTx> {
+        Ok(match self {
+            Self::Sqlite(s) => AnyTx::Sqlite(s.begin().await?),
+            Self::Postgres(s) => AnyTx::Postgres(s.begin().await?),
+            Self::MySql(s) => AnyTx::MySql(s.begin().await?),
+        })
+    }
+
+    async fn claim(
+        &self,
+        tx: &mut AnyTx,
+        consumer: &ConsumerName,
+        id: &MessageId,
+        hash: PayloadHash,
+    ) -> Result<Claim> {
+        with_store_tx!(self, tx, s, t => s.claim(t, consumer, id, hash).await)
+    }
+
+    async fn claim_batch(
+        &self,
+        tx: &mut AnyTx,
+        consumer: &ConsumerName,
+        items: &[(MessageId, PayloadHash)],
+    ) -> Result<Vec<Claim>> {
+        with_store_tx!(self, tx, s, t => s.claim_batch(t, consumer, items).await)
+    }
+
+    async fn committed_claim(
+        &self,
+        consumer: &ConsumerName,
+        id: &MessageId,
+        hash: PayloadHash,
+    ) -> Result<bool> {
+        crate::with_store!(self, s => s.committed_claim(consumer, id, hash).await)
+    }
+
+    async fn committed_claims(
+        &self,
+        consumer: &ConsumerName,
+        items: &[(MessageId, PayloadHash)],
+    ) -> Result<Vec<bool>> {
+        crate::with_store!(self, s => s.committed_claims(consumer, items).await)
+    }
+
+    async fn commit(&self, tx: AnyTx) -> Result<()> {
+        with_store_tx!(self, tx, s, t => s.commit(t).await)
+    }
+
+    async fn rollback(&self, tx: AnyTx) -> Result<()> {
+        with_store_tx!(self, tx, s, t => s.rollback(t).await)
+    }
+
+    async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
+        crate::with_store!(self, s => s.dead_letter(letter).await)
+    }
+}
+
+/// Each method goes to the store inside.
+///
+/// ```no_run
+/// # async fn f(store: oncely_sql::AnyStore) -> oncely_core::Result<()> {
+/// use oncely_core::Inspect;
+/// let letters = store.dead_letters(None).await?;
+/// # Ok(()) }
+/// ```
+impl Inspect for AnyStore {
+    async fn claimed_hash(&self, consumer: &ConsumerName, id: &str) -> Result<Option<PayloadHash>> {
+        crate::with_store!(self, s => s.claimed_hash(consumer, id).await)
+    }
+
+    async fn dead_letters(&self, consumer: Option<&ConsumerName>) -> Result<Vec<StoredDeadLetter>> {
+        crate::with_store!(self, s => s.dead_letters(consumer).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ConnectOptions;
+
+    async fn sqlite() -> AnyStore {
+        let store = AnyStore::connect("sqlite::memory:", &ConnectOptions::default())
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
+
+    #[tokio::test]
+    async fn execute_fetch_and_rollback_on_sqlite() {
+        let store = sqlite().await;
+        let mut tx = store.begin().await.unwrap();
+        assert_eq!(tx.dialect(), Dialect::Sqlite);
+        tx.script(
+            "CREATE TABLE acc (account TEXT PRIMARY KEY, balance BIGINT NOT NULL, note TEXT)",
+        )
+        .await
+        .unwrap();
+        store.commit(tx).await.unwrap();
+
+        let mut tx = store.begin().await.unwrap();
+        let done = tx
+            .execute(
+                "INSERT INTO acc (account, balance, note) VALUES ($1, $2, $3), ($4, $2, NULL)",
+                &["a".into(), 5.into(), "x".into(), "b".into()],
+            )
+            .await
+            .unwrap();
+        assert_eq!(done.rows, 2);
+        let rows = tx
+            .fetch(
+                "SELECT account, balance, note FROM acc ORDER BY account",
+                &[],
+                &[Column::Text, Column::I64, Column::OptText],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                vec!["a".into(), Value::I64(5), "x".into()],
+                vec!["b".into(), Value::I64(5), Value::NullText],
+            ]
+        );
+        assert_eq!(
+            tx.fetch_i64(
+                "SELECT SUM(balance) FROM acc WHERE account <> $1",
+                &["a".into()]
+            )
+            .await
+            .unwrap(),
+            Some(5)
+        );
+        assert_eq!(
+            tx.fetch_optional(
+                "SELECT note FROM acc WHERE account = $1",
+                &["z".into()],
+                &[Column::OptText]
+            )
+            .await
+            .unwrap(),
+            None
+        );
+        let e = tx
+            .execute(
+                "INSERT INTO acc (account, balance) VALUES ($1, $2)",
+                &["a".into(), 1.into()],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), oncely_core::ErrorKind::Permanent, "{e}");
+        store.rollback(tx).await.unwrap();
+
+        let mut tx = store.begin().await.unwrap();
+        assert_eq!(
+            tx.fetch_i64("SELECT COUNT(*) FROM acc", &[]).await.unwrap(),
+            Some(0)
+        );
+        assert!(tx.as_sqlite().is_some() && tx.as_postgres().is_none() && tx.as_mysql().is_none());
+        store.commit(tx).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_transaction_of_another_database_is_refused() {
+        let (one, other) = (sqlite().await, sqlite().await);
+        let AnyStore::Sqlite(inner) = &other else {
+            unreachable!()
+        };
+        let pg = AnyStore::Postgres(crate::PgStore::from_pool(
+            sqlx::postgres::PgPoolOptions::new()
+                .connect_lazy("postgres://x@127.0.0.1:1/x")
+                .unwrap(),
+        ));
+        let tx = AnyTx::from(inner.begin().await.unwrap());
+        let e = pg.commit(tx).await.unwrap_err();
+        assert_eq!(e.kind(), oncely_core::ErrorKind::Permanent);
+        assert!(e.to_string().contains("AnyStore of postgres"), "{e}");
+        let tx = one.begin().await.unwrap();
+        one.rollback(tx).await.unwrap();
+    }
+}
