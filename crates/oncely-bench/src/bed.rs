@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use oncely_core::{Envelope, Error, Handled, Handler};
 use oncely_sql::sqlx::{
-    self, AssertSqlSafe, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite, Transaction,
+    self, AssertSqlSafe, MySql, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite, Transaction,
 };
 use oncely_sql::{AnyStore, AnyTx, Dialect, SqlStore, Tables, now_ms};
 use serde::Deserialize;
@@ -64,6 +64,7 @@ pub struct Sql {
     insert_ledger: SqlStr,
     upsert_balance: SqlStr,
     claim: SqlStr,
+    lookup: SqlStr,
     dialect: Dialect,
 }
 
@@ -94,6 +95,11 @@ impl Sql {
                 "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES ({}) ON CONFLICT DO NOTHING",
                 d.params(1, 4)
             )),
+            lookup: s(format!(
+                "SELECT payload_hash FROM {inbox} WHERE consumer = {} AND message_id = {}",
+                d.param(1),
+                d.param(2)
+            )),
             dialect: d,
             dead_letters: tables.table("dead_letters"),
             ledger,
@@ -103,10 +109,10 @@ impl Sql {
     }
 
     fn ddl(&self) -> [String; 2] {
-        let seq = self.dialect.serial_key();
+        let (seq, key) = (self.dialect.serial_key(), self.dialect.key_text(255));
         [
             format!(
-                "CREATE TABLE IF NOT EXISTS {} (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)",
+                "CREATE TABLE IF NOT EXISTS {} (account {key} PRIMARY KEY, balance BIGINT NOT NULL)",
                 self.accounts
             ),
             format!(
@@ -187,6 +193,7 @@ macro_rules! typed_effect {
 
 typed_effect!(Postgres, crate::raw::pg_effects);
 typed_effect!(Sqlite, crate::raw::sqlite_effects);
+typed_effect!(MySql, crate::raw::mysql_effects);
 
 /// One impl for both databases: the two statements through [`AnyTx::execute`] (the store's
 /// transaction, erased); a batch through the typed transaction inside, as the multi-row
@@ -220,9 +227,7 @@ impl Handler<AnyTx> for Credits {
         match tx {
             AnyTx::Postgres(tx) => tx.credit_many(&self.sql, &rows).await?,
             AnyTx::Sqlite(tx) => tx.credit_many(&self.sql, &rows).await?,
-            AnyTx::MySql(_) => {
-                return Err(Error::permanent("the bench runs on PostgreSQL and SQLite"));
-            }
+            AnyTx::MySql(tx) => tx.credit_many(&self.sql, &rows).await?,
         }
         Ok(vec![Handled::Applied; messages.len()])
     }
@@ -270,6 +275,9 @@ pub trait Ops: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = oncely_core::Result<()>> + Send;
     /// Reads back what the checker needs.
     fn counts(&self) -> impl Future<Output = Result<Counts>> + Send;
+    /// Looks each id up in the inbox by primary key, one `SELECT` after another on one
+    /// connection (the floor for "is it a duplicate?"); returns how many were found.
+    fn lookups(&self, consumer: &str, ids: &[String]) -> impl Future<Output = Result<u64>> + Send;
 }
 
 impl<DB: oncely_sql::SqlDatabase> Bed<DB> {
@@ -303,6 +311,21 @@ macro_rules! common_ops {
             tx.commit().await.map_err(db_err)
         }
 
+        async fn lookups(&self, consumer: &str, ids: &[String]) -> Result<u64> {
+            let mut conn = self.pool.acquire().await.context("connecting")?;
+            let mut found = 0;
+            for id in ids {
+                let hash: Option<String> = sqlx::query_scalar(self.sql.lookup.clone())
+                    .bind(consumer)
+                    .bind(id.as_str())
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .context("looking an id up")?;
+                found += u64::from(hash.is_some());
+            }
+            Ok(found)
+        }
+
         async fn counts(&self) -> Result<Counts> {
             let sql = &self.sql;
             let (rows, ids): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
@@ -313,7 +336,8 @@ macro_rules! common_ops {
             .await
             .context("counting ledger rows")?;
             let total: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-                "SELECT CAST(sum(balance) AS BIGINT) FROM {}",
+                "SELECT {} FROM {}",
+                sql.dialect.cast_i64("sum(balance)"),
                 sql.accounts
             )))
             .fetch_one(&self.pool)
@@ -416,6 +440,35 @@ impl Ops for Bed<Sqlite> {
             crate::raw::sqlite_batch(&self.sql, &mut tx, consumer, items).await?;
         }
         tx.commit().await.map_err(db_err)
+    }
+}
+
+/// MariaDB / MySQL: the cells of the per-message API (group commit, duplicates); the raw
+/// reference and the batch handler are written for PostgreSQL and SQLite.
+impl Ops for Bed<MySql> {
+    common_ops!(MySql);
+
+    async fn reset(&self) -> Result<()> {
+        let sql = &self.sql;
+        for t in [&sql.ledger, &sql.accounts, &sql.inbox, &sql.dead_letters] {
+            sqlx::query(AssertSqlSafe(format!("TRUNCATE TABLE {t}")))
+                .execute(&self.pool)
+                .await
+                .context("emptying the bench tables")?;
+        }
+        Ok(())
+    }
+
+    async fn raw(&self, _consumer: &str, _items: &[Item]) -> oncely_core::Result<()> {
+        Err(Error::config(
+            "the raw SQL reference is written for PostgreSQL and SQLite",
+        ))
+    }
+}
+
+impl Bed<MySql> {
+    async fn begin(&self) -> sqlx::Result<Transaction<'static, MySql>> {
+        self.pool.begin().await
     }
 }
 

@@ -2,7 +2,7 @@
 //! timed over a fixed set of messages and checked against the database afterwards.
 
 use crate::bed::{Counts, Ops};
-use crate::runners;
+use crate::{group, runners};
 use anyhow::{Result, bail};
 use oncely_core::{ConsumerName, MemorySource, RawEnvelope};
 use serde::Serialize;
@@ -22,6 +22,18 @@ pub enum Mode {
     Duplicate,
     /// As `Duplicate`, with `Consumer::check_inbox_first` (per-message only).
     DuplicateChecked,
+    /// oncely with group commit: the per-message handler, up to `batch` ready deliveries per
+    /// transaction, `concurrency` groups in flight.
+    Group,
+    /// As `Group`, every message delivered twice; the figure is the redelivery's rate (found
+    /// with one inbox read per group, acked without a transaction).
+    GroupDuplicate,
+    /// The floor for a duplicate: one primary-key `SELECT` per message on one connection,
+    /// after oncely applied them.
+    PkLookup,
+    /// Messages published one every 20 ms (idle: slower than any per-message cell) to one consumer with group commit up to `batch`
+    /// (1: off); the cell reports publish-to-ack latency quantiles.
+    Latency,
 }
 
 impl Mode {
@@ -33,6 +45,10 @@ impl Mode {
             Self::Raw => "raw",
             Self::Duplicate => "duplicate",
             Self::DuplicateChecked => "duplicate_checked",
+            Self::Group => "group",
+            Self::GroupDuplicate => "group_duplicate",
+            Self::PkLookup => "pk_lookup",
+            Self::Latency => "latency",
         }
     }
 }
@@ -116,6 +132,12 @@ pub struct Cell {
     /// Duplicate cells: the first delivery's messages per second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_msgs_per_sec: Option<f64>,
+    /// Latency cells: median publish-to-ack latency, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_ms: Option<f64>,
+    /// Latency cells: 99th percentile publish-to-ack latency, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_ms: Option<f64>,
     /// The checker's verdict.
     pub check: Check,
 }
@@ -129,6 +151,13 @@ impl Cell {
         self.seconds += other.seconds;
         self.msgs_per_sec = self.spec.messages as f64 / self.seconds.max(1e-9);
         self.first_msgs_per_sec = first_secs.map(|s| self.spec.messages as f64 / s.max(1e-9));
+        // Latency quantiles of several rounds: the worse round's (no raw samples kept).
+        let worse = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.p50_ms = worse(self.p50_ms, other.p50_ms);
+        self.p99_ms = worse(self.p99_ms, other.p99_ms);
         let (a, b) = (self.check, other.check);
         self.check = Check {
             published: a.published + b.published,
@@ -192,6 +221,10 @@ async fn consume<B: Ops>(
     let source = source_of(msgs);
     let started = Instant::now();
     match (spec.mode, spec.batch) {
+        (Mode::Group | Mode::GroupDuplicate, g) => {
+            group::oncely_group(bed, name, source, g, spec.concurrency).await?;
+        }
+        (Mode::PkLookup | Mode::Latency, _) => bail!("{:?} is not a consumer", spec.mode),
         (Mode::Plain, _) => runners::plain(bed, source, spec.concurrency).await?,
         (Mode::Raw, b) => runners::raw(bed, name.as_str(), source, b, spec.concurrency).await?,
         (Mode::Oncely | Mode::Duplicate | Mode::DuplicateChecked, 1) => {
@@ -226,11 +259,33 @@ pub(crate) async fn run_cell<B: Ops>(
     let name = ConsumerName::new("bench")?;
     let (msgs, total) = workload(spec.messages, tag);
     let mut first = None;
-    if matches!(spec.mode, Mode::Duplicate | Mode::DuplicateChecked) {
-        let t = consume(bed, &name, spec, &msgs).await?;
-        first = Some(rate(msgs.len(), t));
-    }
-    let elapsed = consume(bed, &name, spec, &msgs).await?;
+    let mut quantiles = None;
+    let elapsed = match spec.mode {
+        Mode::Duplicate | Mode::DuplicateChecked | Mode::GroupDuplicate => {
+            let t = consume(bed, &name, spec, &msgs).await?;
+            first = Some(rate(msgs.len(), t));
+            consume(bed, &name, spec, &msgs).await?
+        }
+        Mode::PkLookup => {
+            let fill = Spec {
+                mode: Mode::Group,
+                ..spec
+            };
+            let t = consume(bed, &name, fill, &msgs).await?;
+            first = Some(rate(msgs.len(), t));
+            group::pk_lookups(bed, &name, &msgs).await?
+        }
+        Mode::Latency => {
+            let gap = Duration::from_millis(20);
+            let (t, lat) = group::latencies(bed, &name, &msgs, spec.batch, gap).await?;
+            quantiles = Some((
+                group::quantile_ms(&lat, 0.5),
+                group::quantile_ms(&lat, 0.99),
+            ));
+            t
+        }
+        _ => consume(bed, &name, spec, &msgs).await?,
+    };
     let counts = bed.counts().await?;
     let check = Check::new(msgs.len() as u64, total, counts, spec.mode != Mode::Plain);
     Ok(Cell {
@@ -239,6 +294,8 @@ pub(crate) async fn run_cell<B: Ops>(
         seconds: elapsed.as_secs_f64(),
         msgs_per_sec: rate(msgs.len(), elapsed),
         first_msgs_per_sec: first,
+        p50_ms: quantiles.map(|q| q.0),
+        p99_ms: quantiles.map(|q| q.1),
         check,
     })
 }

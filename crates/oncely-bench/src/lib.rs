@@ -21,6 +21,7 @@
 pub mod bed;
 pub mod cells;
 mod chart;
+mod group;
 mod plan;
 mod raw;
 pub mod report;

@@ -5,8 +5,10 @@ use crate::cells::{Cell, Mode, Spec, run_cell};
 use crate::report::{Machine, Report};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Sqlite};
-use oncely_sql::{ConnectOptions, Durability, PgStore, SqliteStore, Tables, redact_url};
+use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite};
+use oncely_sql::{
+    ConnectOptions, Durability, MySqlStore, PgStore, SqliteStore, Tables, redact_url,
+};
 use std::path::PathBuf;
 
 /// Flags of `oncely bench`.
@@ -22,6 +24,17 @@ pub struct BenchArgs {
     /// Skip PostgreSQL.
     #[arg(long)]
     pub no_postgres: bool,
+    /// MariaDB / MySQL URL for the group-commit cells (a throwaway database is created in
+    /// it and dropped afterwards).
+    #[arg(
+        long,
+        env = "ONCELY_BENCH_MARIADB",
+        default_value = "mysql://root@127.0.0.1:3306/test"
+    )]
+    pub mariadb: String,
+    /// Skip MariaDB.
+    #[arg(long)]
+    pub no_mariadb: bool,
     /// Skip SQLite.
     #[arg(long)]
     pub no_sqlite: bool,
@@ -54,6 +67,45 @@ pub struct BenchArgs {
     /// beyond it queue on the pool (FIFO) instead of on SQLite's busy handler, which sleeps.
     #[arg(long, default_value_t = 1)]
     pub sqlite_pool: u32,
+}
+
+/// Most deliveries per transaction in the group-commit cells.
+pub(crate) const GROUP: usize = 64;
+
+/// The cells of the per-message API with group commit, on every database (MariaDB runs only
+/// these): group commit vs the plain consumer (and per-message oncely) at 1 and 16 consumers,
+/// redelivered duplicates vs primary-key lookups, and latency at one consumer.
+pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
+    let quick = args.quick;
+    let base = args.messages.unwrap_or(if quick { 150 } else { 500 });
+    let spec = |mode, batch, concurrency, messages| Spec {
+        mode,
+        batch,
+        concurrency,
+        messages,
+    };
+    let many = base * 6;
+    // Latency is measured idle: a message every 20 ms, slower than any per-message cell.
+    let paced = if quick { 60 } else { 200 };
+    vec![
+        vec![
+            spec(Mode::Plain, 1, 16, many),
+            spec(Mode::Oncely, 1, 16, many),
+            spec(Mode::Group, GROUP, 16, many),
+        ],
+        vec![
+            spec(Mode::Plain, 1, 1, base),
+            spec(Mode::Group, GROUP, 1, base),
+        ],
+        vec![
+            spec(Mode::GroupDuplicate, GROUP, 1, many),
+            spec(Mode::PkLookup, GROUP, 1, many),
+        ],
+        vec![
+            spec(Mode::Latency, 1, 1, paced),
+            spec(Mode::Latency, GROUP, 1, paced),
+        ],
+    ]
 }
 
 /// The cells to run on one database, in groups: the cells of a group are compared by a ratio,
@@ -104,6 +156,7 @@ pub(crate) fn matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
         dups.push(spec(Mode::Duplicate, 100, 1, batched(100)));
     }
     groups.push(dups);
+    groups.extend(group_matrix(args));
     groups
 }
 
@@ -134,6 +187,30 @@ async fn postgres(args: &BenchArgs, schema: &str) -> Result<Bed<Postgres>> {
     for sql in [
         format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
         format!("CREATE SCHEMA {schema}"),
+    ] {
+        sqlx::query(AssertSqlSafe(sql)).execute(&pool).await?;
+    }
+    store.migrate().await?;
+    let bed = Bed::make(pool, options.tables);
+    for sql in bed.ddl() {
+        sqlx::query(AssertSqlSafe(sql)).execute(&bed.pool).await?;
+    }
+    Ok(bed)
+}
+
+async fn mariadb(args: &BenchArgs, database: &str) -> Result<Bed<MySql>> {
+    let options = ConnectOptions {
+        tables: Tables::default().with_schema(database)?,
+        max_connections: args.pool.unwrap_or(max_concurrency(args) + 2),
+        durability: Durability::Full,
+    };
+    let store = MySqlStore::connect_with(&args.mariadb, &options)
+        .await
+        .with_context(|| format!("connecting to {}", redact_url(&args.mariadb)))?;
+    let pool = store.pool().clone();
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {database}"),
+        format!("CREATE DATABASE {database}"),
     ] {
         sqlx::query(AssertSqlSafe(sql)).execute(&pool).await?;
     }
@@ -183,8 +260,12 @@ async fn sweep<B: Ops>(
         .map(|s| s.concurrency)
         .max()
         .unwrap_or(1);
+    let has_raw = groups.iter().flatten().any(|s| s.mode == Mode::Raw);
     for mode in [Mode::Plain, Mode::Oncely, Mode::Raw] {
         for (batch, concurrency) in [(1, top), (100, 1)] {
+            if (mode == Mode::Raw || batch > 1) && !has_raw {
+                continue;
+            }
             let spec = Spec {
                 mode,
                 batch,
@@ -253,12 +334,33 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
             }
         }
     }
+    let mut maria = None;
+    if !args.no_mariadb {
+        match mariadb(&args, &schema).await {
+            Ok(bed) => {
+                machine.mariadb = sqlx::query_scalar("SELECT version()")
+                    .fetch_one(&bed.pool)
+                    .await
+                    .ok();
+                maria = Some(bed);
+            }
+            Err(e) if !services_required() => {
+                eprintln!(
+                    "SKIPPED: MariaDB cells ({e:#}); set CI or ONCELY_REQUIRE_SERVICES to fail instead"
+                );
+            }
+            Err(e) => return Err(e.context("MariaDB is required (CI / ONCELY_REQUIRE_SERVICES)")),
+        }
+    }
+    let maria_groups = group_matrix(&args);
     let dir = tempfile::tempdir().context("creating a temporary directory for SQLite")?;
     if !args.no_sqlite {
         backends.extend(["sqlite_full", "sqlite_normal"]);
     }
     let cells_per_backend = groups.iter().flatten().count();
-    let bar = ProgressBar::new((cells_per_backend * rounds * backends.len()) as u64);
+    let maria_cells = maria_groups.iter().flatten().count() * usize::from(maria.is_some());
+    let bar =
+        ProgressBar::new(((cells_per_backend * backends.len() + maria_cells) * rounds) as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
             .expect("valid template")
@@ -271,6 +373,14 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         )))
         .execute(&bed.pool)
         .await;
+        cells.extend(result?);
+    }
+    if let Some(bed) = &maria {
+        let result = sweep(bed, "mariadb", &maria_groups, rounds, &bar).await;
+        let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {schema}")))
+            .execute(&bed.pool)
+            .await;
+        bed.pool.close().await;
         cells.extend(result?);
     }
     if !args.no_sqlite {

@@ -4,7 +4,7 @@
 
 use crate::bed::{Credit, Item, Sql, db_err};
 use oncely_sql::now_ms;
-use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Sqlite, Transaction};
+use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
 use std::collections::{BTreeMap, HashSet};
 
 /// Balance increments per account, summed and sorted (sorted so concurrent batches lock
@@ -179,4 +179,16 @@ pub(crate) async fn sqlite_effects(
         q.execute(&mut **tx).await.map_err(db_err)?;
     }
     Ok(())
+}
+
+/// Multi-row effects on MariaDB / MySQL: not part of the benchmark (its cells there use the
+/// per-message handler), so batch cells are not run on it.
+pub(crate) async fn mysql_effects(
+    _sql: &Sql,
+    _tx: &mut Transaction<'static, MySql>,
+    _rows: &[(&str, &Credit)],
+) -> oncely_core::Result<()> {
+    Err(oncely_core::Error::config(
+        "batch effects are written for PostgreSQL and SQLite",
+    ))
 }

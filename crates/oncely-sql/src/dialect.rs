@@ -340,6 +340,21 @@ impl Dialect {
         }
     }
 
+    /// `expr` as a 64-bit integer (e.g. a `sum()`, which PostgreSQL and MySQL widen to a
+    /// decimal): `CAST(expr AS BIGINT)`, `CAST(expr AS SIGNED)` on MySQL.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(Dialect::MySql.cast_i64("sum(n)"), "CAST(sum(n) AS SIGNED)");
+    /// assert_eq!(Dialect::Postgres.cast_i64("sum(n)"), "CAST(sum(n) AS BIGINT)");
+    /// ```
+    pub fn cast_i64(self, expr: &str) -> String {
+        match self {
+            Self::MySql => format!("CAST({expr} AS SIGNED)"),
+            _ => format!("CAST({expr} AS BIGINT)"),
+        }
+    }
+
     /// The type of a text column that is a key or indexed: `TEXT`, or `VARCHAR(len)` on
     /// MySQL (which cannot index `TEXT` without a prefix length).
     pub fn key_text(self, len: u16) -> String {
