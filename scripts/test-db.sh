@@ -76,7 +76,7 @@ pg_stop() {
 }
 
 my_status() {
-  mariadb-admin --protocol=tcp -h 127.0.0.1 -P "$MY_PORT" -u root --connect-timeout=2 ping >/dev/null 2>&1
+  timeout 5 mariadb-admin --protocol=tcp -h 127.0.0.1 -P "$MY_PORT" -u root --connect-timeout=2 ping >/dev/null 2>&1
 }
 
 my_start() {
@@ -97,7 +97,10 @@ my_start() {
   fi
   for _ in $(seq 1 150); do
     if my_status; then
-      mariadb --protocol=tcp -h 127.0.0.1 -P "$MY_PORT" -u root -e "CREATE DATABASE IF NOT EXISTS test"
+      # Bounded: a server left read-only or locked by a killed test must not hang CI here.
+      timeout 20 mariadb --protocol=tcp -h 127.0.0.1 -P "$MY_PORT" -u root --connect-timeout=5 \
+        -e "SET GLOBAL read_only = OFF; CREATE DATABASE IF NOT EXISTS test" \
+        || die "mariadb: up but not accepting writes on $MY_PORT"
       say "mariadb: up on 127.0.0.1:$MY_PORT"; return 0
     fi
     sleep 0.2
