@@ -138,6 +138,9 @@ pub struct Cell {
     /// Latency cells: 99th percentile publish-to-ack latency, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p99_ms: Option<f64>,
+    /// Latency cells: every message's latency, sorted (rounds merge their samples).
+    #[serde(skip)]
+    latencies: Vec<Duration>,
     /// The checker's verdict.
     pub check: Check,
 }
@@ -151,13 +154,13 @@ impl Cell {
         self.seconds += other.seconds;
         self.msgs_per_sec = self.spec.messages as f64 / self.seconds.max(1e-9);
         self.first_msgs_per_sec = first_secs.map(|s| self.spec.messages as f64 / s.max(1e-9));
-        // Latency quantiles of several rounds: the worse round's (no raw samples kept).
-        let worse = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        self.p50_ms = worse(self.p50_ms, other.p50_ms);
-        self.p99_ms = worse(self.p99_ms, other.p99_ms);
+        // Latency quantiles over the samples of every round.
+        if !other.latencies.is_empty() {
+            self.latencies.extend(other.latencies);
+            self.latencies.sort();
+            self.p50_ms = Some(group::quantile_ms(&self.latencies, 0.5));
+            self.p99_ms = Some(group::quantile_ms(&self.latencies, 0.99));
+        }
         let (a, b) = (self.check, other.check);
         self.check = Check {
             published: a.published + b.published,
@@ -259,7 +262,7 @@ pub(crate) async fn run_cell<B: Ops>(
     let name = ConsumerName::new("bench")?;
     let (msgs, total) = workload(spec.messages, tag);
     let mut first = None;
-    let mut quantiles = None;
+    let mut latencies = Vec::new();
     let elapsed = match spec.mode {
         Mode::Duplicate | Mode::DuplicateChecked | Mode::GroupDuplicate => {
             let t = consume(bed, &name, spec, &msgs).await?;
@@ -278,10 +281,7 @@ pub(crate) async fn run_cell<B: Ops>(
         Mode::Latency => {
             let gap = Duration::from_millis(20);
             let (t, lat) = group::latencies(bed, &name, &msgs, spec.batch, gap).await?;
-            quantiles = Some((
-                group::quantile_ms(&lat, 0.5),
-                group::quantile_ms(&lat, 0.99),
-            ));
+            latencies = lat;
             t
         }
         _ => consume(bed, &name, spec, &msgs).await?,
@@ -294,8 +294,9 @@ pub(crate) async fn run_cell<B: Ops>(
         seconds: elapsed.as_secs_f64(),
         msgs_per_sec: rate(msgs.len(), elapsed),
         first_msgs_per_sec: first,
-        p50_ms: quantiles.map(|q| q.0),
-        p99_ms: quantiles.map(|q| q.1),
+        p50_ms: (!latencies.is_empty()).then(|| group::quantile_ms(&latencies, 0.5)),
+        p99_ms: (!latencies.is_empty()).then(|| group::quantile_ms(&latencies, 0.99)),
+        latencies,
         check,
     })
 }

@@ -43,7 +43,16 @@ pub(crate) async fn oncely_group<B: Ops, Src: Source>(
     if stats.nacked + stats.dead_lettered > 0 {
         bail!("oncely gave up on deliveries: {stats:?}");
     }
-    Ok((stats, consumer.batch_stats()))
+    let groups = consumer.batch_stats();
+    if groups.fallbacks > 0 {
+        // Not an error (each message then went alone, exactly once), but it costs: say so.
+        eprintln!(
+            "bench: group commit c{concurrency}: {} of {} groups rolled back and went one at a time",
+            groups.fallbacks,
+            groups.fallbacks + groups.committed
+        );
+    }
+    Ok((stats, groups))
 }
 
 /// Times one primary-key `SELECT` per message on one connection; every id must be found.

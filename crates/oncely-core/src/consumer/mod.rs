@@ -7,6 +7,7 @@
 //! (`batch.rs`); acks, dead letters and hand-backs happen in one place (`settle.rs`).
 
 mod batch;
+mod intake;
 mod settle;
 mod single;
 
@@ -22,12 +23,12 @@ use crate::source::{Delivery, Source};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::store::Store;
 use futures::FutureExt;
+use intake::Intake;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -230,14 +231,15 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// handed back to the source only on shutdown.
     pub async fn run<Src: Source>(
         &self,
-        mut source: Src,
+        source: Src,
         shutdown: CancellationToken,
     ) -> crate::Result<StatsSnapshot> {
         let permits = Arc::new(Semaphore::new(self.config.concurrency));
         let mut tasks = JoinSet::new();
-        let mut exhausted = false;
+        let max = self.config.max_batch;
+        let mut intake = Intake::new(source, self.name.clone(), max, &shutdown);
         self.health.publish();
-        while !exhausted {
+        loop {
             let permit = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
@@ -253,21 +255,16 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             if shutdown.is_cancelled() {
                 break;
             }
-            let next = tokio::select! {
+            let first = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                next = source.next() => next,
+                next = intake.next() => next,
             };
-            let mut group = match next {
-                Ok(Some(delivery)) => vec![delivery],
-                Ok(None) => break,
-                Err(e) => {
-                    warn!(consumer = %self.name, error = %e, "source failed; retrying in 200 ms");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
-                }
-            };
-            exhausted = self.fill_batch(&mut source, &mut group, &shutdown).await;
+            let Some(first) = first else { break };
+            let mut group = vec![first];
+            intake
+                .fill(&mut group, max, self.config.linger, &shutdown)
+                .await;
             let me = self.clone();
             let stop = shutdown.clone();
             tasks.spawn(async move {
@@ -281,6 +278,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         while let Some(done) = tasks.join_next().await {
             self.joined(done);
         }
+        intake.close().await;
         Ok(self.stats.snapshot())
     }
 
@@ -288,34 +286,6 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         if let Err(e) = done {
             warn!(consumer = %self.name, error = %e, "delivery task failed");
         }
-    }
-
-    /// Batch mode: adds to `group` what arrives within the linger, up to `max_batch`. True
-    /// when the source ended meanwhile.
-    async fn fill_batch<Src: Source>(
-        &self,
-        source: &mut Src,
-        group: &mut Vec<Delivery>,
-        shutdown: &CancellationToken,
-    ) -> bool {
-        let deadline = Instant::now() + self.config.linger;
-        while group.len() < self.config.max_batch {
-            let next = tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => return false,
-                next = tokio::time::timeout_at(deadline, source.next()) => next,
-            };
-            match next {
-                Err(_lingered) => return false,
-                Ok(Ok(Some(delivery))) => group.push(delivery),
-                Ok(Ok(None)) => return true,
-                Ok(Err(e)) => {
-                    warn!(consumer = %self.name, error = %e, "source failed mid-batch");
-                    return false;
-                }
-            }
-        }
-        false
     }
 
     /// Processes one delivery through the whole contract and settles it. While the store

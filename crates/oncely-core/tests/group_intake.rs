@@ -1,0 +1,73 @@
+//! Group commit reads the source ahead in its own task, so no `Source::next` is dropped
+//! halfway: a source that loses the delivery it was receiving when its `next` is dropped
+//! (as a broker read whose answer is discarded does) still loses nothing, and groups form
+//! from what is ready.
+
+mod support;
+
+use oncely_core::{
+    Acker, CancellationToken, Consumer, ConsumerName, Delivery, RawEnvelope, Result, Source,
+};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::{Ledger, MemStore, double_and_lost};
+
+/// Takes a message off its queue, then waits a moment before handing it over: dropping
+/// `next` during that wait loses the message for good.
+struct DropLoses {
+    queue: Arc<Mutex<VecDeque<RawEnvelope>>>,
+}
+
+struct Acked;
+
+impl Acker for Acked {
+    fn ack(self: Box<Self>) -> futures::future::BoxFuture<'static, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn nack(self: Box<Self>) -> futures::future::BoxFuture<'static, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl Source for DropLoses {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        let Some(message) = self.queue.lock().unwrap().pop_front() else {
+            return Ok(None);
+        };
+        tokio::time::sleep(Duration::from_micros(200)).await;
+        Ok(Some(Delivery::new(message, 1, Box::new(Acked))))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_never_drops_a_pending_read() {
+    let ids: Vec<String> = (0..300).map(|i| format!("m-{i}")).collect();
+    let queue = ids
+        .iter()
+        .map(|id| RawEnvelope::new(id.as_str(), "1"))
+        .collect();
+    let source = DropLoses {
+        queue: Arc::new(Mutex::new(queue)),
+    };
+    let store = MemStore::default();
+    let consumer = Consumer::new(
+        ConsumerName::new("group").unwrap(),
+        store.clone(),
+        Ledger::default(),
+    )
+    .max_batch(16)
+    .concurrency(2);
+    let stats = consumer
+        .run(source, CancellationToken::new())
+        .await
+        .unwrap();
+    let (double, lost) = double_and_lost(&store.ledger(), &ids);
+    assert_eq!((double, lost), (0, 0), "{stats:?}");
+    assert_eq!(stats.applied, 300, "{stats:?}");
+    let groups = consumer.batch_stats();
+    assert!(
+        groups.committed > 0,
+        "no group of two or more formed: {groups:?}"
+    );
+}
