@@ -117,7 +117,7 @@ async fn late_message_is_quarantined_on_postgres() {
         0,
         "a late message was applied"
     );
-    let dl = t.table("dead_letters");
+    let dl = t.tables().dead_letters();
     assert_eq!(
         count(format!(
             "SELECT COUNT(*) FROM {dl} WHERE reason = 'late' AND message_id IN ('late-1', 'late-2')"
@@ -125,7 +125,7 @@ async fn late_message_is_quarantined_on_postgres() {
         .await,
         2
     );
-    let inbox = t.table("inbox");
+    let inbox = t.tables().inbox();
     assert_eq!(
         count(format!(
             "SELECT COUNT(*) FROM {inbox} WHERE message_id LIKE 'late-%'"

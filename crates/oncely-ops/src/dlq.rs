@@ -132,7 +132,7 @@ pub(crate) async fn summaries_where(
     let sql = format!(
         "SELECT {} FROM {} WHERE {condition} ORDER BY id{limit}",
         summary_columns(ops),
-        ops.table("dead_letters")
+        ops.tables().dead_letters()
     );
     with_pool!(ops.pool(), p => {
         let mut q = sqlx::query(AssertSqlSafe(sql));
@@ -178,7 +178,7 @@ pub async fn list(ops: &Ops, filter: &Filter) -> Result<Vec<DeadLetterSummary>> 
     let sql = format!(
         "SELECT {} FROM {} WHERE {condition} ORDER BY id{limit}",
         summary_columns(ops),
-        ops.table("dead_letters")
+        ops.tables().dead_letters()
     );
     with_pool!(ops.pool(), p => {
         let mut q = sqlx::query(AssertSqlSafe(sql));
@@ -203,7 +203,7 @@ pub async fn show(ops: &Ops, id: i64) -> Result<Option<DeadLetterRow>> {
     let sql = format!(
         "SELECT {}, raw_id, payload, payload_hash, stored_hash, entity_key, version, source_time, headers FROM {} WHERE id = {}",
         summary_columns(ops),
-        ops.table("dead_letters"),
+        ops.tables().dead_letters(),
         ops.dialect().param(1)
     );
     with_pool!(ops.pool(), p => {
@@ -235,7 +235,7 @@ pub async fn show(ops: &Ops, id: i64) -> Result<Option<DeadLetterRow>> {
 pub async fn delete(ops: &Ops, id: i64) -> Result<bool> {
     let sql = format!(
         "DELETE FROM {} WHERE id = {}",
-        ops.table("dead_letters"),
+        ops.tables().dead_letters(),
         ops.dialect().param(1)
     );
     let n = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql)).bind(id).execute(p).await
@@ -256,7 +256,7 @@ pub async fn purge(
         ..filter.clone()
     };
     let (condition, binds, before) = conditions(ops, &filter);
-    let dl = ops.table("dead_letters");
+    let dl = ops.tables().dead_letters();
     let sql = ops.dialect().delete_batch(&dl, "id", &condition, "1000");
     let mut total = 0;
     loop {

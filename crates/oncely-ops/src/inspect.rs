@@ -65,7 +65,7 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
     let inbox_sql = format!(
         "SELECT {} AS consumer, payload_hash, received_at FROM {} WHERE message_id = {} ORDER BY received_at",
         ops.dialect().text("consumer"),
-        ops.table("inbox"),
+        ops.tables().inbox(),
         ops.dialect().param(1)
     );
     let claimed = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(inbox_sql))
@@ -136,7 +136,7 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
         .collect();
     let sql = format!(
         "SELECT {ek} AS effect_key, {kind} AS kind, {state} AS state, updated_at FROM {} WHERE {} ORDER BY effect_key",
-        ops.table("effect_journal"),
+        ops.tables().effect_journal(),
         ranges.join(" OR "),
         ek = ops.dialect().text("effect_key"),
         kind = ops.dialect().text("kind"),
@@ -170,7 +170,7 @@ async fn outbox(ops: &Ops, id: &str) -> Result<Option<Vec<OutboxRow>>> {
     let sql = format!(
         "SELECT id, {} AS destination, created_at, dispatched_at FROM {} WHERE message_id = {} ORDER BY id",
         ops.dialect().text("destination"),
-        ops.table("outbox"),
+        ops.tables().outbox(),
         ops.dialect().param(1)
     );
     let rows = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql))

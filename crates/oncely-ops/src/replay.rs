@@ -258,7 +258,7 @@ where
 async fn newest_id(ops: &Ops) -> Result<i64> {
     let sql = format!(
         "SELECT COALESCE(MAX(id), 0) FROM {}",
-        ops.table("dead_letters")
+        ops.tables().dead_letters()
     );
     with_pool!(ops.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).fetch_one(p).await
         .map_err(|e| db("reading dead letters", e)))
@@ -268,7 +268,7 @@ async fn newest_id(ops: &Ops) -> Result<i64> {
 async fn superseded(ops: &Ops, row: &DeadLetterRow, newest_before: i64) -> Result<bool> {
     let sql = format!(
         "SELECT COUNT(*) FROM {} WHERE id > {} AND consumer = {} AND raw_id = {} AND payload_hash = {}",
-        ops.table("dead_letters"),
+        ops.tables().dead_letters(),
         ops.dialect().param(1),
         ops.dialect().param(2),
         ops.dialect().param(3),

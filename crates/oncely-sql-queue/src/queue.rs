@@ -87,7 +87,7 @@ impl SqlQueue {
     pub fn new(pool: PgPool, tables: &Tables) -> Self {
         Self {
             pool,
-            table: tables.table("queue"),
+            table: tables.queue(),
             tables: tables.clone(),
         }
     }

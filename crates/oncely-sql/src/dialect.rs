@@ -443,8 +443,8 @@ pub(crate) const DEAD_LETTER_KEY: &str = "consumer, id_hash, payload_hash, reaso
 
 impl Queries {
     pub fn new(d: Dialect, t: &Tables) -> Self {
-        let inbox = t.table("inbox");
-        let dl = t.table("dead_letters");
+        let inbox = t.inbox();
+        let dl = t.dead_letters();
         let now = d.now_ms_sql();
         let values = format!("{}, {now}", d.params(1, 3));
         let claim = match d {

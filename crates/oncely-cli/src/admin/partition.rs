@@ -46,7 +46,7 @@ pub async fn run(args: PartitionArgs) -> Result<bool> {
             } else {
                 println!(
                     "partitioned inbox {} ready; created {}",
-                    ops.table("inbox"),
+                    ops.tables().inbox(),
                     created.join(", ")
                 );
             }

@@ -304,11 +304,8 @@ async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
         None => vec![
             format!("DROP TABLE IF EXISTS {}", tables.accounts),
             format!("DROP TABLE IF EXISTS {}", tables.ledger),
-            format!("DROP TABLE IF EXISTS {}", store.tables().table("inbox")),
-            format!(
-                "DROP TABLE IF EXISTS {}",
-                store.tables().table("dead_letters")
-            ),
+            format!("DROP TABLE IF EXISTS {}", store.tables().inbox()),
+            format!("DROP TABLE IF EXISTS {}", store.tables().dead_letters()),
             format!(
                 "DROP TABLE IF EXISTS {}",
                 store.tables().table("migrations")
