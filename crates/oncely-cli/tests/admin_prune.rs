@@ -2,7 +2,7 @@
 
 mod admin_support;
 use admin_support::{Target, mysql_url, n, pg_url};
-use oncely_ops::{Ops, partition};
+use oncely::ops::{Ops, partition};
 use oncely_sql::now_ms;
 
 const DAY: i64 = 86_400_000;

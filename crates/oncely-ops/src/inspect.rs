@@ -2,9 +2,9 @@
 //! oncely-effects' tables exist — effect-journal and outbox rows.
 
 use crate::db::Ops;
-use crate::dlq::{DeadLetterSummary, summaries_where};
-use oncely_core::Result;
+use crate::dlq::{self, serialize_rows};
 use oncely_core::{ConsumerName, MessageId};
+use oncely_core::{Result, StoredDeadLetter};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
 use oncely_sql::{db, is_missing_table, with_pool};
 
@@ -52,8 +52,9 @@ pub struct Inspection {
     pub message_id: String,
     /// Inbox rows (one per consumer that processed it).
     pub claimed: Vec<Claimed>,
-    /// Dead letters with this id.
-    pub dead_letters: Vec<DeadLetterSummary>,
+    /// Dead letters with this id (printed as [`dlq::DeadLetterJson`]).
+    #[serde(serialize_with = "serialize_rows")]
+    pub dead_letters: Vec<StoredDeadLetter>,
     /// Effect-journal rows; `None` when the journal table does not exist.
     pub effect_journal: Option<Vec<JournalRow>>,
     /// Outbox rows with this outgoing id; `None` when the outbox table does not exist.
@@ -81,13 +82,7 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
         }))
         .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
         .map_err(|e| db("decoding inbox rows", e))?);
-    let dead_letters = summaries_where(
-        ops,
-        &format!("message_id = {}", ops.dialect().param(1)),
-        Some(message_id),
-        None,
-    )
-    .await?;
+    let dead_letters = dlq::of_message(ops, message_id).await?;
     let consumers: Vec<String> = claimed
         .iter()
         .map(|c| c.consumer.clone())

@@ -35,7 +35,7 @@ pub struct PruneArgs {
 }
 
 /// Runs `oncely prune`. Exit status 0 also when another pruner held the lock.
-pub async fn run(args: PruneArgs) -> Result<bool> {
+pub(crate) async fn run(args: PruneArgs) -> Result<bool> {
     let metrics = super::metrics::serve(&args.metrics)?;
     let (_store, ops) = args.db.open().await?;
     let options = PruneOptions {
