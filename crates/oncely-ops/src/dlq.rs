@@ -5,9 +5,9 @@
 //! it is printed (`oncely dlq list/show --json`, `oncely inspect --json`).
 
 use crate::db::Ops;
-use oncely_core::{Meta, RawEnvelope, Result, StoredDeadLetter};
-use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use oncely_sql::{db, from_ms, now_ms, to_ms, with_pool};
+use oncely_core::{RawEnvelope, Result, StoredDeadLetter};
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{db, dead_letter_columns, decode_dead_letter, now_ms, to_ms, with_pool};
 use std::time::Duration;
 
 /// A [`StoredDeadLetter`] as JSON: times in unix ms, the raw id in hex, the payload as
@@ -135,52 +135,6 @@ pub struct Filter {
     pub limit: Option<u32>,
 }
 
-/// The columns of a [`StoredDeadLetter`] (the consumer as text: MySQL may store it as VARBINARY).
-fn columns(ops: &Ops) -> String {
-    format!(
-        "id, {} AS consumer, message_id, raw_id, payload, payload_hash, stored_hash, reason, detail, attempts, entity_key, version, source_time, headers, dead_lettered_at, last_seen, deliveries",
-        ops.dialect().text("consumer")
-    )
-}
-
-fn row_of<R: Row>(r: &R) -> std::result::Result<StoredDeadLetter, sqlx::Error>
-where
-    for<'a> &'a str: sqlx::ColumnIndex<R>,
-    i64: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    i32: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Vec<u8>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Option<i64>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Option<Vec<u8>>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-{
-    let count = |c: &str| -> std::result::Result<u32, sqlx::Error> {
-        Ok(r.try_get::<i32, _>(c)?.max(0) as u32)
-    };
-    let headers: String = r.try_get("headers")?;
-    Ok(StoredDeadLetter {
-        id: r.try_get("id")?,
-        consumer: r.try_get("consumer")?,
-        message_id: r.try_get("message_id")?,
-        raw_id: r.try_get("raw_id")?,
-        payload: r.try_get("payload")?,
-        payload_hash: r.try_get("payload_hash")?,
-        stored_hash: r.try_get("stored_hash")?,
-        reason: r.try_get("reason")?,
-        detail: r.try_get("detail")?,
-        attempts: count("attempts")?,
-        dead_lettered_at: from_ms(r.try_get("dead_lettered_at")?),
-        last_seen: from_ms(r.try_get("last_seen")?),
-        deliveries: count("deliveries")?,
-        meta: Meta {
-            entity_key: r.try_get("entity_key")?,
-            version: r.try_get("version")?,
-            source_time: r.try_get::<Option<i64>, _>("source_time")?.map(from_ms),
-            headers: serde_json::from_str(&headers).unwrap_or_default(),
-        },
-    })
-}
-
 /// Rows matching a condition from [`conditions`] (its text binds, then its integer bind),
 /// oldest first.
 async fn select(
@@ -192,7 +146,7 @@ async fn select(
     let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
     let sql = format!(
         "SELECT {} FROM {} WHERE {condition} ORDER BY id{limit}",
-        columns(ops),
+        dead_letter_columns(ops.dialect()),
         ops.tables().dead_letters()
     );
     with_pool!(ops.pool(), p => {
@@ -207,7 +161,7 @@ async fn select(
             .await
             .map_err(|e| db(what, e))?
             .iter()
-            .map(row_of)
+            .map(decode_dead_letter)
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| db("decoding dead letters", e))
     })
