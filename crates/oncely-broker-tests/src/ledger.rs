@@ -62,7 +62,7 @@ impl Db {
 
     /// The dead-letter table's qualified name.
     pub fn dead_letters(&self) -> String {
-        self.store.tables().table("dead_letters")
+        self.store.tables().dead_letters()
     }
 
     /// The handler writing to this database's ledger.

@@ -154,7 +154,7 @@ async fn dlq_round_trip(t: &Target) {
         .unwrap()
         .len() as i64;
     let old = (oncely_sql::now_ms() - 40 * 86_400_000).to_string();
-    let dl = t.table("dead_letters");
+    let dl = t.tables().dead_letters();
     t.exec(&format!(
         "UPDATE {dl} SET dead_lettered_at = {old} WHERE reason = 'conflict'"
     ))

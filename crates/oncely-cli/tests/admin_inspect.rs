@@ -53,7 +53,7 @@ async fn inspect_finds_each_kind_of_id(t: &Target) {
     );
 
     // The effect tables, when present, are searched too.
-    let journal = t.table("effect_journal");
+    let journal = t.tables().effect_journal();
     let ddl = if t.url.starts_with("mysql") {
         format!(
             "CREATE TABLE {journal} (effect_key VARBINARY(255) PRIMARY KEY, kind VARBINARY(64) NOT NULL, state VARBINARY(16) NOT NULL, updated_at BIGINT NOT NULL)"

@@ -4,11 +4,11 @@
 
 mod admin_support;
 use admin_support::{Target, pg_url};
+use oncely::ops::retention::Retention;
 use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, LatePolicy, MemorySource,
     RawEnvelope, Result,
 };
-use oncely_ops::retention::Retention;
 use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Transaction};
 use oncely_sql::{ConnectOptions, PgStore};
 use std::time::{Duration, SystemTime};
@@ -117,7 +117,7 @@ async fn late_message_is_quarantined_on_postgres() {
         0,
         "a late message was applied"
     );
-    let dl = t.table("dead_letters");
+    let dl = t.tables().dead_letters();
     assert_eq!(
         count(format!(
             "SELECT COUNT(*) FROM {dl} WHERE reason = 'late' AND message_id IN ('late-1', 'late-2')"
@@ -125,7 +125,7 @@ async fn late_message_is_quarantined_on_postgres() {
         .await,
         2
     );
-    let inbox = t.table("inbox");
+    let inbox = t.tables().inbox();
     assert_eq!(
         count(format!(
             "SELECT COUNT(*) FROM {inbox} WHERE message_id LIKE 'late-%'"
@@ -167,7 +167,7 @@ async fn late_message_is_quarantined_on_postgres() {
 
     // Replaying the quarantined copy through the library applies it once for `billing`; a
     // second replay of another copy is a duplicate.
-    let ops = oncely_ops::Ops::from(&store);
+    let ops = oncely::ops::Ops::from(&store);
     let id = listed
         .as_array()
         .unwrap()
@@ -176,12 +176,12 @@ async fn late_message_is_quarantined_on_postgres() {
         .unwrap()["id"]
         .as_i64()
         .unwrap();
-    let r = oncely_ops::replay::replay(
+    let r = oncely::ops::replay::replay(
         &ops,
         std::sync::Arc::new(store.clone()),
         effect.clone(),
         id,
-        &oncely_ops::replay::ReplayOptions::default(),
+        &oncely::ops::replay::ReplayOptions::default(),
     )
     .await
     .unwrap();

@@ -2,13 +2,13 @@
 
 mod admin_support;
 use admin_support::{Target, mysql_url, n, pg_url};
-use oncely_ops::{Ops, partition};
+use oncely::ops::{Ops, partition};
 use oncely_sql::now_ms;
 
 const DAY: i64 = 86_400_000;
 
 async fn insert_rows(t: &Target, prefix: &str, count: usize, received_at: i64) {
-    let inbox = t.table("inbox");
+    let inbox = t.tables().inbox();
     for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
         let values: Vec<String> = chunk
             .iter()
@@ -49,7 +49,7 @@ async fn batched_prune(t: &Target) {
     assert_eq!(n(&r["expired_at_start"]), 2_500);
     assert_eq!(n(&r["deleted"]), 2_500, "{r}");
     assert_eq!(n(&r["batches"]), 9, "2,500 rows in batches of 300: {r}");
-    let inbox = t.table("inbox");
+    let inbox = t.tables().inbox();
     assert_eq!(
         t.scalar(&format!(
             "SELECT COUNT(*) FROM {inbox} WHERE message_id LIKE 'old-%'"
@@ -132,7 +132,7 @@ async fn partitioned_prune_on_postgres_drops_whole_days() {
         t.json(&["partition", "list"]).as_array().unwrap().len(),
         before - dropped + r["partitions_created"].as_array().unwrap().len()
     );
-    let inbox = t.table("inbox");
+    let inbox = t.tables().inbox();
     assert_eq!(
         t.scalar(&format!(
             "SELECT COUNT(*) FROM {inbox} WHERE message_id LIKE 'old-%'"

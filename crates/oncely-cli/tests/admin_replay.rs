@@ -79,7 +79,7 @@ async fn effects(t: &Target, id: &str) -> i64 {
 
 async fn refusals(t: &Target) {
     t.seed_with_demo(300);
-    let events = t.table("ops_events");
+    let events = t.tables().ops_events();
 
     // (a) A conflict is refused, row kept, nothing applied; `resolve --keep-stored` settles it.
     let conflicts = t.json(&["dlq", "list", "--reason", "conflict"]);
@@ -136,7 +136,7 @@ async fn refusals(t: &Target) {
     let old = oncely_sql::now_ms() - 8 * 86_400_000;
     t.exec(&format!(
         "UPDATE {} SET dead_lettered_at = {old} WHERE id = {row}",
-        t.table("dead_letters")
+        t.tables().dead_letters()
     ))
     .await;
     let r = t.json(&["dlq", "replay", &row]);
@@ -148,7 +148,7 @@ async fn refusals(t: &Target) {
     let young = row_of(t, "young-1");
     t.exec(&format!(
         "UPDATE {} SET dead_lettered_at = {} WHERE id = {young}",
-        t.table("dead_letters"),
+        t.tables().dead_letters(),
         oncely_sql::now_ms() - 2 * 3_600_000
     ))
     .await;

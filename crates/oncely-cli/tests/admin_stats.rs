@@ -14,18 +14,18 @@ async fn stats_match_the_tables(t: &Target) {
         .unwrap_or_else(|| panic!("no demo consumer in {s}"))
         .clone();
     let held = t
-        .scalar(&format!("SELECT COUNT(*) FROM {}", t.table("inbox")))
+        .scalar(&format!("SELECT COUNT(*) FROM {}", t.tables().inbox()))
         .await;
     let letters = t
         .scalar(&format!(
             "SELECT COUNT(*) FROM {} WHERE consumer = 'demo'",
-            t.table("dead_letters")
+            t.tables().dead_letters()
         ))
         .await;
     let oldest = t
         .scalar(&format!(
             "SELECT MIN(received_at) FROM {}",
-            t.table("inbox")
+            t.tables().inbox()
         ))
         .await;
     assert!(held > 300, "demo left too few ids: {held}");

@@ -74,12 +74,12 @@ async fn apply_everything_on_postgres() {
     let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("7 migration(s) applied"), "{out}");
-    let ledger = t.table("migration_ledger");
+    let ledger = t.tables().migration_ledger();
     assert_eq!(t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await, 7);
     let partitioned = t
         .scalar(&format!(
             "SELECT COUNT(*) FROM pg_partitioned_table WHERE partrelid = to_regclass('{}')",
-            t.table("inbox")
+            t.tables().inbox()
         ))
         .await;
     assert_eq!(
@@ -108,7 +108,7 @@ async fn partitioned_over_a_regular_inbox_is_refused_clearly() {
         err.contains("already exists as a regular table") && err.contains("new schema or prefix"),
         "unclear error: {err}"
     );
-    let ledger = t.table("migration_ledger");
+    let ledger = t.tables().migration_ledger();
     assert_eq!(
         t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await,
         2,

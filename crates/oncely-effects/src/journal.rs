@@ -137,7 +137,7 @@ impl<DB: SqlDatabase> Clone for Journal<DB> {
 impl<DB: SqlDatabase> fmt::Debug for Journal<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Journal")
-            .field("table", &self.tables.table("effect_journal"))
+            .field("table", &self.tables.effect_journal())
             .finish()
     }
 }
@@ -192,7 +192,7 @@ impl<DB: SqlDatabase> Journal<DB> {
     }
 
     fn table(&self) -> String {
-        self.tables.table("effect_journal")
+        self.tables.effect_journal()
     }
 
     async fn exec(&self, doing: &str, sql: String, args: Vec<Value>) -> Result<u64> {

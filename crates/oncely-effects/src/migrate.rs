@@ -18,42 +18,10 @@ pub type EffectsMigration = Migration;
 /// let sql = print_migration_sets(Dialect::MySql, &Tables::default(), &[&INBOX, &oncely_effects::MIGRATIONS]).unwrap();
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS oncely_effect_journal"));
 /// ```
-pub static MIGRATIONS: MigrationSet = MigrationSet::new("effects")
-    .sqlite(&[
-        Migration::new(
-            1,
-            "effects",
-            include_str!("../migrations/sqlite/0001_effects.sql"),
-        ),
-        Migration::new(
-            2,
-            "journal_lease",
-            include_str!("../migrations/sqlite/0002_journal_lease.sql"),
-        ),
-    ])
-    .postgres(&[
-        Migration::new(
-            1,
-            "effects",
-            include_str!("../migrations/postgres/0001_effects.sql"),
-        ),
-        Migration::new(
-            2,
-            "journal_lease",
-            include_str!("../migrations/postgres/0002_journal_lease.sql"),
-        ),
-    ])
-    .mysql(&[
-        Migration::new(
-            1,
-            "effects",
-            include_str!("../migrations/mysql/0001_effects.sql"),
-        ),
-        Migration::new(
-            2,
-            "journal_lease",
-            include_str!("../migrations/mysql/0002_journal_lease.sql"),
-        ),
+pub static MIGRATIONS: MigrationSet =
+    oncely_sql::migration_set!("effects", [sqlite, postgres, mysql], [
+        1, "effects", "0001_effects.sql";
+        2, "journal_lease", "0002_journal_lease.sql";
     ])
     .adopt(&[Adopt::Ledger("effects_migrations")]);
 

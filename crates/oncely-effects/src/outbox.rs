@@ -156,7 +156,7 @@ pub(crate) fn message_of(row: &[Value]) -> Result<OutboxMessage> {
 
 /// The PostgreSQL NOTIFY channel of an outbox table: short, whatever the schema and prefix.
 pub(crate) fn channel(tables: &Tables) -> String {
-    let digest = Sha256::digest(tables.table("outbox").as_bytes());
+    let digest = Sha256::digest(tables.outbox().as_bytes());
     format!("oncely_outbox_{}", &hex::encode(digest)[..16])
 }
 
@@ -200,7 +200,7 @@ impl Outbox {
         let id = derived_id(&self.emitter, incoming, seq);
         let sql = format!(
             "INSERT INTO {} (message_id, entity_key, destination, payload, headers, version, created_at, attempts, next_attempt_at) VALUES ({}) {}",
-            self.tables.table("outbox"),
+            self.tables.outbox(),
             d.params(1, 9),
             d.on_conflict_do_nothing("message_id")
         );
@@ -234,10 +234,7 @@ pub async fn outbox_rows<DB: SqlDatabase>(
     conn: &mut DB::Connection,
     tables: &Tables,
 ) -> Result<Vec<OutboxMessage>> {
-    let sql = format!(
-        "SELECT {ROW_COLS} FROM {} ORDER BY id",
-        tables.table("outbox")
-    );
+    let sql = format!("SELECT {ROW_COLS} FROM {} ORDER BY id", tables.outbox());
     DB::fetch(conn, &sql, &[], ROW_TYPES)
         .await
         .map_err(|e| db("reading the outbox", e))?

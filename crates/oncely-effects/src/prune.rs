@@ -39,15 +39,7 @@ pub async fn prune_outbox<DB: SqlDatabase>(
     batch: u32,
 ) -> Result<u64> {
     let condition = "dispatched_at IS NOT NULL AND dispatched_at";
-    delete_batch(
-        pool,
-        tables.table("outbox"),
-        "id",
-        condition,
-        older_than,
-        batch,
-    )
-    .await
+    delete_batch(pool, tables.outbox(), "id", condition, older_than, batch).await
 }
 
 /// Deletes up to `batch` journal rows resolved (`done` or `failed`) more than `older_than` ago
@@ -62,6 +54,6 @@ pub async fn prune_journal<DB: SqlDatabase>(
     batch: u32,
 ) -> Result<u64> {
     let condition = "state <> 'pending' AND updated_at";
-    let table = tables.table("effect_journal");
+    let table = tables.effect_journal();
     delete_batch(pool, table, "effect_key", condition, older_than, batch).await
 }

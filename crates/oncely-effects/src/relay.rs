@@ -131,7 +131,7 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
 
     fn select_sql(&self) -> String {
         let d = DB::DIALECT;
-        let t = self.tables.table("outbox");
+        let t = self.tables.outbox();
         let cols = ROW_COLS
             .split(", ")
             .map(|c| format!("o.{c}"))
@@ -154,7 +154,7 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
     /// back: its rows are dispatched again, with the same ids.
     pub async fn dispatch_once(&self) -> Result<DispatchReport> {
         let d = DB::DIALECT;
-        let t = self.tables.table("outbox");
+        let t = self.tables.outbox();
         let mut report = DispatchReport::default();
         let mut tx = self
             .pool
@@ -219,7 +219,7 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
     pub async fn undispatched(&self) -> Result<u64> {
         let sql = format!(
             "SELECT COUNT(*) FROM {} WHERE dispatched_at IS NULL",
-            self.tables.table("outbox")
+            self.tables.outbox()
         );
         let mut conn = self
             .pool

@@ -87,7 +87,7 @@ impl Versions {
         let d = DB::DIALECT;
         let sql = format!(
             "SELECT version FROM {} WHERE entity = {} AND entity_key = {}",
-            self.tables.table("versions"),
+            self.tables.versions(),
             d.param(1),
             d.param(2)
         );
@@ -128,7 +128,7 @@ pub async fn apply_if_newer<DB: SqlDatabase>(
 
 /// The one statement per dialect: insert, or update only when the stored version is lower.
 pub(crate) fn apply_sql(d: Dialect, tables: &Tables) -> String {
-    let v = tables.table("versions");
+    let v = tables.versions();
     let values = d.params(1, 4);
     match d {
         Dialect::Sqlite => format!(

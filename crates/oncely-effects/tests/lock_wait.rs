@@ -34,7 +34,7 @@ async fn mysql_lock_wait_timeout_is_transient_in_the_journal() {
     let mut holder = store.pool().begin().await.unwrap();
     sqlx::query(AssertSqlSafe(format!(
         "SELECT calls FROM {} WHERE effect_key = 'c:m1:email' FOR UPDATE",
-        tables.table("effect_journal")
+        tables.effect_journal()
     )))
     .fetch_all(&mut *holder)
     .await

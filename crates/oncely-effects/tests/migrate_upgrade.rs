@@ -46,7 +46,7 @@ macro_rules! upgrade {
             async move {
                 let rows: Vec<(i64, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                     "SELECT version, name, applied_at FROM {} WHERE set_name = '{set}' ORDER BY version",
-                    t.table("migration_ledger")
+                    t.migration_ledger()
                 )))
                 .fetch_all(store.pool())
                 .await
@@ -55,9 +55,9 @@ macro_rules! upgrade {
             }
         };
         // 1. Everything applied by the old code.
-        exec(format!("DROP TABLE {}", t.table("migration_ledger"))).await;
+        exec(format!("DROP TABLE {}", t.migration_ledger())).await;
         exec(old_ledgers(&t, $name_type, &[(1, "effects"), (2, "journal_lease")])).await;
-        exec(format!("DROP TABLE {}; DROP TABLE {}", t.table("inbox"), t.table("versions"))).await;
+        exec(format!("DROP TABLE {}; DROP TABLE {}", t.inbox(), t.versions())).await;
         assert_eq!(store.migrate().await.unwrap(), 0, "inbox adopted, not re-run");
         assert_eq!(
             oncely_effects::migrate(store.pool(), &t).await.unwrap(),
@@ -92,14 +92,14 @@ macro_rules! upgrade {
         // 2. An older effects install (version 1 only): version 2 runs, once.
         exec(format!(
             "DROP TABLE {}; DROP TABLE {}; DROP TABLE {}",
-            t.table("migration_ledger"),
+            t.migration_ledger(),
             t.table("migrations"),
             t.table("effects_migrations")
         ))
         .await;
         exec(format!(
             "ALTER TABLE {j} DROP COLUMN lease_until; ALTER TABLE {j} DROP COLUMN leased_by",
-            j = t.table("effect_journal")
+            j = t.effect_journal()
         ))
         .await;
         exec(old_ledgers(&t, $name_type, &[(1, "effects")])).await;
@@ -114,7 +114,7 @@ macro_rules! upgrade {
         assert_eq!((effects[1].0, effects[1].2 > 1002), (2, true), "applied now");
         exec(format!(
             "SELECT lease_until, leased_by FROM {}",
-            t.table("effect_journal")
+            t.effect_journal()
         ))
         .await;
     }};

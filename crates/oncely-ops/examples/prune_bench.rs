@@ -85,7 +85,7 @@ async fn wal_bytes(pool: &PgPool, from: &str, to: &str) -> i64 {
 
 /// Inserts `rows` expired ids spread over the days 10..8 ago (triggers off for the bulk load).
 async fn fill(store: &PgStore, rows: i64) {
-    let inbox = store.tables().table("inbox");
+    let inbox = store.tables().inbox();
     let start = now_ms() - 10 * DAY;
     let sql = format!(
         "SET session_replication_role = replica;

@@ -21,7 +21,7 @@ impl Ops {
         &self.pool
     }
 
-    /// The table naming.
+    /// The table naming: `ops.tables().inbox()`, `ops.tables().dead_letters()`, …
     pub fn tables(&self) -> &Tables {
         &self.tables
     }
@@ -29,11 +29,6 @@ impl Ops {
     /// The database.
     pub fn dialect(&self) -> Dialect {
         self.pool.dialect()
-    }
-
-    /// Qualified name of an oncely table (`inbox`, `dead_letters`, …).
-    pub fn table(&self, name: &str) -> String {
-        self.tables.table(name)
     }
 }
 

@@ -1,14 +1,35 @@
 //! Dead letters: list, show, delete, purge. Replay and resolve are in [`crate::replay`].
+//!
+//! A dead-letter row has one type everywhere: [`oncely_core::StoredDeadLetter`] (what
+//! [`oncely_core::Inspect::dead_letters`] returns, with its row id). [`DeadLetterJson`] is how
+//! it is printed (`oncely dlq list/show --json`, `oncely inspect --json`).
 
 use crate::db::Ops;
-use oncely_core::{Meta, RawEnvelope, Result};
-use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use oncely_sql::{db, from_ms, now_ms, with_pool};
+use oncely_core::{RawEnvelope, Result, StoredDeadLetter};
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{db, dead_letter_columns, decode_dead_letter, now_ms, to_ms, with_pool};
 use std::time::Duration;
 
-/// A dead letter without its payload, for listings.
+/// A [`StoredDeadLetter`] as JSON: times in unix ms, the raw id in hex, the payload as
+/// (lossy) UTF-8 text and the headers as their stored JSON text.
+///
+/// ```
+/// use oncely_core::{Meta, StoredDeadLetter};
+/// use std::time::{Duration, UNIX_EPOCH};
+/// let at = UNIX_EPOCH + Duration::from_millis(1_000);
+/// let row = StoredDeadLetter {
+///     id: 7, consumer: "billing".into(), message_id: Some("m-1".into()),
+///     raw_id: Some(b"m-1".to_vec()), payload: b"5".to_vec(), payload_hash: "ab".into(),
+///     stored_hash: None, reason: "permanent".into(), detail: "bad".into(), attempts: 1,
+///     dead_lettered_at: at, last_seen: at, deliveries: 1, meta: Meta::default(),
+/// };
+/// let json = serde_json::to_value(oncely_ops::dlq::DeadLetterJson::from(&row)).unwrap();
+/// assert_eq!(json["id"], 7);
+/// assert_eq!(json["raw_id_hex"], "6d2d31");
+/// assert_eq!(json["dead_lettered_at"], 1_000);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DeadLetterSummary {
+pub struct DeadLetterJson {
     /// Row id (what `show`, `replay` take).
     pub id: i64,
     /// Consumer that gave up on the message.
@@ -20,17 +41,13 @@ pub struct DeadLetterSummary {
     /// Human-readable detail.
     pub detail: String,
     /// Attempts made.
-    pub attempts: i64,
-    /// When it was stored (unix ms).
+    pub attempts: u32,
+    /// First seen (unix ms).
     pub dead_lettered_at: i64,
-}
-
-/// A dead letter with everything stored.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct DeadLetterRow {
-    /// The summary fields.
-    #[serde(flatten)]
-    pub summary: DeadLetterSummary,
+    /// Last seen (unix ms).
+    pub last_seen: i64,
+    /// How many times it was dead-lettered.
+    pub deliveries: u32,
     /// Raw id bytes, hex (the id may not be valid UTF-8).
     pub raw_id_hex: Option<String>,
     /// Payload as (lossy) UTF-8 text.
@@ -47,37 +64,61 @@ pub struct DeadLetterRow {
     pub version: Option<i64>,
     /// Source time (unix ms).
     pub source_time: Option<i64>,
-    /// Headers as stored (JSON object).
+    /// Headers (a JSON object, as text).
     pub headers: String,
-    #[serde(skip)]
-    raw_id: Option<Vec<u8>>,
-    #[serde(skip)]
-    payload: Vec<u8>,
 }
 
-impl DeadLetterRow {
-    /// The raw id bytes as delivered, if the message had an id.
-    pub fn raw_id(&self) -> Option<&[u8]> {
-        self.raw_id.as_deref()
-    }
-
-    /// The payload bytes as delivered.
-    pub fn payload(&self) -> &[u8] {
-        &self.payload
-    }
-
-    /// The message as it was delivered, ready to be delivered again.
-    pub fn to_raw(&self) -> RawEnvelope {
-        RawEnvelope {
-            id: self.raw_id.clone(),
-            payload: self.payload.clone(),
-            meta: Meta {
-                entity_key: self.entity_key.clone(),
-                version: self.version,
-                source_time: self.source_time.map(from_ms),
-                headers: serde_json::from_str(&self.headers).unwrap_or_default(),
-            },
+impl From<&StoredDeadLetter> for DeadLetterJson {
+    fn from(d: &StoredDeadLetter) -> Self {
+        Self {
+            id: d.id,
+            consumer: d.consumer.clone(),
+            message_id: d.message_id.clone(),
+            reason: d.reason.clone(),
+            detail: d.detail.clone(),
+            attempts: d.attempts,
+            dead_lettered_at: to_ms(d.dead_lettered_at),
+            last_seen: to_ms(d.last_seen),
+            deliveries: d.deliveries,
+            raw_id_hex: d.raw_id.as_ref().map(hex::encode),
+            payload_text: String::from_utf8_lossy(&d.payload).into_owned(),
+            payload_len: d.payload.len(),
+            payload_hash: d.payload_hash.clone(),
+            stored_hash: d.stored_hash.clone(),
+            entity_key: d.meta.entity_key.clone(),
+            version: d.meta.version,
+            source_time: d.meta.source_time.map(to_ms),
+            headers: serde_json::to_string(&d.meta.headers).unwrap_or_else(|_| "{}".into()),
         }
+    }
+}
+
+/// Serializes rows as [`DeadLetterJson`] (for `#[serde(serialize_with)]`).
+pub fn serialize_rows<S: serde::Serializer>(
+    rows: &[StoredDeadLetter],
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    serializer.collect_seq(rows.iter().map(DeadLetterJson::from))
+}
+
+/// The message of a dead letter as it was delivered, ready to be delivered again.
+///
+/// ```
+/// use oncely_core::{Meta, StoredDeadLetter};
+/// use std::time::UNIX_EPOCH;
+/// let row = StoredDeadLetter {
+///     id: 1, consumer: "billing".into(), message_id: Some("m-1".into()),
+///     raw_id: Some(b"m-1".to_vec()), payload: b"5".to_vec(), payload_hash: String::new(),
+///     stored_hash: None, reason: "permanent".into(), detail: String::new(), attempts: 1,
+///     dead_lettered_at: UNIX_EPOCH, last_seen: UNIX_EPOCH, deliveries: 1, meta: Meta::default(),
+/// };
+/// assert_eq!(oncely_ops::dlq::envelope(&row).payload, b"5");
+/// ```
+pub fn envelope(row: &StoredDeadLetter) -> RawEnvelope {
+    RawEnvelope {
+        id: row.raw_id.clone(),
+        payload: row.payload.clone(),
+        meta: row.meta.clone(),
     }
 }
 
@@ -94,58 +135,54 @@ pub struct Filter {
     pub limit: Option<u32>,
 }
 
-/// The summary columns (the consumer as text: MySQL may store it as VARBINARY).
-fn summary_columns(ops: &Ops) -> String {
-    format!(
-        "id, {} AS consumer, message_id, reason, detail, attempts, dead_lettered_at",
-        ops.dialect().text("consumer")
-    )
-}
-
-fn summary_of<R: Row>(r: &R) -> std::result::Result<DeadLetterSummary, sqlx::Error>
-where
-    for<'a> &'a str: sqlx::ColumnIndex<R>,
-    i64: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    i32: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-{
-    Ok(DeadLetterSummary {
-        id: r.try_get("id")?,
-        consumer: r.try_get("consumer")?,
-        message_id: r.try_get("message_id")?,
-        reason: r.try_get("reason")?,
-        detail: r.try_get("detail")?,
-        attempts: i64::from(r.try_get::<i32, _>("attempts")?),
-        dead_lettered_at: r.try_get("dead_lettered_at")?,
-    })
-}
-
-/// Rows matching `condition` (SQL with at most one placeholder, bound to `value`), oldest first.
-pub(crate) async fn summaries_where(
+/// Rows matching a condition from [`conditions`] (its text binds, then its integer bind),
+/// oldest first.
+async fn select(
     ops: &Ops,
-    condition: &str,
-    value: Option<&str>,
+    what: &str,
+    (condition, binds, before): (String, Vec<String>, Option<i64>),
     limit: Option<u32>,
-) -> Result<Vec<DeadLetterSummary>> {
+) -> Result<Vec<StoredDeadLetter>> {
     let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
     let sql = format!(
         "SELECT {} FROM {} WHERE {condition} ORDER BY id{limit}",
-        summary_columns(ops),
-        ops.table("dead_letters")
+        dead_letter_columns(ops.dialect()),
+        ops.tables().dead_letters()
     );
     with_pool!(ops.pool(), p => {
         let mut q = sqlx::query(AssertSqlSafe(sql));
-        if let Some(v) = value {
-            q = q.bind(v.to_owned());
+        for b in &binds {
+            q = q.bind(b.clone());
+        }
+        if let Some(ms) = before {
+            q = q.bind(ms);
         }
         q.fetch_all(p)
             .await
-            .map_err(|e| db("reading dead letters", e))?
+            .map_err(|e| db(what, e))?
             .iter()
-            .map(summary_of)
+            .map(decode_dead_letter)
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| db("decoding dead letters", e))
+    })
+}
+
+/// The ids of the rows matching `filter`, oldest first (no payloads read).
+pub async fn ids(ops: &Ops, filter: &Filter) -> Result<Vec<i64>> {
+    let (condition, binds, before) = conditions(ops, filter);
+    let sql = format!(
+        "SELECT id FROM {} WHERE {condition} ORDER BY id",
+        ops.tables().dead_letters()
+    );
+    with_pool!(ops.pool(), p => {
+        let mut q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
+        for b in &binds {
+            q = q.bind(b.clone());
+        }
+        if let Some(ms) = before {
+            q = q.bind(ms);
+        }
+        q.fetch_all(p).await.map_err(|e| db("listing dead letters", e))
     })
 }
 
@@ -168,74 +205,43 @@ fn conditions(ops: &Ops, f: &Filter) -> (String, Vec<String>, Option<i64>) {
     (clauses.join(" AND "), binds, f.before_ms)
 }
 
-/// Lists dead letters matching `filter`, oldest first.
-pub async fn list(ops: &Ops, filter: &Filter) -> Result<Vec<DeadLetterSummary>> {
-    let (condition, binds, before) = conditions(ops, filter);
-    let limit = filter
-        .limit
-        .map(|n| format!(" LIMIT {n}"))
-        .unwrap_or_default();
-    let sql = format!(
-        "SELECT {} FROM {} WHERE {condition} ORDER BY id{limit}",
-        summary_columns(ops),
-        ops.table("dead_letters")
-    );
-    with_pool!(ops.pool(), p => {
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for b in &binds {
-            q = q.bind(b.clone());
-        }
-        if let Some(ms) = before {
-            q = q.bind(ms);
-        }
-        q.fetch_all(p)
-            .await
-            .map_err(|e| db("listing dead letters", e))?
-            .iter()
-            .map(summary_of)
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| db("decoding dead letters", e))
-    })
+/// Lists dead letters matching `filter`, oldest first, at most `filter.limit`.
+pub async fn list(ops: &Ops, filter: &Filter) -> Result<Vec<StoredDeadLetter>> {
+    select(
+        ops,
+        "listing dead letters",
+        conditions(ops, filter),
+        filter.limit,
+    )
+    .await
 }
 
-/// One dead letter with payload and metadata, if the row exists.
-pub async fn show(ops: &Ops, id: i64) -> Result<Option<DeadLetterRow>> {
-    let sql = format!(
-        "SELECT {}, raw_id, payload, payload_hash, stored_hash, entity_key, version, source_time, headers FROM {} WHERE id = {}",
-        summary_columns(ops),
-        ops.table("dead_letters"),
-        ops.dialect().param(1)
-    );
-    with_pool!(ops.pool(), p => {
-        let Some(r) = sqlx::query(AssertSqlSafe(sql)).bind(id).fetch_optional(p).await
-            .map_err(|e| db("reading a dead letter", e))? else { return Ok(None) };
-        let decode = || -> std::result::Result<DeadLetterRow, sqlx::Error> {
-            let raw_id: Option<Vec<u8>> = r.try_get("raw_id")?;
-            let payload: Vec<u8> = r.try_get("payload")?;
-            Ok(DeadLetterRow {
-                summary: summary_of(&r)?,
-                raw_id_hex: raw_id.as_ref().map(hex::encode),
-                payload_text: String::from_utf8_lossy(&payload).into_owned(),
-                payload_len: payload.len(),
-                payload_hash: r.try_get("payload_hash")?,
-                stored_hash: r.try_get("stored_hash")?,
-                entity_key: r.try_get("entity_key")?,
-                version: r.try_get("version")?,
-                source_time: r.try_get("source_time")?,
-                headers: r.try_get("headers")?,
-                raw_id,
-                payload,
-            })
-        };
-        decode().map(Some).map_err(|e| db("decoding a dead letter", e))
-    })
+/// The dead letters of one message id (any consumer), oldest first.
+pub async fn of_message(ops: &Ops, message_id: &str) -> Result<Vec<StoredDeadLetter>> {
+    let condition = format!("message_id = {}", ops.dialect().param(1));
+    let binds = vec![message_id.to_owned()];
+    select(ops, "reading dead letters", (condition, binds, None), None).await
+}
+
+/// One dead letter, if the row exists.
+pub async fn show(ops: &Ops, id: i64) -> Result<Option<StoredDeadLetter>> {
+    let condition = format!("id = {}", ops.dialect().param(1));
+    // The id is the one integer bind, which `select` binds after the (no) text binds.
+    let rows = select(
+        ops,
+        "reading a dead letter",
+        (condition, vec![], Some(id)),
+        None,
+    )
+    .await?;
+    Ok(rows.into_iter().next())
 }
 
 /// Deletes one dead-letter row; returns whether it existed.
 pub async fn delete(ops: &Ops, id: i64) -> Result<bool> {
     let sql = format!(
         "DELETE FROM {} WHERE id = {}",
-        ops.table("dead_letters"),
+        ops.tables().dead_letters(),
         ops.dialect().param(1)
     );
     let n = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql)).bind(id).execute(p).await
@@ -256,7 +262,7 @@ pub async fn purge(
         ..filter.clone()
     };
     let (condition, binds, before) = conditions(ops, &filter);
-    let dl = ops.table("dead_letters");
+    let dl = ops.tables().dead_letters();
     let sql = ops.dialect().delete_batch(&dl, "id", &condition, "1000");
     let mut total = 0;
     loop {

@@ -18,7 +18,7 @@ use oncely_sql::{db, now_ms, with_pool};
 
 /// Creates `{prefix}ops_events` if it does not exist.
 pub async fn ensure(ops: &Ops) -> Result<()> {
-    let t = ops.table("ops_events");
+    let t = ops.tables().ops_events();
     let d = ops.dialect();
     let ddl = format!(
         "CREATE TABLE IF NOT EXISTS {t} (id {}, kind {} NOT NULL, at BIGINT NOT NULL, cutoff BIGINT, \
@@ -44,7 +44,7 @@ pub async fn record(
     ensure(ops).await?;
     let sql = format!(
         "INSERT INTO {} (kind, at, cutoff, detail) VALUES ({}, {}, {}, {})",
-        ops.table("ops_events"),
+        ops.tables().ops_events(),
         ops.dialect().param(1),
         ops.dialect().param(2),
         ops.dialect().param(3),
@@ -68,7 +68,7 @@ pub async fn prune_watermark(ops: &Ops) -> Result<Option<i64>> {
     ensure(ops).await?;
     let sql = format!(
         "SELECT MAX(cutoff) FROM {} WHERE kind = 'prune'",
-        ops.table("ops_events")
+        ops.tables().ops_events()
     );
     let mark: Option<i64> = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
         .fetch_one(p)

@@ -2,9 +2,9 @@
 //! oncely-effects' tables exist — effect-journal and outbox rows.
 
 use crate::db::Ops;
-use crate::dlq::{DeadLetterSummary, summaries_where};
-use oncely_core::Result;
+use crate::dlq::{self, serialize_rows};
 use oncely_core::{ConsumerName, MessageId};
+use oncely_core::{Result, StoredDeadLetter};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
 use oncely_sql::{db, is_missing_table, with_pool};
 
@@ -52,8 +52,9 @@ pub struct Inspection {
     pub message_id: String,
     /// Inbox rows (one per consumer that processed it).
     pub claimed: Vec<Claimed>,
-    /// Dead letters with this id.
-    pub dead_letters: Vec<DeadLetterSummary>,
+    /// Dead letters with this id (printed as [`dlq::DeadLetterJson`]).
+    #[serde(serialize_with = "serialize_rows")]
+    pub dead_letters: Vec<StoredDeadLetter>,
     /// Effect-journal rows; `None` when the journal table does not exist.
     pub effect_journal: Option<Vec<JournalRow>>,
     /// Outbox rows with this outgoing id; `None` when the outbox table does not exist.
@@ -65,7 +66,7 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
     let inbox_sql = format!(
         "SELECT {} AS consumer, payload_hash, received_at FROM {} WHERE message_id = {} ORDER BY received_at",
         ops.dialect().text("consumer"),
-        ops.table("inbox"),
+        ops.tables().inbox(),
         ops.dialect().param(1)
     );
     let claimed = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(inbox_sql))
@@ -81,13 +82,7 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
         }))
         .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
         .map_err(|e| db("decoding inbox rows", e))?);
-    let dead_letters = summaries_where(
-        ops,
-        &format!("message_id = {}", ops.dialect().param(1)),
-        Some(message_id),
-        None,
-    )
-    .await?;
+    let dead_letters = dlq::of_message(ops, message_id).await?;
     let consumers: Vec<String> = claimed
         .iter()
         .map(|c| c.consumer.clone())
@@ -136,7 +131,7 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
         .collect();
     let sql = format!(
         "SELECT {ek} AS effect_key, {kind} AS kind, {state} AS state, updated_at FROM {} WHERE {} ORDER BY effect_key",
-        ops.table("effect_journal"),
+        ops.tables().effect_journal(),
         ranges.join(" OR "),
         ek = ops.dialect().text("effect_key"),
         kind = ops.dialect().text("kind"),
@@ -170,7 +165,7 @@ async fn outbox(ops: &Ops, id: &str) -> Result<Option<Vec<OutboxRow>>> {
     let sql = format!(
         "SELECT id, {} AS destination, created_at, dispatched_at FROM {} WHERE message_id = {} ORDER BY id",
         ops.dialect().text("destination"),
-        ops.table("outbox"),
+        ops.tables().outbox(),
         ops.dialect().param(1)
     );
     let rows = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql))

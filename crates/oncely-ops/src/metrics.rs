@@ -30,7 +30,7 @@ pub mod names {
 }
 
 pub(crate) fn pruned(ops: &Ops, r: &PruneReport) {
-    let inbox = ops.table("inbox");
+    let inbox = ops.tables().inbox();
     let result = if r.ran { "ran" } else { "skipped_locked" };
     metrics::counter!(names::PRUNE_RUNS, "inbox" => inbox.clone(), "result" => result).increment(1);
     if !r.ran {
@@ -44,5 +44,5 @@ pub(crate) fn pruned(ops: &Ops, r: &PruneReport) {
 }
 
 pub(crate) fn inbox_rows(ops: &Ops, rows: u64) {
-    metrics::gauge!(names::INBOX_ROWS, "inbox" => ops.table("inbox")).set(rows as f64);
+    metrics::gauge!(names::INBOX_ROWS, "inbox" => ops.tables().inbox()).set(rows as f64);
 }

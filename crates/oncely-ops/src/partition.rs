@@ -129,7 +129,7 @@ pub async fn is_partitioned(ops: &Ops) -> Result<bool> {
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))",
     )
-    .bind(ops.table("inbox"))
+    .bind(ops.tables().inbox())
     .fetch_one(pool)
     .await
     .map_err(|e| db("checking the inbox layout", e))
@@ -151,7 +151,7 @@ pub async fn install(ops: &Ops, days_ahead: u32) -> Result<Vec<String>> {
     check_installable(ops).await?;
     // Under the migration lock; records (or adopts) the set in the ledger.
     if run_migrations(pool, ops.tables(), &[&MIGRATIONS]).await? > 0 {
-        info!(table = %ops.table("inbox"), "partitioned inbox installed");
+        info!(table = %ops.tables().inbox(), "partitioned inbox installed");
     }
     ensure(ops, now_ms(), days_ahead).await
 }
@@ -165,7 +165,7 @@ pub async fn check_installable(ops: &Ops) -> Result<()> {
         return Ok(());
     }
     let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-        .bind(ops.table("inbox"))
+        .bind(ops.tables().inbox())
         .fetch_one(pool)
         .await
         .map_err(|e| db("looking for the inbox", e))?;
@@ -174,7 +174,7 @@ pub async fn check_installable(ops: &Ops) -> Result<()> {
             "{} already exists as a regular table; the partitioned inbox replaces it and cannot \
              be created over it: install it under a new schema or prefix and switch consumers \
              over (docs/retention.md)",
-            ops.table("inbox")
+            ops.tables().inbox()
         )));
     }
     Ok(())
@@ -186,12 +186,12 @@ pub async fn check_installable(ops: &Ops) -> Result<()> {
 pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<String>> {
     let pool = pg(ops)?;
     let existing: Vec<String> = list(ops).await?.into_iter().map(|p| p.name).collect();
-    let inbox = ops.table("inbox");
-    let default = ops.table("inbox_default");
+    let inbox = ops.tables().inbox();
+    let default = ops.tables().inbox_default();
     let mut created = Vec::new();
     let last = now_ms().div_euclid(DAY_MS) + i64::from(days_ahead);
     for day in from_ms.div_euclid(DAY_MS)..=last {
-        let name = ops.table(&suffix(day));
+        let name = ops.tables().table(&suffix(day));
         if existing.contains(&name) {
             continue;
         }
@@ -237,7 +237,7 @@ pub async fn list(ops: &Ops) -> Result<Vec<Partition>> {
         "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent = to_regclass($1)",
     )
-    .bind(ops.table("inbox"))
+    .bind(ops.tables().inbox())
     .fetch_all(pool)
     .await
     .map_err(|e| db("listing partitions", e))?;
@@ -247,7 +247,7 @@ pub async fn list(ops: &Ops) -> Result<Vec<Partition>> {
         .filter_map(|n| {
             let day = day_of_suffix(n, prefix)?;
             Some(Partition {
-                name: ops.table(&n[prefix.len()..]),
+                name: ops.tables().table(&n[prefix.len()..]),
                 from_ms: day * DAY_MS,
                 to_ms: (day + 1) * DAY_MS,
             })
@@ -270,7 +270,7 @@ pub async fn drop_expired(ops: &Ops, cutoff_ms: i64) -> Result<Vec<String>> {
         let mut tx = pool.begin().await.map_err(|e| db("begin", e))?;
         let result = sqlx::raw_sql(AssertSqlSafe(format!(
             "SET LOCAL lock_timeout = '5s'; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE; DROP TABLE IF EXISTS {}",
-            ops.table("inbox"),
+            ops.tables().inbox(),
             p.name
         )))
         .execute(&mut *tx)

@@ -104,7 +104,7 @@ pub async fn prune(
     let Some(mut lock) =
         DbLock::acquire(ops.pool(), ops.tables(), "prune", options.wait_for_lock).await?
     else {
-        info!(inbox = %ops.table("inbox"), "another pruner holds the lock; skipping this run");
+        info!(inbox = %ops.tables().inbox(), "another pruner holds the lock; skipping this run");
         return Ok(report);
     };
     report.ran = true;
@@ -121,7 +121,7 @@ pub async fn prune(
     if let Ok(rows) = crate::stats::inbox_rows_estimate(ops).await {
         crate::metrics::inbox_rows(ops, rows);
     }
-    info!(inbox = %ops.table("inbox"), deleted = report.deleted, dropped = report.partitions_dropped.len(), "prune done");
+    info!(inbox = %ops.tables().inbox(), deleted = report.deleted, dropped = report.partitions_dropped.len(), "prune done");
     Ok(report)
 }
 
@@ -140,12 +140,12 @@ async fn run(
         &serde_json::json!({ "window_ms": options.window.as_millis() as i64 }),
     )
     .await?;
-    let mut table = ops.table("inbox");
+    let mut table = ops.tables().inbox();
     if partition::is_partitioned(ops).await? {
         report.mode = "partitions";
         report.partitions_dropped = partition::drop_expired(ops, report.cutoff_ms).await?;
         report.partitions_created = partition::ensure(ops, now_ms(), options.days_ahead).await?;
-        table = ops.table("inbox_default");
+        table = ops.tables().inbox_default();
     }
     report.expired_at_start = count_expired(ops, &table, report.cutoff_ms).await?;
     let sql = batch_sql(ops, &table, options.batch_size.max(1));
@@ -195,7 +195,7 @@ async fn count_expired(ops: &Ops, table: &str, cutoff_ms: i64) -> Result<u64> {
 
 /// `received_at` of the oldest id in the inbox (unix ms), if any.
 pub async fn oldest_received(ops: &Ops) -> Result<Option<i64>> {
-    let sql = format!("SELECT MIN(received_at) FROM {}", ops.table("inbox"));
+    let sql = format!("SELECT MIN(received_at) FROM {}", ops.tables().inbox());
     let oldest: Option<i64> = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
         .fetch_one(p)
         .await

@@ -18,14 +18,14 @@
 //! for the message (the store's own upsert, or the new row replacing the old one).
 
 use crate::db::Ops;
-use crate::dlq::{DeadLetterRow, Filter, delete, list, show};
+use crate::dlq::{Filter, delete, envelope, ids, show};
 use crate::events;
 use oncely_core::{
     Acker, Consumer, ConsumerName, Delivery, Error, Handler, Inspect, MessageId, Outcome,
-    PayloadHash, Result,
+    PayloadHash, Result, StoredDeadLetter,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{db, now_ms, with_pool};
+use oncely_sql::{db, now_ms, to_ms, with_pool};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -73,11 +73,11 @@ pub struct Replayed {
 }
 
 impl Replayed {
-    fn new(row: &DeadLetterRow) -> Self {
+    fn new(row: &StoredDeadLetter) -> Self {
         Self {
-            id: row.summary.id,
-            consumer: row.summary.consumer.clone(),
-            message_id: row.summary.message_id.clone(),
+            id: row.id,
+            consumer: row.consumer.clone(),
+            message_id: row.message_id.clone(),
             outcome: "skipped".to_owned(),
             row_deleted: false,
             detail: None,
@@ -103,15 +103,15 @@ impl Acker for ReplayAcker {
     }
 }
 
-async fn row_of(ops: &Ops, id: i64) -> Result<DeadLetterRow> {
+async fn row_of(ops: &Ops, id: i64) -> Result<StoredDeadLetter> {
     show(ops, id)
         .await?
         .ok_or_else(|| Error::config(format!("no dead letter with id {id}")))
 }
 
 /// Deletes the row and records why in the operations journal.
-async fn settle(ops: &Ops, row: &DeadLetterRow, kind: &str) -> Result<bool> {
-    let s = &row.summary;
+async fn settle(ops: &Ops, row: &StoredDeadLetter, kind: &str) -> Result<bool> {
+    let s = row;
     let detail = serde_json::json!({
         "dead_letter_id": s.id,
         "consumer": s.consumer,
@@ -119,16 +119,19 @@ async fn settle(ops: &Ops, row: &DeadLetterRow, kind: &str) -> Result<bool> {
         "reason": s.reason,
         "payload_hash": row.payload_hash,
         "stored_hash": row.stored_hash,
-        "first_seen": s.dead_lettered_at,
+        "first_seen": to_ms(s.dead_lettered_at),
     });
     events::record(ops, kind, None, &detail).await?;
     delete(ops, s.id).await
 }
 
 /// Why a row must not be replayed without `--force`, if it must not.
-fn too_old(row: &DeadLetterRow, window: Duration, watermark: Option<i64>) -> Option<String> {
-    let first_seen = row.summary.dead_lettered_at;
-    let message_time = row.source_time.map_or(first_seen, |t| t.min(first_seen));
+fn too_old(row: &StoredDeadLetter, window: Duration, watermark: Option<i64>) -> Option<String> {
+    let first_seen = to_ms(row.dead_lettered_at);
+    let message_time = row
+        .meta
+        .source_time
+        .map_or(first_seen, |t| to_ms(t).min(first_seen));
     let oldest_kept = now_ms() - window.as_millis() as i64;
     if message_time < oldest_kept {
         return Some(format!(
@@ -177,7 +180,7 @@ async fn replay_row<S, H>(
     ops: &Ops,
     store: Arc<S>,
     handler: H,
-    row: DeadLetterRow,
+    row: StoredDeadLetter,
     options: &ReplayOptions,
     watermark: Option<i64>,
 ) -> Result<Replayed>
@@ -186,13 +189,13 @@ where
     H: Handler<S::Tx> + Clone,
 {
     let mut result = Replayed::new(&row);
-    let id = match MessageId::parse_optional(row.raw_id()) {
+    let id = match MessageId::parse_optional(row.raw_id.as_deref()) {
         Ok(id) => id,
         Err(e) => return Ok(result.refused("skipped", format!("not replayable: {e}"))),
     };
-    let name = ConsumerName::new(&row.summary.consumer)
+    let name = ConsumerName::new(&row.consumer)
         .map_err(|e| Error::config(format!("stored consumer name: {e}")))?;
-    if row.summary.reason == "conflict" {
+    if row.reason == "conflict" {
         return Ok(result.refused(
             "needs_decision",
             "a conflict: the inbox holds another payload for this id; decide with \
@@ -200,7 +203,7 @@ where
                 .to_owned(),
         ));
     }
-    let hash = PayloadHash::of(row.payload());
+    let hash = PayloadHash::of(&row.payload);
     match store.claimed_hash(&name, id.as_str()).await? {
         Some(stored) if stored == hash => {
             result.outcome = "already_applied".to_owned();
@@ -228,7 +231,7 @@ where
     let newest_before = newest_id(ops).await?;
     let consumer: Consumer<S, H> = Consumer::new(name, store, handler);
     let outcome = consumer
-        .process(Delivery::new(row.to_raw(), 1, Box::new(ReplayAcker)))
+        .process(Delivery::new(envelope(&row), 1, Box::new(ReplayAcker)))
         .await;
     result.outcome = outcome.name().to_owned();
     match outcome {
@@ -244,7 +247,7 @@ where
             // or a store without the upsert), the old row is superseded; if the store folded it
             // into this row, the row stays.
             if superseded(ops, &row, newest_before).await? {
-                result.row_deleted = delete(ops, row.summary.id).await?;
+                result.row_deleted = delete(ops, row.id).await?;
             }
         }
         Outcome::Retry(e) => result.detail = Some(e.to_string()),
@@ -258,17 +261,17 @@ where
 async fn newest_id(ops: &Ops) -> Result<i64> {
     let sql = format!(
         "SELECT COALESCE(MAX(id), 0) FROM {}",
-        ops.table("dead_letters")
+        ops.tables().dead_letters()
     );
     with_pool!(ops.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).fetch_one(p).await
         .map_err(|e| db("reading dead letters", e)))
 }
 
 /// True when a row newer than `newest_before` holds the same consumer, id and payload.
-async fn superseded(ops: &Ops, row: &DeadLetterRow, newest_before: i64) -> Result<bool> {
+async fn superseded(ops: &Ops, row: &StoredDeadLetter, newest_before: i64) -> Result<bool> {
     let sql = format!(
         "SELECT COUNT(*) FROM {} WHERE id > {} AND consumer = {} AND raw_id = {} AND payload_hash = {}",
-        ops.table("dead_letters"),
+        ops.tables().dead_letters(),
         ops.dialect().param(1),
         ops.dialect().param(2),
         ops.dialect().param(3),
@@ -276,8 +279,8 @@ async fn superseded(ops: &Ops, row: &DeadLetterRow, newest_before: i64) -> Resul
     );
     let n: i64 = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
         .bind(newest_before)
-        .bind(row.summary.consumer.clone())
-        .bind(row.raw_id().map(<[u8]>::to_vec))
+        .bind(row.consumer.clone())
+        .bind(row.raw_id.clone())
         .bind(row.payload_hash.clone())
         .fetch_one(p)
         .await
@@ -300,7 +303,7 @@ where
     H: Handler<S::Tx> + Clone,
 {
     let watermark = events::prune_watermark(ops).await?;
-    let ids: Vec<i64> = list(ops, filter).await?.iter().map(|s| s.id).collect();
+    let ids = ids(ops, filter).await?;
     let mut done = Vec::with_capacity(ids.len());
     for id in ids {
         let Some(row) = show(ops, id).await? else {

@@ -50,8 +50,8 @@ pub struct InboxStats {
 
 /// Reads the numbers. Counting is exact (an index scan per table).
 pub async fn stats(ops: &Ops) -> Result<InboxStats> {
-    let inbox = ops.table("inbox");
-    let dl = ops.table("dead_letters");
+    let inbox = ops.tables().inbox();
+    let dl = ops.tables().dead_letters();
     let consumer = ops.dialect().text("consumer");
     let inbox_sql = format!(
         "SELECT {consumer} AS consumer, COUNT(*) AS n, MIN(received_at) AS oldest, MAX(received_at) AS newest FROM {inbox} GROUP BY consumer"
@@ -122,7 +122,7 @@ pub async fn table_bytes(ops: &Ops, name: &str) -> Option<i64> {
 
 /// Ids held in the inbox: exact below a million rows, the planner's estimate above.
 pub async fn inbox_rows_estimate(ops: &Ops) -> Result<u64> {
-    let inbox = ops.table("inbox");
+    let inbox = ops.tables().inbox();
     let estimate = ops.pool().estimated_rows(ops.tables(), "inbox").await;
     if let Some(n) = estimate.filter(|n| *n >= 1_000_000) {
         return Ok(n as u64);

@@ -25,7 +25,7 @@ async fn an_older_partitioned_inbox_is_adopted() {
     assert_eq!(store.migrate().await.unwrap(), 2, "the inbox set on top");
     let ledger: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT set_name, version FROM {} ORDER BY set_name, version",
-        ops.table("migration_ledger")
+        ops.tables().migration_ledger()
     )))
     .fetch_all(store.pool())
     .await

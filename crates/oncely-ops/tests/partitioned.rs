@@ -28,7 +28,7 @@ async fn partitioned_inbox_claims_once_across_partitions() {
     let h = PayloadHash::of(b"x");
 
     // An id claimed 8 days ago sits in an old partition: today's claim is still a duplicate.
-    let inbox = ops.table("inbox");
+    let inbox = ops.tables().inbox();
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO {inbox} VALUES ('billing', 'old-1', $1, $2)"
     )))
@@ -130,7 +130,7 @@ async fn stray_rows_in_the_default_partition_move_into_a_new_partition() {
     store.migrate().await.unwrap();
     // Ten days ahead has no partition yet: the row lands in the default partition.
     let at = now_ms() + 10 * DAY;
-    let inbox = ops.table("inbox");
+    let inbox = ops.tables().inbox();
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO {inbox} VALUES ('c', 'future-1', 'h', $1)"
     )))
@@ -142,7 +142,7 @@ async fn stray_rows_in_the_default_partition_move_into_a_new_partition() {
     assert!(!created.is_empty());
     let in_default: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT COUNT(*) FROM {}",
-        ops.table("inbox_default")
+        ops.tables().inbox_default()
     )))
     .fetch_one(store.pool())
     .await

@@ -6,9 +6,7 @@ use oncely_core::{
     Acker, Delivery, Envelope, Error, Handled, Handler, Meta, RawEnvelope, Result, Source,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
-use oncely_sql::{
-    Adopt, AnyTx, Dialect, Migration, MigrationSet, PgStore, Tables, now_ms, run_migrations,
-};
+use oncely_sql::{Adopt, AnyTx, Dialect, MigrationSet, PgStore, Tables, now_ms, run_migrations};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -66,11 +64,10 @@ pub struct SqlQueue {
 /// let sql = oncely_sql_queue::MIGRATIONS.print(Dialect::Postgres, &Tables::default()).unwrap();
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS oncely_queue"));
 /// ```
-pub static MIGRATIONS: MigrationSet = MigrationSet::new("queue")
-    .postgres(&[
-        Migration::new(1, "queue", include_str!("../migrations/postgres/0001_queue.sql")),
-        Migration::new(2, "raw_id", include_str!("../migrations/postgres/0002_raw_id.sql")),
-    ])
+pub static MIGRATIONS: MigrationSet = oncely_sql::migration_set!("queue", [postgres], [
+    1, "queue", "0001_queue.sql";
+    2, "raw_id", "0002_raw_id.sql";
+])
     .adopt(&[Adopt::Probe {
         dialect: Dialect::Postgres,
         sql: "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE oid = to_regclass('{schema}{prefix}queue')",
@@ -87,7 +84,7 @@ impl SqlQueue {
     pub fn new(pool: PgPool, tables: &Tables) -> Self {
         Self {
             pool,
-            table: tables.table("queue"),
+            table: tables.queue(),
             tables: tables.clone(),
         }
     }

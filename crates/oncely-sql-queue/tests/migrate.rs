@@ -9,7 +9,7 @@ use oncely_sql_queue::SqlQueue;
 async fn ledger(store: &PgStore) -> Vec<(i64, String)> {
     sqlx::query_as(AssertSqlSafe(format!(
         "SELECT version, name FROM {} WHERE set_name = 'queue' ORDER BY version",
-        store.tables().table("migration_ledger")
+        store.tables().migration_ledger()
     )))
     .fetch_all(store.pool())
     .await
@@ -29,7 +29,7 @@ async fn pg_queue_migrations_adopt_an_older_table() {
         ..ConnectOptions::default()
     };
     let store = PgStore::connect_with(PG_URL, &options).await.expect("pg");
-    let t = store.tables().table("queue");
+    let t = store.tables().queue();
     // The DDL `SqlQueue::migrate` ran before the ledger, and one waiting row.
     sqlx::raw_sql(AssertSqlSafe(format!(
         "CREATE SCHEMA {schema};

@@ -108,7 +108,7 @@ impl SqlStore<Postgres> {
         chunk: &[(&str, PayloadHash)],
         found: &mut Found,
     ) -> Result<()> {
-        let inbox = self.tables().table("inbox");
+        let inbox = self.tables().inbox();
         let now = Dialect::Postgres.now_ms_sql();
         let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
         let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
@@ -145,7 +145,7 @@ impl SqlStore<Postgres> {
         consumer: &ConsumerName,
         ids: &[&str],
     ) -> Result<Vec<(String, String)>> {
-        let inbox = self.tables().table("inbox");
+        let inbox = self.tables().inbox();
         sqlx::query_as(AssertSqlSafe(format!(
             "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = $1 AND message_id = ANY($2)"
         )))
@@ -165,7 +165,7 @@ impl SqlStore<Sqlite> {
         chunk: &[(&str, PayloadHash)],
         found: &mut Found,
     ) -> Result<()> {
-        let inbox = self.tables().table("inbox");
+        let inbox = self.tables().inbox();
         // One `julianday('now')` for the whole statement (SQLite fixes 'now' per statement).
         let now = Dialect::Sqlite.now_ms_sql();
         let rows: Vec<String> = (0..chunk.len())
@@ -206,7 +206,7 @@ impl SqlStore<Sqlite> {
         consumer: &ConsumerName,
         ids: &[&str],
     ) -> Result<Vec<(String, String)>> {
-        let inbox = self.tables().table("inbox");
+        let inbox = self.tables().inbox();
         let mut select = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ?1 AND message_id IN ({})",
             (0..ids.len())
@@ -233,7 +233,7 @@ impl SqlStore<MySql> {
         chunk: &[(&str, PayloadHash)],
         found: &mut Found,
     ) -> Result<()> {
-        let inbox = self.tables().table("inbox");
+        let inbox = self.tables().inbox();
         // 1. Ids already claimed (a plain read: no gap locks).
         let ids: Vec<&str> = chunk.iter().map(|(id, _)| *id).collect();
         for (id, hash) in self.stored_hashes(&mut **tx, consumer, &ids).await? {
@@ -305,7 +305,7 @@ impl SqlStore<MySql> {
         consumer: &ConsumerName,
         ids: &[&str],
     ) -> Result<Vec<(String, String)>> {
-        let inbox = self.tables().table("inbox");
+        let inbox = self.tables().inbox();
         let mut select = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ? AND message_id IN ({})",
             list(1, ids.len(), false)

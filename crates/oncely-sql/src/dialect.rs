@@ -458,8 +458,8 @@ pub(crate) const DEAD_LETTER_KEY: &str = "consumer, id_hash, payload_hash, reaso
 
 impl Queries {
     pub fn new(d: Dialect, t: &Tables) -> Self {
-        let inbox = t.table("inbox");
-        let dl = t.table("dead_letters");
+        let inbox = t.inbox();
+        let dl = t.dead_letters();
         let now = d.now_ms_sql();
         let values = format!("{}, {now}", d.params(1, 3));
         let claim = match d {
@@ -470,14 +470,7 @@ impl Queries {
                 "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES ({values}) ON CONFLICT DO NOTHING"
             ),
         };
-        // MySQL's consumer column is VARBINARY (byte-exact); read it back as text.
-        let consumer = match d {
-            Dialect::MySql => "CAST(consumer AS CHAR) AS consumer",
-            _ => "consumer",
-        };
-        let select = format!(
-            "SELECT id, {consumer}, message_id, raw_id, payload, payload_hash, stored_hash, reason, detail, attempts, entity_key, version, source_time, headers, dead_lettered_at, last_seen, deliveries FROM {dl}"
-        );
+        let select = format!("SELECT {} FROM {dl}", crate::letter::dead_letter_columns(d));
         let stored_hash = format!(
             "SELECT payload_hash FROM {inbox} WHERE consumer = {} AND message_id = {}",
             d.param(1),

@@ -13,9 +13,10 @@
 //! - PostgreSQL's `TEXT` rejects NUL (SQLSTATE 22021): there NUL becomes U+FFFD. SQLite and
 //!   MySQL keep it.
 
-use crate::clock::to_ms;
+use crate::clock::{from_ms, to_ms};
 use crate::dialect::Dialect;
-use oncely_core::{DeadLetter, DeadLetterReason, PayloadHash};
+use oncely_core::{DeadLetter, DeadLetterReason, Meta, PayloadHash, StoredDeadLetter};
+use sqlx::Row;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -221,6 +222,69 @@ impl<'a> LetterRow<'a> {
             self.raw_id = Some(Cow::Owned(fit_bytes(raw, raw_room).into_owned()));
         }
     }
+}
+
+/// The columns of a [`StoredDeadLetter`], for a `SELECT … FROM {prefix}dead_letters` that
+/// [`decode_dead_letter`] reads (the consumer as text: MySQL stores it as `VARBINARY`).
+///
+/// ```
+/// let cols = oncely_sql::dead_letter_columns(oncely_sql::Dialect::MySql);
+/// assert!(cols.starts_with("id, CAST(consumer AS CHAR) AS consumer, message_id"));
+/// ```
+pub fn dead_letter_columns(dialect: Dialect) -> String {
+    format!(
+        "id, {} AS consumer, message_id, raw_id, payload, payload_hash, stored_hash, reason, detail, attempts, entity_key, version, source_time, headers, dead_lettered_at, last_seen, deliveries",
+        dialect.text("consumer")
+    )
+}
+
+/// Decodes a row selected with [`dead_letter_columns`] (the one decoder of the dead-letter
+/// row: the stores' [`Inspect::dead_letters`](oncely_core::Inspect::dead_letters) and
+/// oncely-ops use it).
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::SqlitePool) -> Result<(), sqlx::Error> {
+/// use oncely_sql::{Dialect, Tables, dead_letter_columns, decode_dead_letter, sqlx};
+/// let sql = format!("SELECT {} FROM {}", dead_letter_columns(Dialect::Sqlite), Tables::default().dead_letters());
+/// for row in sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&pool).await? {
+///     println!("{}", decode_dead_letter(&row)?.reason);
+/// }
+/// # Ok(()) }
+/// ```
+pub fn decode_dead_letter<R: Row>(r: &R) -> Result<StoredDeadLetter, sqlx::Error>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    i64: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    i32: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    Vec<u8>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    Option<Vec<u8>>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let count = |c: &str| -> Result<u32, sqlx::Error> { Ok(r.try_get::<i32, _>(c)?.max(0) as u32) };
+    let headers: String = r.try_get("headers")?;
+    Ok(StoredDeadLetter {
+        id: r.try_get("id")?,
+        consumer: r.try_get("consumer")?,
+        message_id: r.try_get("message_id")?,
+        raw_id: r.try_get("raw_id")?,
+        payload: r.try_get("payload")?,
+        payload_hash: r.try_get("payload_hash")?,
+        stored_hash: r.try_get("stored_hash")?,
+        reason: r.try_get("reason")?,
+        detail: r.try_get("detail")?,
+        attempts: count("attempts")?,
+        dead_lettered_at: from_ms(r.try_get("dead_lettered_at")?),
+        last_seen: from_ms(r.try_get("last_seen")?),
+        deliveries: count("deliveries")?,
+        meta: Meta {
+            entity_key: r.try_get("entity_key")?,
+            version: r.try_get("version")?,
+            source_time: r.try_get::<Option<i64>, _>("source_time")?.map(from_ms),
+            headers: serde_json::from_str(&headers).unwrap_or_default(),
+        },
+    })
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub use clock::{from_ms, now_ms, to_ms};
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
 pub use error::{db, db as db_error, error_kind, is_missing_table, redact_url};
+pub use letter::{dead_letter_columns, decode_dead_letter};
 pub use lock::{DbLock, LEASE_TTL};
 pub use migrate::{
     Adopt, INBOX, MigrateDb, MigrationSet, migrate_url, print_migration_sets, run_migrations,

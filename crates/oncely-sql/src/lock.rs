@@ -71,7 +71,7 @@ impl DbLock {
         purpose: &str,
         wait: bool,
     ) -> Result<Option<Self>> {
-        let name = format!("oncely_{purpose}:{}", tables.table("inbox"));
+        let name = format!("oncely_{purpose}:{}", tables.inbox());
         let hash = fnv1a(&name);
         let inner = match pool {
             AnyPool::Postgres(pool) => {
@@ -123,7 +123,7 @@ impl DbLock {
                 Held::MySql(conn)
             }
             AnyPool::Sqlite(pool) => {
-                let table = tables.table("ops_leases");
+                let table = tables.ops_leases();
                 sqlx::raw_sql(AssertSqlSafe(format!(
                     "CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at INTEGER NOT NULL)"
                 )))

@@ -178,45 +178,46 @@ impl MigrationSet {
     }
 }
 
+/// A [`MigrationSet`] from `.sql` files laid out as `migrations/<dialect>/<file>` in the
+/// calling crate (its `CARGO_MANIFEST_DIR`), the same versions for every dialect listed
+/// (`sqlite`, `postgres`, `mysql`); chain [`MigrationSet::adopt`] as needed.
+///
+/// ```ignore
+/// pub static AUDIT: oncely_sql::MigrationSet = oncely_sql::migration_set!(
+///     "audit", [postgres, mysql], [
+///         1, "audit", "0001_audit.sql";        // migrations/postgres/0001_audit.sql, …
+///         2, "audit_index", "0002_audit_index.sql";
+///     ]
+/// );
+/// ```
+///
+/// (Shown with `ignore`: the files must exist next to the calling crate's `Cargo.toml`.
+/// [`INBOX`] is declared this way.)
+#[macro_export]
+macro_rules! migration_set {
+    ($set:literal, [$($dialect:ident),+ $(,)?], $files:tt $(,)?) => {
+        $crate::MigrationSet::new($set)
+            $( .$dialect($crate::migration_set!(@files $dialect $files)) )+
+    };
+    (@files $dialect:ident [$($version:literal, $name:literal, $file:literal);+ $(;)?]) => {
+        &[$(
+            $crate::Migration::new(
+                $version,
+                $name,
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"), "/migrations/", stringify!($dialect), "/", $file
+                )),
+            )
+        ),+]
+    };
+}
+
 /// oncely-sql's own set: the inbox and dead-letter tables.
-pub static INBOX: MigrationSet = MigrationSet::new("inbox")
-    .sqlite(&[
-        Migration::new(
-            1,
-            "inbox",
-            include_str!("../migrations/sqlite/0001_inbox.sql"),
-        ),
-        Migration::new(
-            2,
-            "dead_letter_key",
-            include_str!("../migrations/sqlite/0002_dead_letter_key.sql"),
-        ),
-    ])
-    .postgres(&[
-        Migration::new(
-            1,
-            "inbox",
-            include_str!("../migrations/postgres/0001_inbox.sql"),
-        ),
-        Migration::new(
-            2,
-            "dead_letter_key",
-            include_str!("../migrations/postgres/0002_dead_letter_key.sql"),
-        ),
-    ])
-    .mysql(&[
-        Migration::new(
-            1,
-            "inbox",
-            include_str!("../migrations/mysql/0001_inbox.sql"),
-        ),
-        Migration::new(
-            2,
-            "dead_letter_key",
-            include_str!("../migrations/mysql/0002_dead_letter_key.sql"),
-        ),
-    ])
-    .adopt(&[Adopt::Ledger("migrations")]);
+pub static INBOX: MigrationSet = crate::migration_set!("inbox", [sqlite, postgres, mysql], [
+    1, "inbox", "0001_inbox.sql";
+    2, "dead_letter_key", "0002_dead_letter_key.sql";
+])
+.adopt(&[Adopt::Ledger("migrations")]);
 
 /// The inbox migrations of a dialect, oldest first.
 pub fn migrations(dialect: Dialect) -> &'static [Migration] {

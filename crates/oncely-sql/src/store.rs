@@ -1,16 +1,15 @@
 //! [`SqlStore`]: the inbox and dead-letter tables in SQLite, PostgreSQL or MySQL/MariaDB.
 
-use crate::clock::from_ms;
 use crate::dialect::{Dialect, Isolation, Queries};
 use crate::error::db;
 use crate::letter::LetterRow;
 use crate::query::SqlDatabase;
 use crate::tables::Tables;
 use oncely_core::{
-    Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, Meta, PayloadHash, Result, Store,
+    Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, PayloadHash, Result, Store,
     StoredDeadLetter,
 };
-use sqlx::{AssertSqlSafe, Database, MySql, Pool, Postgres, Row, SqlSafeStr, SqlStr, Sqlite};
+use sqlx::{AssertSqlSafe, Database, MySql, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite};
 use std::sync::Arc;
 
 /// A store backed by a sqlx pool. The handler receives a `sqlx::Transaction<'static, DB>`
@@ -336,32 +335,7 @@ macro_rules! sql_store {
                 }
                 .map_err(|e| db("reading dead letters", e))?;
                 rows.iter()
-                    .map(|row| -> std::result::Result<_, sqlx::Error> {
-                        let headers: String = row.try_get("headers")?;
-                        Ok(StoredDeadLetter {
-                            id: row.try_get("id")?,
-                            consumer: row.try_get("consumer")?,
-                            message_id: row.try_get("message_id")?,
-                            raw_id: row.try_get("raw_id")?,
-                            payload: row.try_get("payload")?,
-                            payload_hash: row.try_get("payload_hash")?,
-                            stored_hash: row.try_get("stored_hash")?,
-                            reason: row.try_get("reason")?,
-                            detail: row.try_get("detail")?,
-                            attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
-                            dead_lettered_at: from_ms(row.try_get("dead_lettered_at")?),
-                            last_seen: from_ms(row.try_get("last_seen")?),
-                            deliveries: row.try_get::<i32, _>("deliveries")?.max(0) as u32,
-                            meta: Meta {
-                                entity_key: row.try_get("entity_key")?,
-                                version: row.try_get("version")?,
-                                source_time: row
-                                    .try_get::<Option<i64>, _>("source_time")?
-                                    .map(from_ms),
-                                headers: serde_json::from_str(&headers).unwrap_or_default(),
-                            },
-                        })
-                    })
+                    .map(crate::letter::decode_dead_letter)
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map_err(|e| db("decoding a dead letter", e))
             }

@@ -8,7 +8,7 @@ use oncely_core::Error;
 /// ```
 /// use oncely_sql::Tables;
 /// let t = Tables::default().with_schema("billing").unwrap();
-/// assert_eq!(t.table("inbox"), "billing.oncely_inbox");
+/// assert_eq!(t.inbox(), "billing.oncely_inbox");
 /// assert!(Tables::default().with_prefix("x; DROP TABLE users; --").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,12 +67,120 @@ impl Tables {
         &self.prefix
     }
 
-    /// The qualified name of table `name` (e.g. `inbox`).
+    /// The qualified name of a table oncely does not own, or whose name is made at run time:
+    /// your own tables under the same schema and prefix, a daily partition
+    /// (`inbox_20250101`), an older ledger being adopted. oncely's own tables have an accessor
+    /// each ([`inbox`](Self::inbox), [`dead_letters`](Self::dead_letters), …).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default();
+    /// assert_eq!(t.table("accounts"), "oncely_accounts");
+    /// ```
     pub fn table(&self, name: &str) -> String {
         match &self.schema {
             Some(s) => format!("{s}.{}{name}", self.prefix),
             None => format!("{}{name}", self.prefix),
         }
+    }
+
+    /// The qualified name of the inbox: one row per `(consumer, message_id)` claimed (set `inbox`).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.inbox(), "app_inbox");
+    /// ```
+    pub fn inbox(&self) -> String {
+        self.table("inbox")
+    }
+
+    /// The qualified name of the default partition of the PostgreSQL partitioned inbox (set `partitioned`).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.inbox_default(), "app_inbox_default");
+    /// ```
+    pub fn inbox_default(&self) -> String {
+        self.table("inbox_default")
+    }
+
+    /// The qualified name of the dead letters (set `inbox`).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.dead_letters(), "app_dead_letters");
+    /// ```
+    pub fn dead_letters(&self) -> String {
+        self.table("dead_letters")
+    }
+
+    /// The qualified name of the one migration ledger, keyed by `(set_name, version)`.
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.migration_ledger(), "app_migration_ledger");
+    /// ```
+    pub fn migration_ledger(&self) -> String {
+        self.table("migration_ledger")
+    }
+
+    /// The qualified name of the operations journal (prune watermark, dead-letter resolutions) of `oncely-ops`.
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.ops_events(), "app_ops_events");
+    /// ```
+    pub fn ops_events(&self) -> String {
+        self.table("ops_events")
+    }
+
+    /// The qualified name of the leases behind [`DbLock`](crate::DbLock) on SQLite.
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.ops_leases(), "app_ops_leases");
+    /// ```
+    pub fn ops_leases(&self) -> String {
+        self.table("ops_leases")
+    }
+
+    /// The qualified name of the entity versions of `oncely-effects`' versioned upserts (set `effects`).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.versions(), "app_versions");
+    /// ```
+    pub fn versions(&self) -> String {
+        self.table("versions")
+    }
+
+    /// The qualified name of the effect journal of `oncely-effects` (set `effects`).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.effect_journal(), "app_effect_journal");
+    /// ```
+    pub fn effect_journal(&self) -> String {
+        self.table("effect_journal")
+    }
+
+    /// The qualified name of the transactional outbox of `oncely-effects` (set `effects`).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.outbox(), "app_outbox");
+    /// ```
+    pub fn outbox(&self) -> String {
+        self.table("outbox")
+    }
+
+    /// The qualified name of the PostgreSQL queue table of `oncely-sql-queue` (set `queue`).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.queue(), "app_queue");
+    /// ```
+    pub fn queue(&self) -> String {
+        self.table("queue")
     }
 
     /// Fills `{schema}` and `{prefix}` in a migration template.

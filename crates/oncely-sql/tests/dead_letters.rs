@@ -66,7 +66,7 @@ async fn mysql_received_at_is_the_database_clock() {
     let rows = s
         .rows(format!(
             "SELECT CAST(message_id AS CHAR), CAST(received_at AS CHAR), 'x' FROM {} ORDER BY message_id",
-            fx.tables().table("inbox")
+            fx.tables().inbox()
         ))
         .await
         .unwrap();
@@ -99,7 +99,7 @@ async fn received_at_is_now<S: TestStore>(fx: common::Fx<S>) {
     let rows = s
         .rows(format!(
             "SELECT CAST(message_id AS {t}), CAST(received_at AS {t}), 'x' FROM {}",
-            fx.tables().table("inbox")
+            fx.tables().inbox()
         ))
         .await
         .unwrap();

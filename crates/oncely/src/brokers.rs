@@ -1,7 +1,7 @@
 //! One URL-driven entry over the broker crates enabled by features:
 //! `amqp://`, `nats://`, `redis://`, `mqtt://`, `kafka://`.
 
-use oncely_core::{Delivery, Error, RawEnvelope, Result, Source};
+use oncely_core::{Consumer, Delivery, Error, Handler, RawEnvelope, Result, Source, Store};
 
 /// Any enabled broker source, chosen by URL scheme.
 #[non_exhaustive]
@@ -94,6 +94,25 @@ pub async fn connect_source(url: &str, consumer: &str) -> Result<AnySource> {
             return Err(unknown(url));
         }
     })
+}
+
+/// Connects the source a URL names for `consumer`: the queue / durable / group name is the
+/// consumer's name, so the name is given once (to [`Consumer::new`]).
+///
+/// ```no_run
+/// # async fn f(store: oncely::AnyStore, handler: impl oncely::Handler<oncely::AnyTx>) -> oncely::Result<()> {
+/// use oncely::{CancellationToken, Consumer, ConsumerName};
+/// let consumer = Consumer::new(ConsumerName::new("billing")?, store, handler);
+/// let source = oncely::brokers::source_for("amqp://guest:guest@127.0.0.1:5672/%2f?queue=credits", &consumer).await?;
+/// consumer.run(source, CancellationToken::new()).await?;
+/// # Ok(()) }
+/// ```
+pub async fn source_for<S, H>(url: &str, consumer: &Consumer<S, H>) -> Result<AnySource>
+where
+    S: Store,
+    H: Handler<S::Tx>,
+{
+    connect_source(url, consumer.name().as_str()).await
 }
 
 /// Publishes `messages` to the broker a URL names, with ids set per the wire mapping.

@@ -9,7 +9,8 @@
 //!
 //! This facade re-exports [`oncely_core`] at the root and the other crates as modules,
 //! behind features: `sql` (default: SQLite, PostgreSQL, MySQL/MariaDB stores), `effects`,
-//! `amqp`, `nats`, `redis`, `mqtt`, `kafka`, `testkit`. See the README and `docs/` for the contract.
+//! `amqp`, `nats`, `redis`, `mqtt`, `kafka`, `testkit`, `cli` (the admin commands as a
+//! library: `oncely::cli::Admin`). See the README and `docs/` for the contract.
 //!
 //! ```
 //! use oncely::{ConsumerName, MessageId};
@@ -42,6 +43,12 @@ pub use oncely_sql::{AnyStore, AnyTx, Column, ConnectOptions, Value};
 
 #[cfg(feature = "effects")]
 pub use oncely_effects as effects;
+
+#[cfg(feature = "cli")]
+pub use oncely_ops as ops;
+
+#[cfg(feature = "cli")]
+pub mod cli;
 
 #[cfg(feature = "amqp")]
 pub use oncely_amqp as amqp;

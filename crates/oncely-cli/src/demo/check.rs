@@ -60,7 +60,7 @@ struct Readings {
 }
 
 async fn read(store: &AnyStore, tables: &CreditTables, consumer: &str) -> Result<Readings> {
-    let inbox_table = store.tables().table("inbox");
+    let inbox_table = store.tables().inbox();
     let id_col = store.dialect().text("message_id");
     let consumer = consumer.replace('\'', "");
     let inbox_sql =

@@ -87,12 +87,12 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 5)]
     pub idle_exit: u64,
     #[command(flatten)]
-    pub metrics: crate::admin::metrics::MetricsArgs,
+    pub metrics: oncely::cli::metrics::MetricsArgs,
 }
 
 /// Runs the demo; returns whether every invariant held.
 pub async fn run(args: DemoArgs) -> Result<bool> {
-    let metrics = crate::admin::metrics::serve(&args.metrics)?;
+    let metrics = oncely::cli::metrics::serve(&args.metrics)?;
     let temp = tempfile::tempdir().context("creating a temporary directory")?;
     let url = args
         .store
@@ -304,11 +304,8 @@ async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
         None => vec![
             format!("DROP TABLE IF EXISTS {}", tables.accounts),
             format!("DROP TABLE IF EXISTS {}", tables.ledger),
-            format!("DROP TABLE IF EXISTS {}", store.tables().table("inbox")),
-            format!(
-                "DROP TABLE IF EXISTS {}",
-                store.tables().table("dead_letters")
-            ),
+            format!("DROP TABLE IF EXISTS {}", store.tables().inbox()),
+            format!("DROP TABLE IF EXISTS {}", store.tables().dead_letters()),
             format!(
                 "DROP TABLE IF EXISTS {}",
                 store.tables().table("migrations")

@@ -82,7 +82,7 @@ pub async fn mysql(test: &str, tag: &str) -> Option<(MySqlStore, Ops, String)> {
 /// Inserts `count` ids received `age_ms` ago into the inbox of `ops`.
 pub async fn fill(ops: &Ops, tag: &str, count: usize, age_ms: i64) {
     let at = oncely_sql::now_ms() - age_ms;
-    let inbox = ops.table("inbox");
+    let inbox = ops.tables().inbox();
     for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
         let values: Vec<String> = chunk
             .iter()

@@ -39,7 +39,7 @@ struct Ledger {
 
 impl Ledger {
     fn new(d: Dialect, tables: &Tables) -> Self {
-        let table = tables.table("migration_ledger");
+        let table = tables.migration_ledger();
         Self {
             ddl: tables.render(include_str!("../../migrations/ledger.sql")),
             record: format!(
@@ -207,7 +207,7 @@ macro_rules! run_sets {
 /// Fills `dead_letters.id_hash` with the SHA-256 of `raw_id`, page by page.
 macro_rules! backfill_id_hash {
     ($conn:expr, $d:expr, $tables:expr, $doing:expr) => {{
-        let dl = $tables.table("dead_letters");
+        let dl = $tables.dead_letters();
         let page = format!(
             "SELECT id, raw_id FROM {dl} WHERE raw_id IS NOT NULL AND id > {} ORDER BY id LIMIT {BACKFILL_PAGE}",
             $d.param(1)

@@ -363,7 +363,7 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
         ("billing", Some(b""), p1, "bad_id", 1000),
         ("billing", Some(b"b"), p1, "conflict", 1000),
     ];
-    let dl = tables.table("dead_letters");
+    let dl = tables.dead_letters();
     for (consumer, id, payload, reason, at) in old {
         let shown = id.map_or("NULL".into(), |i| {
             format!("'{}'", String::from_utf8_lossy(i))

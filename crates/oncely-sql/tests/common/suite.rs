@@ -214,7 +214,7 @@ pub async fn custom_prefix<S: TestStore>(url: &str, schema: Option<&str>, count_
     assert_eq!(claim.unwrap(), Claim::Fresh);
     store.commit(tx).await.unwrap();
     let rows = store
-        .rows(count_sql.replace("{inbox}", &tables.table("inbox")))
+        .rows(count_sql.replace("{inbox}", &tables.inbox()))
         .await
         .unwrap();
     assert_eq!(rows, vec![("p-1".into(), "c".into(), "x".into())]);

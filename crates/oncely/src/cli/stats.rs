@@ -11,7 +11,7 @@ pub struct StatsArgs {
 }
 
 /// Runs `oncely stats`.
-pub async fn run(args: StatsArgs) -> Result<bool> {
+pub(crate) async fn run(args: StatsArgs) -> Result<bool> {
     let (_store, ops) = args.db.open().await?;
     let stats = oncely_ops::stats::stats(&ops).await?;
     if args.db.json {

@@ -1,10 +1,10 @@
-//! `oncely migrate`: apply or print the migration sets of oncely-sql's one registry: the
+//! `migrate`: apply or print the migration sets of oncely-sql's one registry: the
 //! inbox and dead letters always, the others with `--with`.
 
 use anyhow::{Context, Result};
 use oncely_sql::{
-    AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, Tables, migrate_url,
-    print_migration_sets, redact_url,
+    AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, migrate_url, print_migration_sets,
+    redact_url,
 };
 
 /// A migration set besides the inbox, for `--with`.
@@ -38,8 +38,30 @@ fn sets(with: &[With]) -> Vec<&'static MigrationSet> {
     sets
 }
 
-/// Applies (or prints, without connecting) the migrations for `url`.
-pub async fn run(url: &str, tables: Tables, print: bool, with: &[With]) -> Result<()> {
+/// Flags of `migrate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MigrateArgs {
+    /// Database URL (sqlite:…, postgres://…, mysql://…).
+    #[arg(long, env = "ONCELY_DATABASE_URL")]
+    database: String,
+    /// Print the SQL instead of applying it.
+    #[arg(long)]
+    print: bool,
+    /// Schema (PostgreSQL) or database (MySQL) for the tables.
+    #[arg(long)]
+    schema: Option<String>,
+    /// Table-name prefix.
+    #[arg(long, default_value = "oncely_")]
+    prefix: String,
+    /// Further migration sets, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    with: Vec<With>,
+}
+
+/// Applies (or prints, without connecting) the migrations.
+pub(crate) async fn run(args: MigrateArgs) -> Result<()> {
+    let tables = super::tables(args.schema.as_deref(), &args.prefix)?;
+    let (url, print, with) = (args.database.as_str(), args.print, args.with.as_slice());
     let dialect = Dialect::from_url(url)?;
     let sets = sets(with);
     if print {

@@ -30,9 +30,9 @@ pub struct PartitionArgs {
 }
 
 /// Runs `oncely partition`.
-pub async fn run(args: PartitionArgs) -> Result<bool> {
+pub(crate) async fn run(args: PartitionArgs) -> Result<bool> {
     if let Action::Sql = args.action {
-        let tables = crate::tables(args.db.schema.as_deref(), &args.db.prefix)?;
+        let tables = super::tables(args.db.schema.as_deref(), &args.db.prefix)?;
         print!("{}", partition::partitioned_inbox_sql(&tables));
         return Ok(true);
     }
@@ -46,7 +46,7 @@ pub async fn run(args: PartitionArgs) -> Result<bool> {
             } else {
                 println!(
                     "partitioned inbox {} ready; created {}",
-                    ops.table("inbox"),
+                    ops.tables().inbox(),
                     created.join(", ")
                 );
             }

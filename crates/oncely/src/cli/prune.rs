@@ -35,7 +35,7 @@ pub struct PruneArgs {
 }
 
 /// Runs `oncely prune`. Exit status 0 also when another pruner held the lock.
-pub async fn run(args: PruneArgs) -> Result<bool> {
+pub(crate) async fn run(args: PruneArgs) -> Result<bool> {
     let metrics = super::metrics::serve(&args.metrics)?;
     let (_store, ops) = args.db.open().await?;
     let options = PruneOptions {
@@ -70,11 +70,11 @@ pub async fn run(args: PruneArgs) -> Result<bool> {
     } else if !report.ran {
         println!(
             "another pruner holds the lock for {}; nothing done",
-            ops.table("inbox")
+            ops.tables().inbox()
         );
     } else {
         let rows = vec![
-            vec!["inbox".into(), ops.table("inbox")],
+            vec!["inbox".into(), ops.tables().inbox()],
             vec!["mode".into(), report.mode.to_owned()],
             vec!["cutoff".into(), super::when(Some(report.cutoff_ms))],
             vec!["ids deleted".into(), report.deleted.to_string()],

@@ -1,15 +1,13 @@
-//! `oncely dlq list | show ID | replay ID|--all [--force] | resolve ID --keep-stored | purge --older-than D`.
+//! `dlq list | show ID | replay ID|--all [--handler NAME] [--force] | resolve ID --keep-stored | purge --older-than D`.
 
-use super::{DbArgs, cut, print_json, print_table, when};
-use crate::demo::credits::{CreditTables, Credits};
+use super::{Admin, DbArgs, ReplayJob, cut, print_json, print_table, when};
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use oncely_ops::Ops;
-use oncely_ops::dlq::{self, Filter};
-use oncely_ops::replay::{self, Decision, ReplayOptions, Replayed};
+use oncely_core::StoredDeadLetter;
+use oncely_ops::dlq::{self, DeadLetterJson, Filter};
+use oncely_ops::replay::{self, Decision, ReplayOptions};
 use oncely_ops::retention::DEFAULT_WINDOW;
-use oncely_sql::AnyStore;
-use std::sync::Arc;
+use oncely_sql::to_ms;
 
 /// Flags of `oncely dlq`.
 #[derive(Debug, Clone, clap::Args)]
@@ -51,7 +49,8 @@ enum DlqAction {
     /// Re-run dead letters through their consumer (still deduplicated by the inbox), then
     /// delete the row. Refuses conflicts (see `resolve`), rows whose id the inbox already
     /// holds (resolved as `already_applied`) and rows whose claim may have been pruned
-    /// (`refused_old`, unless --force). The CLI replays with the demo's credits handler.
+    /// (`refused_old`, unless --force). Runs the handler registered under --handler (see
+    /// docs/operations.md, "Your own admin binary").
     Replay {
         /// Dead-letter row id (or --all).
         id: Option<i64>,
@@ -62,9 +61,10 @@ enum DlqAction {
         db: DbArgs,
         #[command(flatten)]
         filter: FilterArgs,
-        /// The handler to run: `credits` (the demo's ledger, in --schema).
-        #[arg(long, default_value = "credits")]
-        handler: String,
+        /// The registered handler to run (may be left out when only one is registered; the
+        /// `oncely` binary registers `credits`, the demo's ledger in --schema).
+        #[arg(long)]
+        handler: Option<String>,
         /// The inbox retention window (what `oncely prune --older-than` keeps): older rows are
         /// refused, since their claim may have been pruned.
         #[arg(long, value_parser = super::duration)]
@@ -113,8 +113,24 @@ fn filter(f: &FilterArgs) -> Filter {
     }
 }
 
-/// Runs `oncely dlq`.
-pub async fn run(args: DlqArgs) -> Result<bool> {
+/// The list columns of a row: id, consumer, message id, then `rest`.
+fn cells(id: i64, consumer: &str, message_id: Option<&str>, rest: Vec<String>) -> Vec<String> {
+    let mut row = vec![
+        id.to_string(),
+        consumer.to_owned(),
+        cut(message_id.unwrap_or("(none)"), 40),
+    ];
+    row.extend(rest);
+    row
+}
+
+/// Prints dead letters as JSON.
+fn print_rows_json(rows: &[StoredDeadLetter]) {
+    print_json(&rows.iter().map(DeadLetterJson::from).collect::<Vec<_>>());
+}
+
+/// Runs `dlq`.
+pub(crate) async fn run(admin: &Admin, args: DlqArgs) -> Result<bool> {
     match args.action {
         DlqAction::List {
             db,
@@ -131,34 +147,30 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
             )
             .await?;
             if db.json {
-                print_json(&rows);
+                print_rows_json(&rows);
             } else {
                 let table: Vec<Vec<String>> = rows
                     .iter()
                     .map(|d| {
-                        vec![
-                            d.id.to_string(),
-                            d.consumer.clone(),
-                            cut(d.message_id.as_deref().unwrap_or("(none)"), 40),
+                        let rest = vec![
                             d.reason.clone(),
                             d.attempts.to_string(),
-                            when(Some(d.dead_lettered_at)),
+                            when(Some(to_ms(d.dead_lettered_at))),
                             cut(&d.detail, 60),
-                        ]
+                        ];
+                        cells(d.id, &d.consumer, d.message_id.as_deref(), rest)
                     })
                     .collect();
-                print_table(
-                    &[
-                        "id",
-                        "consumer",
-                        "message id",
-                        "reason",
-                        "attempts",
-                        "at",
-                        "detail",
-                    ],
-                    &table,
-                );
+                let headers = [
+                    "id",
+                    "consumer",
+                    "message id",
+                    "reason",
+                    "attempts",
+                    "at",
+                    "detail",
+                ];
+                print_table(&headers, &table);
                 println!("{} dead letter(s)", rows.len());
             }
             Ok(true)
@@ -169,44 +181,48 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
                 bail!("no dead letter with id {id}");
             };
             if db.json {
-                print_json(&row);
+                print_json(&DeadLetterJson::from(&row));
             } else {
-                let s = &row.summary;
+                let j = DeadLetterJson::from(&row);
                 let fields = vec![
-                    vec!["id".into(), s.id.to_string()],
-                    vec!["consumer".into(), s.consumer.clone()],
+                    vec!["id".into(), j.id.to_string()],
+                    vec!["consumer".into(), j.consumer],
                     vec![
                         "message id".into(),
-                        s.message_id.clone().unwrap_or_else(|| "(none)".into()),
+                        j.message_id.unwrap_or_else(|| "(none)".into()),
                     ],
                     vec![
                         "raw id (hex)".into(),
-                        row.raw_id_hex.clone().unwrap_or_else(|| "-".into()),
+                        j.raw_id_hex.unwrap_or_else(|| "-".into()),
                     ],
-                    vec!["reason".into(), s.reason.clone()],
-                    vec!["detail".into(), s.detail.clone()],
-                    vec!["attempts".into(), s.attempts.to_string()],
-                    vec!["dead-lettered at".into(), when(Some(s.dead_lettered_at))],
-                    vec!["payload sha256".into(), row.payload_hash.clone()],
+                    vec!["reason".into(), j.reason],
+                    vec!["detail".into(), j.detail],
+                    vec!["attempts".into(), j.attempts.to_string()],
+                    vec!["dead-lettered at".into(), when(Some(j.dead_lettered_at))],
+                    vec![
+                        "last seen".into(),
+                        format!("{} ({} time(s))", when(Some(j.last_seen)), j.deliveries),
+                    ],
+                    vec!["payload sha256".into(), j.payload_hash],
                     vec![
                         "inbox holds sha256".into(),
-                        row.stored_hash.clone().unwrap_or_else(|| "-".into()),
+                        j.stored_hash.unwrap_or_else(|| "-".into()),
                     ],
                     vec![
                         "entity / version".into(),
                         format!(
                             "{} / {}",
-                            row.entity_key.as_deref().unwrap_or("-"),
-                            row.version
+                            j.entity_key.as_deref().unwrap_or("-"),
+                            j.version
                                 .map(|v| v.to_string())
                                 .unwrap_or_else(|| "-".into())
                         ),
                     ],
-                    vec!["source time".into(), when(row.source_time)],
-                    vec!["headers".into(), row.headers.clone()],
+                    vec!["source time".into(), when(j.source_time)],
+                    vec!["headers".into(), j.headers],
                     vec![
                         "payload".into(),
-                        format!("{} bytes: {}", row.payload_len, cut(&row.payload_text, 400)),
+                        format!("{} bytes: {}", j.payload_len, cut(&j.payload_text, 400)),
                     ],
                 ];
                 print_table(&["field", "value"], &fields);
@@ -222,11 +238,7 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
             retention,
             force,
         } => {
-            if handler != "credits" {
-                bail!(
-                    "unknown handler {handler:?}: the CLI can replay with `credits` (the demo's); use oncely_ops::dlq::replay with your own handler"
-                );
-            }
+            let replayer = admin.replayer(handler.as_deref())?;
             if id.is_none() && !all {
                 bail!("give a dead-letter id or --all");
             }
@@ -235,7 +247,27 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
                 force,
             };
             let (store, ops) = db.open().await?;
-            let results = run_replay(&store, &ops, &db, id, &filter(&f), &options).await?;
+            let filter = filter(&f);
+            let bar = if db.json || id.is_some() {
+                ProgressBar::hidden()
+            } else {
+                ProgressBar::new(dlq::ids(&ops, &filter).await?.len() as u64)
+            };
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} replaying [{bar:40}] {pos}/{len}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            let job = ReplayJob {
+                ops: &ops,
+                store: &store,
+                id,
+                filter: &filter,
+                options: &options,
+                progress: &mut |_| bar.inc(1),
+            };
+            let results = replayer.replay(job).await?;
+            bar.finish_and_clear();
             for r in &results {
                 if let Some(w) = &r.warning {
                     eprintln!("warning: dead letter {}: {w}", r.id);
@@ -248,18 +280,13 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
                 let table: Vec<Vec<String>> = results
                     .iter()
                     .map(|r| {
-                        vec![
-                            r.id.to_string(),
-                            r.consumer.clone(),
-                            cut(r.message_id.as_deref().unwrap_or("(none)"), 40),
+                        let row = if r.row_deleted { "deleted" } else { "kept" };
+                        let rest = vec![
                             r.outcome.clone(),
-                            if r.row_deleted {
-                                "deleted".into()
-                            } else {
-                                "kept".into()
-                            },
+                            row.into(),
                             cut(r.detail.as_deref().unwrap_or(""), 60),
-                        ]
+                        ];
+                        cells(r.id, &r.consumer, r.message_id.as_deref(), rest)
                     })
                     .collect();
                 print_table(
@@ -331,42 +358,4 @@ pub async fn run(args: DlqArgs) -> Result<bool> {
             Ok(true)
         }
     }
-}
-
-async fn run_replay(
-    store: &AnyStore,
-    ops: &Ops,
-    db: &DbArgs,
-    id: Option<i64>,
-    filter: &Filter,
-    options: &ReplayOptions,
-) -> Result<Vec<Replayed>> {
-    let tables = CreditTables::new(store.dialect(), db.schema.as_deref());
-    let handler = Credits::new(tables);
-    if let Some(id) = id {
-        let r = replay::replay(ops, Arc::new(store.clone()), handler, id, options).await?;
-        return Ok(vec![r]);
-    }
-    let total = dlq::list(ops, filter).await?.len() as u64;
-    let bar = if db.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} replaying [{bar:40}] {pos}/{len}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    let results = replay::replay_all(
-        ops,
-        Arc::new(store.clone()),
-        handler,
-        filter,
-        options,
-        &mut |_| bar.inc(1),
-    )
-    .await?;
-    bar.finish_and_clear();
-    Ok(results)
 }
