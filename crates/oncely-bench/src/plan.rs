@@ -97,6 +97,11 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
             spec(Mode::Plain, 1, 1, base),
             spec(Mode::Group, GROUP, 1, base),
         ],
+        // How group commit scales with groups in flight (row locks held by concurrent groups).
+        vec![
+            spec(Mode::Group, GROUP, 2, many),
+            spec(Mode::Group, GROUP, 4, many),
+        ],
         vec![
             spec(Mode::GroupDuplicate, GROUP, 1, many),
             spec(Mode::PkLookup, GROUP, 1, many),

@@ -270,6 +270,13 @@ impl Report {
                 format!("{backend}_group_commit_p99_latency_ratio_c1"),
                 json!(self.latency_ratio(backend, g, |c| c.p99_ms)),
             );
+            for c in [1, 2, 4] {
+                let v = self.ratio((backend, Group, g, c), (backend, Plain, 1, 16));
+                m.insert(
+                    format!("{backend}_group_commit_c{c}_vs_plain_c16"),
+                    json!(v),
+                );
+            }
             for c in [1, 16] {
                 let v = self.ratio((backend, Group, g, c), (backend, Plain, 1, c));
                 m.insert(format!("{backend}_group_commit_vs_plain_c{c}"), json!(v));

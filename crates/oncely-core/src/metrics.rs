@@ -3,7 +3,7 @@
 //!
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `oncely_deliveries_total` | counter | consumer, outcome | deliveries settled, by outcome (`applied`, `duplicate`, `conflict`, `stale`, `retry`, `dead_lettered`, `crashed`) |
+//! | `oncely_deliveries_total` | counter | consumer, outcome | deliveries settled, by outcome (`applied`, `duplicate`, `conflict`, `stale`, `retry`, `dead_lettered`, `abandoned`) |
 //! | `oncely_retries_total` | counter | consumer | attempts retried after a transient failure |
 //! | `oncely_handler_seconds` | histogram | consumer | time in the handler (inside the transaction) |
 //! | `oncely_commit_seconds` | histogram | consumer | time to commit claim and effect |

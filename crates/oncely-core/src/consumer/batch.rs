@@ -17,7 +17,7 @@ use crate::source::Delivery;
 use crate::store::{Claim, Committed, Store};
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -31,6 +31,8 @@ enum Committable {
 pub(super) struct BatchCounts {
     committed: AtomicU64,
     fallbacks: AtomicU64,
+    /// Duplicates were seen lately: read the inbox before claiming the next group.
+    duplicates_seen: AtomicBool,
 }
 
 /// How batches went so far (see [`Consumer::max_batch`]).
@@ -72,13 +74,23 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 _ => outcomes[at] = Some(self.settle_one(delivery, stop).await),
             }
         }
-        // Redelivered duplicates: one read for the group, then acked without a transaction.
-        if pending.len() > 1 {
+        // Duplicates: one read for the group, then acked without a transaction. Only while
+        // duplicates are about (a recent group had some, or the broker says this is a
+        // redelivery): for fresh traffic the read would be a wasted round trip per group.
+        let redelivered = pending.iter().any(|(_, d)| d.attempt() > 1);
+        let worth_reading = redelivered || self.batches.duplicates_seen.load(Relaxed);
+        if pending.len() > 1 && worth_reading {
             let items: Vec<(MessageId, PayloadHash)> = valid
                 .iter()
                 .map(|m| (m.id().clone(), m.payload_hash()))
                 .collect();
-            match self.store.committed_claims(&self.name, &items).await {
+            let read = self.store.committed_claims(&self.name, &items).await;
+            if let Ok(held) = &read {
+                self.batches
+                    .duplicates_seen
+                    .store(held.contains(&true), Relaxed);
+            }
+            match read {
                 Ok(held) if held.len() == items.len() && held.contains(&true) => {
                     let mut kept = (Vec::new(), Vec::new());
                     for ((message, (at, delivery)), held) in
@@ -108,6 +120,12 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             match self.attempt_held(&valid, stop).await {
                 Ok(settled) => {
                     self.batches.committed.fetch_add(1, Relaxed);
+                    let duplicates = settled
+                        .iter()
+                        .any(|s| matches!(s, Committable::Done(Outcome::Duplicate, _)));
+                    if duplicates {
+                        self.batches.duplicates_seen.store(true, Relaxed);
+                    }
                     let rows = pending.into_iter().zip(&valid).zip(settled);
                     for (((at, delivery), message), settled) in rows {
                         outcomes[at] = Some(match settled {
