@@ -145,6 +145,15 @@ pub(crate) trait Effect {
         credit: &Credit,
     ) -> impl Future<Output = oncely_core::Result<()>> + Send;
 
+    /// The raw reference for one message: the claim written by hand, then the effect if it
+    /// inserted.
+    fn raw_one(
+        &mut self,
+        sql: &Sql,
+        consumer: &str,
+        item: &Item,
+    ) -> impl Future<Output = oncely_core::Result<()>> + Send;
+
     /// Inserts the ledger rows and credits the balances of many messages with multi-row
     /// statements.
     fn credit_many(
@@ -177,6 +186,27 @@ macro_rules! typed_effect {
                     .execute(&mut **self)
                     .await
                     .map_err(db_err)?;
+                Ok(())
+            }
+
+            async fn raw_one(
+                &mut self,
+                sql: &Sql,
+                consumer: &str,
+                item: &Item,
+            ) -> oncely_core::Result<()> {
+                let inserted = sqlx::query(sql.claim.clone())
+                    .bind(consumer)
+                    .bind(item.id.as_str())
+                    .bind(item.hash.as_str())
+                    .bind(now_ms())
+                    .execute(&mut **self)
+                    .await
+                    .map_err(db_err)?
+                    .rows_affected();
+                if inserted == 1 {
+                    self.credit(sql, &item.id, &item.credit).await?;
+                }
                 Ok(())
             }
 
@@ -382,22 +412,10 @@ impl Ops for Bed<Postgres> {
     }
 
     async fn raw(&self, consumer: &str, items: &[Item]) -> oncely_core::Result<()> {
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
-        if let [one] = items {
-            let inserted = sqlx::query(self.sql.claim.clone())
-                .bind(consumer)
-                .bind(one.id.as_str())
-                .bind(one.hash.as_str())
-                .bind(now_ms())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .rows_affected();
-            if inserted == 1 {
-                tx.credit(&self.sql, &one.id, &one.credit).await?;
-            }
-        } else {
-            crate::raw::pg_batch(&self.sql, &mut tx, consumer, items).await?;
+        let mut tx = self.begin().await.map_err(db_err)?;
+        match items {
+            [one] => tx.raw_one(&self.sql, consumer, one).await?,
+            _ => crate::raw::pg_batch(&self.sql, &mut tx, consumer, items).await?,
         }
         tx.commit().await.map_err(db_err)
     }
@@ -423,21 +441,9 @@ impl Ops for Bed<Sqlite> {
 
     async fn raw(&self, consumer: &str, items: &[Item]) -> oncely_core::Result<()> {
         let mut tx = self.begin().await.map_err(db_err)?;
-        if let [one] = items {
-            let inserted = sqlx::query(self.sql.claim.clone())
-                .bind(consumer)
-                .bind(one.id.as_str())
-                .bind(one.hash.as_str())
-                .bind(now_ms())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?
-                .rows_affected();
-            if inserted == 1 {
-                tx.credit(&self.sql, &one.id, &one.credit).await?;
-            }
-        } else {
-            crate::raw::sqlite_batch(&self.sql, &mut tx, consumer, items).await?;
+        match items {
+            [one] => tx.raw_one(&self.sql, consumer, one).await?,
+            _ => crate::raw::sqlite_batch(&self.sql, &mut tx, consumer, items).await?,
         }
         tx.commit().await.map_err(db_err)
     }

@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite};
 use oncely_sql::{
-    ConnectOptions, Durability, MySqlStore, PgStore, SqliteStore, Tables, redact_url,
+    ConnectOptions, Durability, MigrateDb, MySqlStore, PgStore, SqlStore, SqliteStore, Tables,
+    redact_url,
 };
 use std::path::PathBuf;
 
@@ -179,52 +180,49 @@ fn services_required() -> bool {
     std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
 }
 
-async fn postgres(args: &BenchArgs, schema: &str) -> Result<Bed<Postgres>> {
-    let options = ConnectOptions {
+fn server_options(args: &BenchArgs, schema: &str) -> Result<ConnectOptions> {
+    Ok(ConnectOptions {
         tables: Tables::default().with_schema(schema)?,
         max_connections: args.pool.unwrap_or(max_concurrency(args) + 2),
         durability: Durability::Full,
-    };
-    let store = PgStore::connect_with(&args.postgres, &options)
-        .await
-        .with_context(|| format!("connecting to {}", redact_url(&args.postgres)))?;
+    })
+}
+
+/// A bed in a fresh `schema` (PostgreSQL schema, MySQL database) of a server: dropped if it is
+/// left over, created, migrated, the effect tables added.
+async fn server_bed<DB: MigrateDb>(store: SqlStore<DB>, schema: &str) -> Result<Bed<DB>> {
     let pool = store.pool().clone();
-    for sql in [
-        format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-        format!("CREATE SCHEMA {schema}"),
-    ] {
-        sqlx::query(AssertSqlSafe(sql)).execute(&pool).await?;
+    let mut conn = pool.acquire().await.context("connecting")?;
+    let fresh = [
+        DB::DIALECT.drop_schema_sql(schema),
+        DB::DIALECT.create_schema_sql(schema),
+    ];
+    for sql in fresh.into_iter().flatten() {
+        DB::script(&mut conn, &sql).await?;
     }
+    drop(conn);
     store.migrate().await?;
-    let bed = Bed::make(pool, options.tables);
+    let bed = Bed::make(pool, store.tables().clone());
+    let mut conn = bed.pool.acquire().await.context("connecting")?;
     for sql in bed.ddl() {
-        sqlx::query(AssertSqlSafe(sql)).execute(&bed.pool).await?;
+        DB::script(&mut conn, &sql).await?;
     }
+    drop(conn);
     Ok(bed)
 }
 
+async fn postgres(args: &BenchArgs, schema: &str) -> Result<Bed<Postgres>> {
+    let store = PgStore::connect_with(&args.postgres, &server_options(args, schema)?)
+        .await
+        .with_context(|| format!("connecting to {}", redact_url(&args.postgres)))?;
+    server_bed(store, schema).await
+}
+
 async fn mariadb(args: &BenchArgs, database: &str) -> Result<Bed<MySql>> {
-    let options = ConnectOptions {
-        tables: Tables::default().with_schema(database)?,
-        max_connections: args.pool.unwrap_or(max_concurrency(args) + 2),
-        durability: Durability::Full,
-    };
-    let store = MySqlStore::connect_with(&args.mariadb, &options)
+    let store = MySqlStore::connect_with(&args.mariadb, &server_options(args, database)?)
         .await
         .with_context(|| format!("connecting to {}", redact_url(&args.mariadb)))?;
-    let pool = store.pool().clone();
-    for sql in [
-        format!("DROP DATABASE IF EXISTS {database}"),
-        format!("CREATE DATABASE {database}"),
-    ] {
-        sqlx::query(AssertSqlSafe(sql)).execute(&pool).await?;
-    }
-    store.migrate().await?;
-    let bed = Bed::make(pool, options.tables);
-    for sql in bed.ddl() {
-        sqlx::query(AssertSqlSafe(sql)).execute(&bed.pool).await?;
-    }
-    Ok(bed)
+    server_bed(store, database).await
 }
 
 async fn sqlite(

@@ -71,3 +71,55 @@ async fn group_commit_never_drops_a_pending_read() {
         "no group of two or more formed: {groups:?}"
     );
 }
+
+/// Panics on its third call, then hands out the rest.
+struct PanicsOnce {
+    queue: VecDeque<RawEnvelope>,
+    calls: u32,
+}
+
+impl Source for PanicsOnce {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        self.calls += 1;
+        if self.calls == 3 {
+            panic!("adapter bug");
+        }
+        Ok(self
+            .queue
+            .pop_front()
+            .map(|m| Delivery::new(m, 1, Box::new(Acked))))
+    }
+}
+
+/// A source whose `next` panics is a failing source (logged, retried), not a dead consumer:
+/// per message and with group commit, every message still applies once.
+#[tokio::test]
+async fn a_panicking_source_does_not_stop_the_consumer() {
+    for group in [1, 8] {
+        let ids: Vec<String> = (0..20).map(|i| format!("m-{i}")).collect();
+        let source = PanicsOnce {
+            queue: ids
+                .iter()
+                .map(|id| RawEnvelope::new(id.as_str(), "1"))
+                .collect(),
+            calls: 0,
+        };
+        let store = MemStore::default();
+        let consumer = Consumer::new(
+            ConsumerName::new("p").unwrap(),
+            store.clone(),
+            Ledger::default(),
+        )
+        .max_batch(group);
+        let stats = consumer
+            .run(source, CancellationToken::new())
+            .await
+            .unwrap();
+        let (double, lost) = double_and_lost(&store.ledger(), &ids);
+        assert_eq!(
+            (double, lost, stats.applied),
+            (0, 0, 20),
+            "group {group}: {stats:?}"
+        );
+    }
+}

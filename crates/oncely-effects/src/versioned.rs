@@ -3,8 +3,8 @@
 //! the highest version.
 
 use oncely_core::{Handled, Result};
+use oncely_sql::Tables;
 use oncely_sql::{Column, SqlDatabase, Value};
-use oncely_sql::{Dialect, Tables};
 use oncely_sql::{db, now_ms};
 use sqlx::Transaction;
 
@@ -69,12 +69,18 @@ impl Versions {
         key: &str,
         version: i64,
     ) -> Result<Versioned> {
-        let sql = apply_sql(DB::DIALECT, &self.tables);
+        let sql = DB::DIALECT.upsert_if_newer(&self.tables.versions());
         let args: Vec<Value> = vec![entity.into(), key.into(), version.into(), now_ms().into()];
         let done = DB::execute(&mut **tx, &sql, &args)
             .await
             .map_err(|e| db("apply_if_newer", e))?;
-        Ok(decide(DB::DIALECT, done.rows, done.last_insert_id))
+        Ok(
+            if DB::DIALECT.upsert_if_newer_applied(done.rows, done.last_insert_id) {
+                Versioned::Applied
+            } else {
+                Versioned::Stale
+            },
+        )
     }
 
     /// The stored version of `(entity, key)`, if any.
@@ -124,43 +130,4 @@ pub async fn apply_if_newer<DB: SqlDatabase>(
     Versions::default()
         .apply_if_newer(tx, entity, key, version)
         .await
-}
-
-/// The one statement per dialect: insert, or update only when the stored version is lower.
-pub(crate) fn apply_sql(d: Dialect, tables: &Tables) -> String {
-    let v = tables.versions();
-    let values = d.params(1, 4);
-    match d {
-        Dialect::Sqlite => format!(
-            "INSERT INTO {v} (entity, entity_key, version, updated_at) VALUES ({values}) \
-             ON CONFLICT (entity, entity_key) DO UPDATE SET version = excluded.version, \
-             updated_at = excluded.updated_at WHERE version < excluded.version"
-        ),
-        Dialect::Postgres => format!(
-            "INSERT INTO {v} AS cur (entity, entity_key, version, updated_at) VALUES ({values}) \
-             ON CONFLICT (entity, entity_key) DO UPDATE SET version = excluded.version, \
-             updated_at = excluded.updated_at WHERE cur.version < excluded.version"
-        ),
-        // sqlx connects with CLIENT_FOUND_ROWS, so an unchanged row counts 1 like an insert:
-        // the stale branch sets LAST_INSERT_ID(1), which the OK packet reports, to tell them
-        // apart. An applied update changes the row and counts 2. `updated_at` is assigned
-        // first so that its condition still sees the old version.
-        Dialect::MySql => format!(
-            "INSERT INTO {v} (entity, entity_key, version, updated_at) VALUES ({values}) \
-             ON DUPLICATE KEY UPDATE \
-             updated_at = IF(version < VALUES(version), VALUES(updated_at), updated_at + 0 * LAST_INSERT_ID(1)), \
-             version = IF(version < VALUES(version), VALUES(version), version)"
-        ),
-    }
-}
-
-fn decide(d: Dialect, rows: u64, last_insert_id: u64) -> Versioned {
-    match d {
-        Dialect::MySql => match (rows, last_insert_id) {
-            (2, _) | (1, 0) => Versioned::Applied,
-            _ => Versioned::Stale,
-        },
-        _ if rows == 1 => Versioned::Applied,
-        _ => Versioned::Stale,
-    }
 }

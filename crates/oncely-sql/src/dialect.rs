@@ -340,6 +340,55 @@ impl Dialect {
         }
     }
 
+    /// The versioned upsert of `versions` (columns `entity, entity_key, version, updated_at`,
+    /// bound as `$1..$4`): insert, or update only when the stored version is lower. Tell
+    /// applied from stale with [`Dialect::upsert_if_newer_applied`].
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert!(Dialect::Postgres.upsert_if_newer("v").contains("WHERE cur.version < excluded.version"));
+    /// ```
+    pub fn upsert_if_newer(self, versions: &str) -> String {
+        let values = self.params(1, 4);
+        match self {
+            Self::Sqlite => format!(
+                "INSERT INTO {versions} (entity, entity_key, version, updated_at) VALUES ({values}) \
+                 ON CONFLICT (entity, entity_key) DO UPDATE SET version = excluded.version, \
+                 updated_at = excluded.updated_at WHERE version < excluded.version"
+            ),
+            Self::Postgres => format!(
+                "INSERT INTO {versions} AS cur (entity, entity_key, version, updated_at) VALUES ({values}) \
+                 ON CONFLICT (entity, entity_key) DO UPDATE SET version = excluded.version, \
+                 updated_at = excluded.updated_at WHERE cur.version < excluded.version"
+            ),
+            // sqlx connects with CLIENT_FOUND_ROWS, so an unchanged row counts 1 like an
+            // insert: the stale branch sets LAST_INSERT_ID(1), which the OK packet reports, to
+            // tell them apart. An applied update changes the row and counts 2. `updated_at` is
+            // assigned first so that its condition still sees the old version.
+            Self::MySql => format!(
+                "INSERT INTO {versions} (entity, entity_key, version, updated_at) VALUES ({values}) \
+                 ON DUPLICATE KEY UPDATE \
+                 updated_at = IF(version < VALUES(version), VALUES(updated_at), updated_at + 0 * LAST_INSERT_ID(1)), \
+                 version = IF(version < VALUES(version), VALUES(version), version)"
+            ),
+        }
+    }
+
+    /// Whether [`Dialect::upsert_if_newer`] applied (inserted or raised the version), from the
+    /// rows it reported and, on MySQL, its `LAST_INSERT_ID`.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert!(Dialect::Sqlite.upsert_if_newer_applied(1, 0));
+    /// assert!(!Dialect::MySql.upsert_if_newer_applied(1, 1));
+    /// ```
+    pub fn upsert_if_newer_applied(self, rows: u64, last_insert_id: u64) -> bool {
+        match self {
+            Self::MySql => matches!((rows, last_insert_id), (2, _) | (1, 0)),
+            _ => rows == 1,
+        }
+    }
+
     /// `expr` as a 64-bit integer (e.g. a `sum()`, which PostgreSQL and MySQL widen to a
     /// decimal): `CAST(expr AS BIGINT)`, `CAST(expr AS SIGNED)` on MySQL.
     ///
@@ -387,6 +436,21 @@ impl Dialect {
         match self {
             Self::Postgres => Some(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")),
             Self::MySql => Some(format!("DROP DATABASE IF EXISTS {schema}")),
+            Self::Sqlite => None,
+        }
+    }
+
+    /// The statement creating `schema` (a PostgreSQL schema, a MySQL database) if it is
+    /// missing, or `None` on SQLite.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(Dialect::MySql.create_schema_sql("app").unwrap(), "CREATE DATABASE IF NOT EXISTS app");
+    /// ```
+    pub fn create_schema_sql(self, schema: &str) -> Option<String> {
+        match self {
+            Self::Postgres => Some(format!("CREATE SCHEMA IF NOT EXISTS {schema}")),
+            Self::MySql => Some(format!("CREATE DATABASE IF NOT EXISTS {schema}")),
             Self::Sqlite => None,
         }
     }

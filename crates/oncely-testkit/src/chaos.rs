@@ -342,10 +342,7 @@ impl<Src: Source> Source for CrashingSource<Src> {
                 drop(delivery); // unsettled: the broker redelivers it
                 continue;
             }
-            if self.chaos.crash_after(Step::Acked, id.as_deref(), attempt) {
-                return Ok(Some(crash_after_ack(delivery)));
-            }
-            return Ok(Some(delivery));
+            return Ok(Some(crash_after_ack(delivery, self.chaos.clone())));
         }
     }
 }
@@ -371,26 +368,31 @@ impl<Src: Source> Source for AckEarly<Src> {
     }
 }
 
-/// A new delivery of the same message that acks the original, then crashes.
-fn crash_after_ack(delivery: Delivery) -> Delivery {
+/// A new delivery of the same message that acks the original, then crashes if `chaos` says
+/// so (decided at the ack, so a delivery abandoned earlier never counts a crash here).
+fn crash_after_ack(delivery: Delivery, chaos: Arc<dyn Chaos>) -> Delivery {
     let message = delivery.message().clone();
     let (attempt, defect) = (delivery.attempt(), delivery.defect().map(str::to_owned));
-    let acker = Box::new(AckThenCrash(delivery));
+    let acker = Box::new(AckThenCrash(delivery, chaos));
     match defect {
         Some(why) => Delivery::undecodable(message, attempt, acker, why),
         None => Delivery::new(message, attempt, acker),
     }
 }
 
-/// Acks the original delivery, then crashes.
-struct AckThenCrash(Delivery);
+/// Acks the original delivery, then crashes if the plan says so.
+struct AckThenCrash(Delivery, Arc<dyn Chaos>);
 
 impl Acker for AckThenCrash {
     fn ack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
         Box::pin(async move {
+            let (id, attempt) = (self.0.message().id.clone(), self.0.attempt());
             // The runtime's ack carried a proof; the original is acked on its behalf.
             self.0.discard().await?;
-            crash(Step::Acked)
+            if self.1.crash_after(Step::Acked, id.as_deref(), attempt) {
+                crash(Step::Acked);
+            }
+            Ok(())
         })
     }
 

@@ -6,6 +6,8 @@
 
 use crate::id::ConsumerName;
 use crate::source::{Delivery, Source};
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -53,7 +55,7 @@ impl<Src: Source> Intake<Src> {
     pub(super) async fn next(&mut self) -> Option<Delivery> {
         match self {
             Self::Direct { source, name } => loop {
-                match source.next().await {
+                match guarded_next(source).await {
                     Ok(next) => return next,
                     Err(e) => {
                         warn!(consumer = %name, error = %e, "source failed; retrying in 200 ms");
@@ -115,6 +117,20 @@ impl<Src: Source> Intake<Src> {
     }
 }
 
+/// `Source::next`, with a panic inside it turned into an error (logged and retried like one),
+/// so a buggy adapter never takes the consumer down.
+async fn guarded_next<Src: Source>(source: &mut Src) -> crate::Result<Option<Delivery>> {
+    AssertUnwindSafe(source.next())
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            Err(crate::Error::transient(format!(
+                "the source panicked: {}",
+                crate::panic_message(&*panic)
+            )))
+        })
+}
+
 async fn read_ahead<Src: Source>(
     mut source: Src,
     name: ConsumerName,
@@ -124,7 +140,7 @@ async fn read_ahead<Src: Source>(
     loop {
         let next = tokio::select! {
             _ = stop.cancelled() => return,
-            next = source.next() => next,
+            next = guarded_next(&mut source) => next,
         };
         match next {
             Ok(Some(delivery)) => {
