@@ -204,15 +204,18 @@ pub async fn inbox_check_first<H: StoreHarness>(h: &H) -> CaseResult {
     Ok(())
 }
 
-/// Group commit with the per-message handler: ready deliveries share a transaction; a
-/// redelivered group is acked after one read; a failing message inside a group is isolated
-/// (its neighbours apply once, it is dead-lettered).
+/// Group commit with the per-message handler: ready deliveries share a transaction; copies of
+/// one id in groups committing at the same moment apply once (4 groups in flight); a failing
+/// and a panicking message inside a group are isolated (their neighbours apply once, they are
+/// dead-lettered).
 pub async fn group_commit<H: StoreHarness>(h: &H) -> CaseResult {
     let store = h.fresh().await.map_err(err)?;
     let handler = LedgerHandler::<H>::default();
     handler.script("m-3", Script::FailPermanent);
     handler.script("m-5", Script::Panic);
-    let c = consumer("billing", &store, &handler).max_batch(16);
+    let c = consumer("billing", &store, &handler)
+        .max_batch(4)
+        .concurrency(4);
     let source = MemorySource::new();
     let mut expected = HashMap::new();
     for i in 0..10 {
