@@ -9,10 +9,8 @@ use super::Consumer;
 use crate::envelope::{Envelope, PayloadHash};
 use crate::error::{Error, Result};
 use crate::handler::Handler;
-use crate::health::Probe;
 use crate::id::MessageId;
 use crate::outcome::{DeadLetterReason, Handled, Outcome};
-use crate::retry::Backoff;
 use crate::source::Delivery;
 use crate::store::{Claim, Committed, Store};
 use futures::FutureExt;
@@ -169,29 +167,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         batch: &[Envelope],
         stop: &CancellationToken,
     ) -> Result<Vec<Committable>> {
-        let mut backoff = Backoff::store();
-        let mut probe: Probe<'_> = None;
-        loop {
-            let started = std::time::Instant::now();
-            let result = self.attempt_batch(batch).await;
-            drop(probe.take());
-            match result {
-                Err(e) if e.is_unavailable() => {
-                    self.stats.store_retried();
-                    match self.health.hold(&e, &mut backoff, stop).await {
-                        // The next attempt runs as the only probe (or after recovery).
-                        Some(turn) => probe = turn,
-                        None => return Err(e),
-                    }
-                }
-                other => {
-                    if other.is_ok() {
-                        self.health.succeeded(started);
-                    }
-                    return other;
-                }
-            }
-        }
+        self.held(stop, Error::is_unavailable, || self.attempt_batch(batch))
+            .await
     }
 
     /// begin → claim_batch → handler for the fresh messages → commit. Any failure rolls the

@@ -93,21 +93,40 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         letter: &DeadLetter,
         stop: &CancellationToken,
     ) -> Result<Committed> {
+        self.held(stop, |_| true, || self.store.dead_letter(letter))
+            .await
+            .map(|()| Committed::new())
+    }
+
+    /// Runs `op` until it succeeds or fails with an error `holds` does not cover; an error it
+    /// covers holds the delivery ([`Self::hold`]) and `op` runs again, as the only probe
+    /// while the store is unhealthy. Fails with a covered error only on shutdown.
+    pub(super) async fn held<T, Fut>(
+        &self,
+        stop: &CancellationToken,
+        holds: impl Fn(&Error) -> bool,
+        mut op: impl FnMut() -> Fut,
+    ) -> Result<T>
+    where
+        Fut: Future<Output = Result<T>>,
+    {
         let mut backoff = Backoff::store();
         let mut probe: Probe<'_> = None;
         loop {
             let started = Instant::now();
-            let stored = self.store.dead_letter(letter).await;
+            let result = op().await;
             drop(probe.take());
-            match stored {
-                Ok(()) => {
-                    self.health.succeeded(started);
-                    return Ok(Committed::new());
-                }
-                Err(e) => match self.hold(&e, &mut backoff, stop).await {
+            match result {
+                Err(e) if holds(&e) => match self.hold(&e, &mut backoff, stop).await {
                     Some(turn) => probe = turn,
                     None => return Err(e),
                 },
+                other => {
+                    if other.is_ok() {
+                        self.health.succeeded(started);
+                    }
+                    return other;
+                }
             }
         }
     }
