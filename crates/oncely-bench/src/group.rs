@@ -138,12 +138,10 @@ impl Source for Timed {
         let Some(delivery) = self.inner.next().await? else {
             return Ok(None);
         };
-        let (message, attempt) = (delivery.message().clone(), delivery.attempt());
-        let acker = TimedAck {
-            inner: delivery,
-            acked: self.acked.clone(),
-        };
-        Ok(Some(Delivery::new(message, attempt, Box::new(acker))))
+        let acked = self.acked.clone();
+        Ok(Some(
+            delivery.relay(|inner| Box::new(TimedAck { inner, acked })),
+        ))
     }
 }
 

@@ -97,6 +97,45 @@ impl Delivery {
     pub async fn nack(self) -> Result<()> {
         self.acker.nack().await
     }
+
+    /// A delivery of the same message (attempt and defect too) whose acker `wrap` builds
+    /// around this one, for source wrappers that watch or change settling (instrumentation,
+    /// fault injection): the new acker decides what becomes of the original.
+    ///
+    /// ```
+    /// use futures::future::BoxFuture;
+    /// use oncely_core::{Acker, Delivery, MemorySource, RawEnvelope, Result, Source};
+    ///
+    /// /// Logs each ack, then acks the original.
+    /// struct Logged(Delivery);
+    /// impl Acker for Logged {
+    ///     fn ack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+    ///         println!("acked {:?}", self.0.message().display_id());
+    ///         Box::pin(self.0.discard())
+    ///     }
+    ///     fn nack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+    ///         Box::pin(self.0.nack())
+    ///     }
+    /// }
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let mut source = MemorySource::new();
+    /// source.publish(RawEnvelope::new("m-1", "5"));
+    /// let delivery = source.next().await.unwrap().unwrap();
+    /// let logged = delivery.relay(|original| Box::new(Logged(original)));
+    /// assert_eq!(logged.message().display_id().as_deref(), Some("m-1"));
+    /// logged.discard().await.unwrap();
+    /// # });
+    /// ```
+    pub fn relay(self, wrap: impl FnOnce(Delivery) -> Box<dyn Acker>) -> Delivery {
+        let (message, attempt, defect) = (self.message.clone(), self.attempt, self.defect.clone());
+        Delivery {
+            message,
+            attempt,
+            defect,
+            acker: wrap(self),
+        }
+    }
 }
 
 impl std::fmt::Debug for Delivery {

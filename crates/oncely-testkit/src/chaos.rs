@@ -357,27 +357,23 @@ impl<Src: Source> Source for AckEarly<Src> {
         let Some(delivery) = self.0.next().await? else {
             return Ok(None);
         };
-        let message = delivery.message().clone();
-        let (attempt, defect) = (delivery.attempt(), delivery.defect().map(str::to_owned));
-        delivery.discard().await?;
-        let acker = Box::new(Settled);
-        Ok(Some(match defect {
-            Some(why) => Delivery::undecodable(message, attempt, acker, why),
-            None => Delivery::new(message, attempt, acker),
-        }))
+        let mut original = None;
+        let early = delivery.relay(|d| {
+            original = Some(d);
+            Box::new(Settled)
+        });
+        original
+            .expect("relay hands the original over")
+            .discard()
+            .await?;
+        Ok(Some(early))
     }
 }
 
 /// A new delivery of the same message that acks the original, then crashes if `chaos` says
 /// so (decided at the ack, so a delivery abandoned earlier never counts a crash here).
 fn crash_after_ack(delivery: Delivery, chaos: Arc<dyn Chaos>) -> Delivery {
-    let message = delivery.message().clone();
-    let (attempt, defect) = (delivery.attempt(), delivery.defect().map(str::to_owned));
-    let acker = Box::new(AckThenCrash(delivery, chaos));
-    match defect {
-        Some(why) => Delivery::undecodable(message, attempt, acker, why),
-        None => Delivery::new(message, attempt, acker),
-    }
+    delivery.relay(|original| Box::new(AckThenCrash(original, chaos)))
 }
 
 /// Acks the original delivery, then crashes if the plan says so.

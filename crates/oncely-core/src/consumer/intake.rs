@@ -54,15 +54,7 @@ impl<Src: Source> Intake<Src> {
     /// logged and retried after 200 ms.
     pub(super) async fn next(&mut self) -> Option<Delivery> {
         match self {
-            Self::Direct { source, name } => loop {
-                match guarded_next(source).await {
-                    Ok(next) => return next,
-                    Err(e) => {
-                        warn!(consumer = %name, error = %e, "source failed; retrying in 200 ms");
-                        tokio::time::sleep(SOURCE_RETRY).await;
-                    }
-                }
-            },
+            Self::Direct { source, name } => next_retrying(source, name).await,
             Self::Buffered { ready, .. } => ready.recv().await,
         }
     }
@@ -117,6 +109,20 @@ impl<Src: Source> Intake<Src> {
     }
 }
 
+/// The next delivery of `source`, `None` once it has ended; errors (and panics) are logged
+/// and retried after 200 ms.
+async fn next_retrying<Src: Source>(source: &mut Src, name: &ConsumerName) -> Option<Delivery> {
+    loop {
+        match guarded_next(source).await {
+            Ok(next) => return next,
+            Err(e) => {
+                warn!(consumer = %name, error = %e, "source failed; retrying in 200 ms");
+                tokio::time::sleep(SOURCE_RETRY).await;
+            }
+        }
+    }
+}
+
 /// `Source::next`, with a panic inside it turned into an error (logged and retried like one),
 /// so a buggy adapter never takes the consumer down.
 async fn guarded_next<Src: Source>(source: &mut Src) -> crate::Result<Option<Delivery>> {
@@ -140,26 +146,15 @@ async fn read_ahead<Src: Source>(
     loop {
         let next = tokio::select! {
             _ = stop.cancelled() => return,
-            next = guarded_next(&mut source) => next,
+            next = next_retrying(&mut source, &name) => next,
         };
-        match next {
-            Ok(Some(delivery)) => {
-                let sent = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    sent = ready.send(delivery) => sent,
-                };
-                if sent.is_err() {
-                    return;
-                }
-            }
-            Ok(None) => return,
-            Err(e) => {
-                warn!(consumer = %name, error = %e, "source failed; retrying in 200 ms");
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(SOURCE_RETRY) => {}
-                }
-            }
+        let Some(delivery) = next else { return };
+        let sent = tokio::select! {
+            _ = stop.cancelled() => return,
+            sent = ready.send(delivery) => sent,
+        };
+        if sent.is_err() {
+            return;
         }
     }
 }
