@@ -188,7 +188,9 @@ impl Outbox {
 
     /// Enqueues `message` as the `seq`-th output of `incoming`, inside `tx`, and returns its id
     /// ([`derived_id`]). Enqueuing the same `(incoming, seq)` again is a no-op. On PostgreSQL
-    /// the relay is woken by a NOTIFY delivered at commit.
+    /// the relay is woken by a NOTIFY delivered at commit, except in portable mode
+    /// ([`Tables::portable`]; build the outbox with the store's tables, which carry the mode
+    /// the store detected), where the relay finds the row by polling.
     pub async fn enqueue<DB: SqlDatabase>(
         &self,
         tx: &mut Transaction<'_, DB>,
@@ -220,7 +222,8 @@ impl Outbox {
         DB::execute(&mut **tx, &sql, &args)
             .await
             .map_err(|e| db("enqueuing an outgoing message", e))?;
-        if let Some(notify) = d.notify_sql() {
+        // Portable mode (CockroachDB, YugabyteDB, Citus): no NOTIFY; the relay polls.
+        if let Some(notify) = d.notify_sql().filter(|_| !self.tables.portable()) {
             DB::execute(&mut **tx, notify, &[channel(&self.tables).into()])
                 .await
                 .map_err(|e| db("notifying the relay", e))?;

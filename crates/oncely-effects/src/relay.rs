@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 type ListenFn = Arc<dyn Fn(Arc<Notify>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>;
 
@@ -268,7 +268,25 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
 impl<P: Publisher> Relay<Postgres, P> {
     /// Wakes on PostgreSQL `LISTEN`/`NOTIFY` ([`crate::Outbox::enqueue`] notifies at commit);
     /// polling stays on as the fallback (a lost connection, a missed notification).
+    ///
+    /// In portable mode (CockroachDB, YugabyteDB, Citus: no `LISTEN`/`NOTIFY` across nodes)
+    /// this is a no-op with a log line and the relay dispatches by polling only
+    /// ([`Relay::poll_interval`]): when the tables say so ([`Tables::portable`]), or when
+    /// [`oncely_sql::detect_portable`] finds such an engine as the relay starts.
+    ///
+    /// ```no_run
+    /// # async fn f(pool: sqlx::PgPool) {
+    /// let tables = oncely_sql::Tables::default().with_portable(true);
+    /// let relay = oncely_effects::Relay::new(pool, tables, oncely_core::MemorySource::new())
+    ///     .poll_interval(std::time::Duration::from_millis(200))
+    ///     .listen_notify(); // portable: polling only
+    /// # }
+    /// ```
     pub fn listen_notify(mut self) -> Self {
+        if self.tables.portable() {
+            info!(outbox = %self.tables.outbox(), "portable mode: no LISTEN/NOTIFY, the relay polls");
+            return self;
+        }
         let pool = self.pool.clone();
         let channel = channel(&self.tables);
         self.listener = Some(Arc::new(move |wake, stop| {
@@ -279,6 +297,15 @@ impl<P: Publisher> Relay<Postgres, P> {
 }
 
 async fn listen(pool: Pool<Postgres>, channel: String, wake: Arc<Notify>, stop: CancellationToken) {
+    // Tables built by hand on a distributed engine: detect it here, poll only.
+    match oncely_sql::detect_portable(&pool.clone().into()).await {
+        Ok(true) => {
+            info!("portable mode (distributed engine detected): no LISTEN/NOTIFY, the relay polls");
+            return;
+        }
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, "could not tell the database engine; trying LISTEN"),
+    }
     while !stop.is_cancelled() {
         let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
             Ok(l) => l,

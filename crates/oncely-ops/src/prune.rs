@@ -7,6 +7,11 @@
 //! - MySQL / MariaDB: `DELETE … WHERE received_at < ? ORDER BY received_at LIMIT n`
 //! - SQLite (the inbox is `WITHOUT ROWID`): `DELETE … WHERE (consumer, message_id) IN
 //!   (SELECT consumer, message_id … LIMIT n)`
+//! - Portable mode ([`oncely_sql::Tables::portable`], every dialect): by primary-key ranges,
+//!   never `ctid`: select the next `n` expired keys after the previous batch's last one
+//!   ([`Dialect::expired_keys_sql`](oncely_sql::Dialect::expired_keys_sql)), then delete the
+//!   expired rows between the first and the last of them
+//!   ([`Dialect::delete_key_range_sql`](oncely_sql::Dialect::delete_key_range_sql)).
 //!
 //! Partitioned path (PostgreSQL, see [`crate::partition`]): drops every daily partition older
 //! than the window and creates the partitions for the coming days.
@@ -16,8 +21,8 @@
 use crate::db::Ops;
 use crate::partition;
 use oncely_core::Result;
-use oncely_sql::DbLock;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::sqlx::{self, AssertSqlSafe, Pool};
+use oncely_sql::{Column, DbLock, SqlDatabase, Value, resolve_tables};
 use oncely_sql::{db, now_ms, with_pool};
 use std::time::{Duration, Instant};
 use tracing::info;
@@ -101,14 +106,17 @@ pub async fn prune(
         cutoff_ms,
         ..PruneReport::default()
     };
+    // Portable mode when the tables say so or the server is a distributed engine.
+    let tables = resolve_tables(ops.pool(), ops.tables()).await?;
     let Some(mut lock) =
-        DbLock::acquire(ops.pool(), ops.tables(), "prune", options.wait_for_lock).await?
+        DbLock::acquire(ops.pool(), &tables, "prune", options.wait_for_lock).await?
     else {
         info!(inbox = %ops.tables().inbox(), "another pruner holds the lock; skipping this run");
         return Ok(report);
     };
     report.ran = true;
-    let result = run(ops, options, &mut lock, &mut report, progress).await;
+    let portable = tables.portable();
+    let result = run(ops, options, portable, &mut lock, &mut report, progress).await;
     let released = lock.release().await;
     result?;
     released?;
@@ -128,6 +136,7 @@ pub async fn prune(
 async fn run(
     ops: &Ops,
     options: &PruneOptions,
+    portable: bool,
     lock: &mut DbLock,
     report: &mut PruneReport,
     progress: &mut (dyn FnMut(PruneProgress) + Send),
@@ -148,17 +157,25 @@ async fn run(
         table = ops.tables().inbox_default();
     }
     report.expired_at_start = count_expired(ops, &table, report.cutoff_ms).await?;
-    let sql = batch_sql(ops, &table, options.batch_size.max(1));
+    let batch = options.batch_size.max(1);
+    let sql = batch_sql(ops, &table, batch);
+    let mut after = None;
     loop {
         if options.max_batches.is_some_and(|m| report.batches >= m) {
             break;
         }
-        let deleted = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql.clone()))
-            .bind(report.cutoff_ms)
-            .execute(p)
-            .await
-            .map_err(|e| db("deleting a batch of expired ids", e))?
-            .rows_affected());
+        let (deleted, full) = if portable {
+            let (deleted, keys) = with_pool!(ops.pool(), p => key_range_batch(p, &table, batch, report.cutoff_ms, &mut after).await?);
+            (deleted, keys == u64::from(batch))
+        } else {
+            let deleted = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql.clone()))
+                .bind(report.cutoff_ms)
+                .execute(p)
+                .await
+                .map_err(|e| db("deleting a batch of expired ids", e))?
+                .rows_affected());
+            (deleted, deleted >= u64::from(batch))
+        };
         report.batches += 1;
         report.deleted += deleted;
         progress(PruneProgress {
@@ -166,7 +183,7 @@ async fn run(
             deleted: report.deleted,
             batches: report.batches,
         });
-        if deleted < u64::from(options.batch_size.max(1)) {
+        if !full {
             break;
         }
         lock.renew().await?;
@@ -178,6 +195,47 @@ async fn run(
 /// The statement deleting one batch of rows of `table` older than `$1`.
 pub fn batch_sql(ops: &Ops, table: &str, batch: u32) -> String {
     ops.dialect().delete_expired_ids(table, batch)
+}
+
+/// One portable batch: the next `batch` expired keys of `table` after `after` (the previous
+/// batch's last key), then one `DELETE` of the expired rows in that key range. Moves `after`
+/// to this batch's last key; returns the rows deleted and the keys selected.
+async fn key_range_batch<DB: SqlDatabase>(
+    pool: &Pool<DB>,
+    table: &str,
+    batch: u32,
+    cutoff_ms: i64,
+    after: &mut Option<(String, String)>,
+) -> Result<(u64, u64)> {
+    let d = DB::DIALECT;
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(|e| db("connecting for a prune batch", e))?;
+    let mut args = vec![Value::I64(cutoff_ms)];
+    if let Some((consumer, message_id)) = after.as_ref() {
+        args.extend([consumer.into(), message_id.into()]);
+    }
+    let sql = d.expired_keys_sql(table, batch, after.is_some());
+    let keys = DB::fetch(&mut conn, &sql, &args, &[Column::Text, Column::Text])
+        .await
+        .map_err(|e| db("selecting a batch of expired keys", e))?;
+    let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
+        return Ok((0, 0));
+    };
+    let range = [
+        Value::I64(cutoff_ms),
+        first[0].text().into(),
+        first[1].text().into(),
+        last[0].text().into(),
+        last[1].text().into(),
+    ];
+    let deleted = DB::execute(&mut conn, &d.delete_key_range_sql(table), &range)
+        .await
+        .map_err(|e| db("deleting a range of expired ids", e))?
+        .rows;
+    *after = Some((last[0].text(), last[1].text()));
+    Ok((deleted, keys.len() as u64))
 }
 
 async fn count_expired(ops: &Ops, table: &str, cutoff_ms: i64) -> Result<u64> {

@@ -67,7 +67,9 @@ impl SqliteStore {
             .connect_with(connect)
             .await
             .map_err(|e| db("opening SQLite", e))?;
-        Ok(Self::with_tables(pool, options.tables.clone()))
+        // Portable mode when forced or when the server is a distributed engine.
+        let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
+        Ok(Self::with_tables(pool, tables))
     }
 }
 
@@ -85,7 +87,9 @@ impl PgStore {
             .connect(url)
             .await
             .map_err(|e| db("connecting to PostgreSQL", e))?;
-        Ok(Self::with_tables(pool, options.tables.clone()))
+        // Portable mode when forced or when the server is a distributed engine.
+        let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
+        Ok(Self::with_tables(pool, tables))
     }
 }
 
@@ -104,6 +108,8 @@ impl MySqlStore {
             .connect(&url)
             .await
             .map_err(|e| db("connecting to MySQL", e))?;
-        Ok(Self::with_tables(pool, options.tables.clone()))
+        // Portable mode when forced or when the server is a distributed engine.
+        let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
+        Ok(Self::with_tables(pool, tables))
     }
 }

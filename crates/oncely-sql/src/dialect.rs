@@ -250,6 +250,88 @@ impl Dialect {
         }
     }
 
+    /// The portable prune's first statement: the keys `(consumer, message_id)` of the next
+    /// `batch` rows of `table` received before `$1`, in key order; with `after`, only keys
+    /// after (`$2`, `$3`). Placeholders are numbered: run it through
+    /// [`SqlDatabase::fetch`](crate::SqlDatabase::fetch), which rewrites them on MySQL.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// let sql = Dialect::Postgres.expired_keys_sql("inbox", 100, true);
+    /// assert!(sql.ends_with("ORDER BY consumer, message_id LIMIT 100"));
+    /// assert!(!sql.contains("ctid"));
+    /// ```
+    pub fn expired_keys_sql(self, table: &str, batch: u32, after: bool) -> String {
+        let after = if after {
+            " AND consumer >= $2 AND (consumer > $2 OR message_id > $3)"
+        } else {
+            ""
+        };
+        format!(
+            "SELECT consumer, message_id FROM {table} WHERE received_at < $1{after} ORDER BY consumer, message_id LIMIT {batch}"
+        )
+    }
+
+    /// The portable prune's second statement: deletes the rows of `table` received before
+    /// `$1` whose key lies between (`$2`, `$3`) and (`$4`, `$5`) inclusive: a primary-key
+    /// range, which every distributed engine deletes without a full scan. Numbered
+    /// placeholders, as [`Dialect::expired_keys_sql`].
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// let sql = Dialect::MySql.delete_key_range_sql("inbox");
+    /// assert!(sql.starts_with("DELETE FROM inbox WHERE received_at < $1 AND consumer >= $2"));
+    /// ```
+    pub fn delete_key_range_sql(self, table: &str) -> String {
+        format!(
+            "DELETE FROM {table} WHERE received_at < $1 AND consumer >= $2 AND consumer <= $4 \
+             AND (consumer > $2 OR message_id >= $3) AND (consumer < $4 OR message_id <= $5)"
+        )
+    }
+
+    /// The table of leases behind [`DbLock`](crate::DbLock) (SQLite, portable mode) and the
+    /// portable migration lock: `name` (primary key), `holder`, `expires_at` (unix ms).
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert!(Dialect::MySql.lease_table_sql("l").contains("name VARCHAR(255) PRIMARY KEY"));
+    /// ```
+    pub fn lease_table_sql(self, table: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {table} (name {} PRIMARY KEY, holder {} NOT NULL, expires_at BIGINT NOT NULL){}",
+            self.key_text(255),
+            self.key_text(255),
+            self.table_options()
+        )
+    }
+
+    /// Takes the lease `$1` for holder `$2` until `$3` (unix ms) if nobody holds it or its
+    /// lease expired before `$4`; otherwise changes nothing. Whether it was taken is read back
+    /// (the holder), since MySQL's affected-row count cannot tell. Numbered placeholders, as
+    /// [`Dialect::expired_keys_sql`].
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert!(Dialect::Postgres.take_lease_sql("l").contains("WHERE l.expires_at < $4"));
+    /// assert!(Dialect::MySql.take_lease_sql("l").contains("ON DUPLICATE KEY UPDATE"));
+    /// ```
+    pub fn take_lease_sql(self, table: &str) -> String {
+        let insert =
+            format!("INSERT INTO {table} AS l (name, holder, expires_at) VALUES ($1, $2, $3)");
+        match self {
+            // `holder` is assigned first, so that both conditions see the old expiry.
+            Self::MySql => format!(
+                "INSERT INTO {table} (name, holder, expires_at) VALUES ($1, $2, $3) \
+                 ON DUPLICATE KEY UPDATE holder = IF(expires_at < $4, VALUES(holder), holder), \
+                 expires_at = IF(expires_at < $4, VALUES(expires_at), expires_at)"
+            ),
+            _ => format!(
+                "{insert} ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                 expires_at = excluded.expires_at WHERE l.expires_at < $4"
+            ),
+        }
+    }
+
     /// The suffix of a `SELECT` that locks the rows it returns and skips rows other
     /// transactions hold (`FOR UPDATE [OF alias] SKIP LOCKED`, with a leading space), or
     /// nothing on SQLite, whose writers are serialized anyway. `alias` names the table to
@@ -542,7 +624,9 @@ impl Queries {
         );
         // InnoDB: a plain SELECT reads the transaction's snapshot, which may predate the
         // commit the INSERT IGNORE just waited for; a locking read sees the latest row.
+        // Portable mode: `FOR UPDATE`, since TiDB ignores `LOCK IN SHARE MODE`.
         let claim_hash = match d {
+            Dialect::MySql if t.portable() => format!("{stored_hash} FOR UPDATE"),
             Dialect::MySql => format!("{stored_hash} LOCK IN SHARE MODE"),
             _ => stored_hash.clone(),
         };

@@ -1,29 +1,38 @@
 //! A named lock across every process that shares the database: one pruner at a time per
-//! inbox (`oncely-ops`), and any other "only one of us" job.
+//! inbox (`oncely-ops`), the migration lock in portable mode, and any other "only one of
+//! us" job.
 //!
 //! - PostgreSQL: a session advisory lock (`pg_try_advisory_lock(int4, int4)`) held on a
 //!   connection taken out of the pool; if the process dies, the session ends and the lock goes.
 //! - MySQL / MariaDB: a named lock (`GET_LOCK`) held the same way.
-//! - SQLite: a lease row in `{prefix}ops_leases` with an expiry, renewed after every batch;
-//!   a crashed holder's lease expires after [`LEASE_TTL`].
+//! - SQLite, and every database in portable mode ([`Tables::portable`]: CockroachDB,
+//!   YugabyteDB, TiDB, Citus, MariaDB Galera, where advisory and named locks do not exclude
+//!   sessions on other nodes): a lease row in `{prefix}ops_leases` with an expiry, renewed
+//!   after every batch; a crashed holder's lease expires after [`LEASE_TTL`].
 
 use crate::any::AnyPool;
 use crate::clock::now_ms;
+use crate::engine::detect_portable;
 use crate::error::db;
+use crate::query::{Column, Done, SqlDatabase, Value};
 use crate::tables::Tables;
 use oncely_core::{Error, Result};
-use sqlx::{AssertSqlSafe, Connection, MySqlConnection, PgConnection, SqlitePool};
+use sqlx::{Connection, MySqlConnection, PgConnection, Pool};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long a SQLite lease lasts without renewal.
+/// How long a lease lasts without renewal (SQLite, portable mode).
 pub const LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// Pause between two attempts to take a lease someone else holds.
+const LEASE_RETRY: Duration = Duration::from_millis(200);
 
 /// First half of the PostgreSQL advisory key: ASCII `once`.
 const PG_CLASS: i32 = 0x6f6e_6365;
 
 /// A held lock. Release it with [`DbLock::release`]; dropping it also releases it (the
-/// connection closes), except for a SQLite lease, which then expires after [`LEASE_TTL`].
+/// connection closes), except for a lease (SQLite, portable mode), which then expires after
+/// [`LEASE_TTL`].
 ///
 /// ```no_run
 /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
@@ -42,8 +51,8 @@ pub struct DbLock {
 enum Held {
     Postgres(PgConnection),
     MySql(MySqlConnection),
-    Sqlite {
-        pool: SqlitePool,
+    Lease {
+        pool: AnyPool,
         table: String,
         holder: String,
     },
@@ -61,16 +70,90 @@ fn fnv1a(text: &str) -> u64 {
     })
 }
 
+/// Runs one statement of the lease on a connection of `pool`.
+async fn exec(pool: &AnyPool, sql: &str, args: &[Value]) -> std::result::Result<Done, sqlx::Error> {
+    async fn on<DB: SqlDatabase>(
+        pool: &Pool<DB>,
+        sql: &str,
+        args: &[Value],
+    ) -> std::result::Result<Done, sqlx::Error> {
+        let mut conn = pool.acquire().await?;
+        DB::execute(&mut conn, sql, args).await
+    }
+    crate::with_pool!(pool, p => on(p, sql, args).await)
+}
+
+/// The holder of lease `name`, if any.
+async fn holder_of(pool: &AnyPool, table: &str, name: &str) -> Result<Option<String>> {
+    async fn on<DB: SqlDatabase>(
+        pool: &Pool<DB>,
+        sql: &str,
+        name: &str,
+    ) -> std::result::Result<Vec<Vec<Value>>, sqlx::Error> {
+        let mut conn = pool.acquire().await?;
+        DB::fetch(&mut conn, sql, &[name.into()], &[Column::Text]).await
+    }
+    let sql = format!("SELECT holder FROM {table} WHERE name = $1");
+    let rows = crate::with_pool!(pool, p => on(p, &sql, name).await)
+        .map_err(|e| db("reading the lease", e))?;
+    Ok(rows.first().map(|r| r[0].text()))
+}
+
+/// Creates the lease table of `tables` if missing (and, with `schema`, its schema first).
+/// Retried a few times: on PostgreSQL two concurrent `CREATE … IF NOT EXISTS` of one object
+/// can fail on the catalog's unique index; the retry then finds it.
+pub(crate) async fn create_lease_table(
+    pool: &AnyPool,
+    tables: &Tables,
+    schema: bool,
+) -> Result<()> {
+    let d = pool.dialect();
+    let mut sql = Vec::new();
+    if let Some(create) = tables
+        .schema()
+        .filter(|_| schema)
+        .and_then(|s| d.create_schema_sql(s))
+    {
+        sql.push(create);
+    }
+    sql.push(d.lease_table_sql(&tables.ops_leases()));
+    let mut attempt = 0;
+    for statement in &sql {
+        loop {
+            match exec(pool, statement, &[]).await {
+                Ok(_) => break,
+                Err(e) if attempt < 5 => {
+                    attempt += 1;
+                    tracing::debug!(error = %e, "creating the lease table raced; retrying");
+                    tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+                }
+                Err(e) => return Err(db("creating the lease table", e)),
+            }
+        }
+    }
+    Ok(())
+}
+
 impl DbLock {
     /// Takes the lock called `purpose` for the installation whose tables are `tables`
     /// (e.g. `"prune"`). Returns `None` when another holder has it and `wait` is false; with
     /// `wait`, waits.
+    ///
+    /// A lease is used on SQLite and in portable mode: when `tables` says so, or when
+    /// [`detect_portable`] finds a distributed engine behind `pool` (one query).
     pub async fn acquire(
         pool: &AnyPool,
         tables: &Tables,
         purpose: &str,
         wait: bool,
     ) -> Result<Option<Self>> {
+        let lease = matches!(pool, AnyPool::Sqlite(_))
+            || tables.portable()
+            || detect_portable(pool).await?;
+        if lease {
+            let patience = if wait { Duration::MAX } else { Duration::ZERO };
+            return Self::lease(pool, tables, purpose, patience).await;
+        }
         let name = format!("oncely_{purpose}:{}", tables.inbox());
         let hash = fnv1a(&name);
         let inner = match pool {
@@ -122,51 +205,55 @@ impl DbLock {
                 }
                 Held::MySql(conn)
             }
-            AnyPool::Sqlite(pool) => {
-                let table = tables.ops_leases();
-                sqlx::raw_sql(AssertSqlSafe(format!(
-                    "CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at INTEGER NOT NULL)"
-                )))
-                .execute(pool)
+            AnyPool::Sqlite(_) => unreachable!("SQLite always takes a lease"),
+        };
+        Ok(Some(Self { inner, name }))
+    }
+
+    /// Takes the lease `purpose` in the lease table of `tables` (created if missing), trying
+    /// again every 200 ms for up to `patience` (`Duration::ZERO`: one try). `None` when
+    /// someone else held it all along.
+    pub(crate) async fn lease(
+        pool: &AnyPool,
+        tables: &Tables,
+        purpose: &str,
+        patience: Duration,
+    ) -> Result<Option<Self>> {
+        let name = format!("oncely_{purpose}:{}", tables.inbox());
+        let table = tables.ops_leases();
+        create_lease_table(pool, tables, false).await?;
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let holder = format!(
+            "{}-{}-{}",
+            std::process::id(),
+            now_ms(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let take = pool.dialect().take_lease_sql(&table);
+        let started = Instant::now();
+        loop {
+            let now = now_ms();
+            let args = [
+                Value::from(name.as_str()),
+                Value::from(holder.as_str()),
+                Value::I64(now + LEASE_TTL.as_millis() as i64),
+                Value::I64(now),
+            ];
+            exec(pool, &take, &args)
                 .await
-                .map_err(|e| db("creating the lease table", e))?;
-                static SEQ: AtomicU64 = AtomicU64::new(0);
-                let holder = format!(
-                    "{}-{}-{}",
-                    std::process::id(),
-                    now_ms(),
-                    SEQ.fetch_add(1, Ordering::Relaxed)
-                );
-                let sql = format!(
-                    "INSERT INTO {table} (name, holder, expires_at) VALUES (?1, ?2, ?3) \
-                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at \
-                     WHERE {table}.expires_at < ?4"
-                );
-                loop {
-                    let now = now_ms();
-                    let took = sqlx::query(AssertSqlSafe(sql.clone()))
-                        .bind(&name)
-                        .bind(&holder)
-                        .bind(now + LEASE_TTL.as_millis() as i64)
-                        .bind(now)
-                        .execute(pool)
-                        .await
-                        .map_err(|e| db("taking the lease", e))?
-                        .rows_affected();
-                    if took == 1 {
-                        break;
-                    }
-                    if !wait {
-                        return Ok(None);
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Held::Sqlite {
-                    pool: pool.clone(),
-                    table,
-                    holder,
-                }
+                .map_err(|e| db("taking the lease", e))?;
+            if holder_of(pool, &table, &name).await?.as_deref() == Some(holder.as_str()) {
+                break;
             }
+            if started.elapsed() >= patience {
+                return Ok(None);
+            }
+            tokio::time::sleep(LEASE_RETRY).await;
+        }
+        let inner = Held::Lease {
+            pool: pool.clone(),
+            table,
+            holder,
         };
         Ok(Some(Self { inner, name }))
     }
@@ -176,7 +263,8 @@ impl DbLock {
         &self.name
     }
 
-    /// Confirms the lock is still held (and extends a SQLite lease). Call between batches.
+    /// Confirms the lock is still held (and extends a lease by [`LEASE_TTL`]). Call between
+    /// batches. A lease that expired and was taken by another holder is a transient error.
     pub async fn renew(&mut self) -> Result<()> {
         match &mut self.inner {
             Held::Postgres(conn) => conn
@@ -187,27 +275,29 @@ impl DbLock {
                 .ping()
                 .await
                 .map_err(|e| db("checking the lock session", e)),
-            Held::Sqlite {
+            Held::Lease {
                 pool,
                 table,
                 holder,
             } => {
-                let renewed = sqlx::query(AssertSqlSafe(format!(
-                    "UPDATE {table} SET expires_at = ?1 WHERE name = ?2 AND holder = ?3"
-                )))
-                .bind(now_ms() + LEASE_TTL.as_millis() as i64)
-                .bind(&self.name)
-                .bind(&*holder)
-                .execute(&*pool)
-                .await
-                .map_err(|e| db("renewing the lease", e))?
-                .rows_affected();
+                let sql =
+                    format!("UPDATE {table} SET expires_at = $1 WHERE name = $2 AND holder = $3");
+                let args = [
+                    Value::I64(now_ms() + LEASE_TTL.as_millis() as i64),
+                    Value::from(self.name.as_str()),
+                    Value::from(holder.as_str()),
+                ];
+                let renewed = exec(pool, &sql, &args)
+                    .await
+                    .map_err(|e| db("renewing the lease", e))?
+                    .rows;
                 if renewed == 1 {
                     Ok(())
                 } else {
-                    Err(Error::transient(
-                        "the prune lease expired and was taken by another pruner; stopping",
-                    ))
+                    Err(Error::transient(format!(
+                        "the lease {} expired and was taken by another holder; stopping",
+                        self.name
+                    )))
                 }
             }
         }
@@ -218,19 +308,18 @@ impl DbLock {
         match self.inner {
             Held::Postgres(conn) => conn.close().await.map_err(|e| db("releasing the lock", e)),
             Held::MySql(conn) => conn.close().await.map_err(|e| db("releasing the lock", e)),
-            Held::Sqlite {
+            Held::Lease {
                 pool,
                 table,
                 holder,
-            } => sqlx::query(AssertSqlSafe(format!(
-                "DELETE FROM {table} WHERE name = ?1 AND holder = ?2"
-            )))
-            .bind(&self.name)
-            .bind(holder)
-            .execute(&pool)
-            .await
-            .map(|_| ())
-            .map_err(|e| db("releasing the lease", e)),
+            } => {
+                let sql = format!("DELETE FROM {table} WHERE name = $1 AND holder = $2");
+                let args = [Value::from(self.name.as_str()), Value::from(holder)];
+                exec(&pool, &sql, &args)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| db("releasing the lease", e))
+            }
         }
     }
 }

@@ -2,12 +2,16 @@
 //! SQLite backfill hook.
 
 use super::{Adopt, MigrateDb, MigrationSet};
+use crate::any::AnyPool;
 use crate::clock::now_ms;
 use crate::dialect::Dialect;
+use crate::engine::resolve_tables;
 use crate::error::db;
+use crate::lock::{DbLock, LEASE_TTL, create_lease_table};
 use crate::tables::Tables;
 use oncely_core::{Error, PayloadHash, Result};
 use sqlx::{AssertSqlSafe, MySql, Pool, Postgres, Sqlite};
+use std::time::Duration;
 
 /// A line in a migration where the runner fills `dead_letters.id_hash` (SHA-256 of `raw_id`)
 /// from Rust, for a database without a SHA-256 function (SQLite).
@@ -27,6 +31,42 @@ const BACKFILL_PAGE: i64 = 500;
 /// Arbitrary constant for PostgreSQL's advisory lock and MySQL's named lock (the inbox
 /// migrator's key before the shared ledger, so that an older migrator serializes with this one).
 const LOCK_KEY: i64 = 0x6f6e_63656c79;
+
+/// How long a portable migrator waits for another one's lease: two lease lifetimes, so a
+/// crashed migrator's lease expires meanwhile.
+const MIGRATION_PATIENCE: Duration = Duration::from_secs(2 * LEASE_TTL.as_secs());
+
+/// Runs `work` holding the migration lease of `tables` (portable mode, where advisory and
+/// named locks do not exclude sessions on other nodes): creates the schema and the lease
+/// table if missing, waits up to [`MIGRATION_PATIENCE`] for the lease, renews it while
+/// `work` runs, and releases it after.
+async fn under_lease<T>(
+    pool: AnyPool,
+    tables: &Tables,
+    work: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    create_lease_table(&pool, tables, true).await?;
+    let Some(mut lease) = DbLock::lease(&pool, tables, "migrate", MIGRATION_PATIENCE).await? else {
+        return Err(Error::transient(format!(
+            "another process held the migration lease for {} s",
+            MIGRATION_PATIENCE.as_secs()
+        )));
+    };
+    let result = async {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                done = &mut work => return done,
+                _ = tokio::time::sleep(LEASE_TTL / 3) => lease.renew().await?,
+            }
+        }
+    }
+    .await;
+    let released = lease.release().await;
+    let out = result?;
+    released?;
+    Ok(out)
+}
 
 /// The ledger's statements for one dialect and table naming.
 struct Ledger {
@@ -257,32 +297,67 @@ impl MigrateDb for Sqlite {
 }
 
 impl MigrateDb for Postgres {
+    /// The lock is `pg_advisory_xact_lock`, or in portable mode a lease (see [`under_lease`]).
     async fn run_sets(pool: &Pool<Self>, tables: &Tables, sets: &[&MigrationSet]) -> Result<usize> {
-        let mut tx = pool.begin().await.map_err(|e| db("begin migration", e))?;
+        let tables = &resolve_tables(&pool.clone().into(), tables).await?;
+        if tables.portable() {
+            return under_lease(
+                pool.clone().into(),
+                tables,
+                pg_run_sets(pool, tables, sets, false),
+            )
+            .await;
+        }
+        pg_run_sets(pool, tables, sets, true).await
+    }
+}
+
+/// The PostgreSQL migration transaction, taking the advisory lock first when `advisory`.
+async fn pg_run_sets(
+    pool: &Pool<Postgres>,
+    tables: &Tables,
+    sets: &[&MigrationSet],
+    advisory: bool,
+) -> Result<usize> {
+    let mut tx = pool.begin().await.map_err(|e| db("begin migration", e))?;
+    if advisory {
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(LOCK_KEY)
             .execute(&mut *tx)
             .await
             .map_err(|e| db("taking the migration lock", e))?;
-        if let Some(schema) = tables.schema() {
-            sqlx::raw_sql(AssertSqlSafe(format!(
-                "CREATE SCHEMA IF NOT EXISTS {schema}"
-            )))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db("creating the schema", e))?;
-        }
-        let applied = run_sets!(&mut *tx, Dialect::Postgres, tables, sets).await?;
-        tx.commit()
-            .await
-            .map_err(|e| db("committing migrations", e))?;
-        Ok(applied)
     }
+    if let Some(schema) = tables.schema() {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema}"
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db("creating the schema", e))?;
+    }
+    let applied = run_sets!(&mut *tx, Dialect::Postgres, tables, sets).await?;
+    tx.commit()
+        .await
+        .map_err(|e| db("committing migrations", e))?;
+    Ok(applied)
 }
 
 impl MigrateDb for MySql {
-    /// MySQL commits DDL implicitly: the lock is a named lock (`GET_LOCK`) on one connection.
+    /// MySQL commits DDL implicitly: the lock is a named lock (`GET_LOCK`) on one connection,
+    /// or in portable mode a lease (see [`under_lease`]; Galera's and TiDB's named locks do not
+    /// exclude sessions on other nodes).
     async fn run_sets(pool: &Pool<Self>, tables: &Tables, sets: &[&MigrationSet]) -> Result<usize> {
+        let tables = &resolve_tables(&pool.clone().into(), tables).await?;
+        if tables.portable() {
+            let work = async {
+                let mut conn = pool
+                    .acquire()
+                    .await
+                    .map_err(|e| db("connecting for migration", e))?;
+                run_sets!(&mut *conn, Dialect::MySql, tables, sets).await
+            };
+            return under_lease(pool.clone().into(), tables, work).await;
+        }
         let mut conn = pool
             .acquire()
             .await

@@ -1,0 +1,138 @@
+//! Which engine is behind a pool, and whether oncely must use its portable mode there
+//! ([`Tables::with_portable`]).
+//!
+//! Portable mode is for engines that speak the PostgreSQL or MySQL protocol but lack
+//! single-node features: CockroachDB, YugabyteDB and Citus (no session advisory locks shared
+//! across nodes, no `ctid`, no `LISTEN`/`NOTIFY`), TiDB (no `GET_LOCK` across nodes in older
+//! versions, `LOCK IN SHARE MODE` ignored) and MariaDB Galera (`GET_LOCK` is node-local).
+
+use crate::any::AnyPool;
+use crate::error::db;
+use crate::tables::Tables;
+use oncely_core::Result;
+use sqlx::{MySqlPool, PgPool};
+
+/// The distributed engine a `version()` / `VERSION()` string names, if any:
+/// `CockroachDB`, `YugabyteDB` (its versions contain `-YB-`) or `TiDB`.
+///
+/// ```
+/// use oncely_sql::engine_of_version;
+/// assert_eq!(engine_of_version("CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu)"), Some("CockroachDB"));
+/// assert_eq!(engine_of_version("PostgreSQL 11.2-YB-2.20.1.0-b0 on x86_64"), Some("YugabyteDB"));
+/// assert_eq!(engine_of_version("8.0.11-TiDB-v7.5.0"), Some("TiDB"));
+/// assert_eq!(engine_of_version("PostgreSQL 15.5 (Debian 15.5-0+deb12u1)"), None);
+/// assert_eq!(engine_of_version("10.11.6-MariaDB-0+deb12u1"), None);
+/// ```
+pub fn engine_of_version(version: &str) -> Option<&'static str> {
+    if version.contains("CockroachDB") {
+        Some("CockroachDB")
+    } else if version.contains("-YB-") {
+        Some("YugabyteDB")
+    } else if version.contains("TiDB") {
+        Some("TiDB")
+    } else {
+        None
+    }
+}
+
+/// Whether a MySQL-family `@@wsrep_on` value (as text) means Galera replication is on.
+fn wsrep_on(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("ON"))
+}
+
+/// Whether the database behind `pool` needs portable mode: CockroachDB, YugabyteDB, a
+/// PostgreSQL with the `citus` extension, TiDB, or MariaDB with Galera replication on
+/// (`@@wsrep_on`). SQLite never does. One query per call (plus a simpler one if the engine
+/// rejects the first, e.g. `@@wsrep_on` on a MySQL without Galera).
+///
+/// ```no_run
+/// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+/// if oncely_sql::detect_portable(&pool).await? {
+///     println!("a distributed engine: oncely uses its portable SQL");
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn detect_portable(pool: &AnyPool) -> Result<bool> {
+    let engine = match pool {
+        AnyPool::Sqlite(_) => None,
+        AnyPool::Postgres(pool) => postgres_engine(pool).await?,
+        AnyPool::MySql(pool) => mysql_engine(pool).await?,
+    };
+    if let Some(engine) = engine {
+        tracing::debug!(engine, "distributed engine detected: portable mode");
+    }
+    Ok(engine.is_some())
+}
+
+async fn postgres_engine(pool: &PgPool) -> Result<Option<&'static str>> {
+    let both = sqlx::query_as::<_, (String, i64)>(
+        "SELECT version(), (SELECT count(*) FROM pg_catalog.pg_extension WHERE extname = 'citus')",
+    )
+    .fetch_one(pool)
+    .await;
+    let (version, citus) = match both {
+        Ok(row) => row,
+        // An engine without pg_extension: the version alone decides.
+        Err(_) => (
+            sqlx::query_scalar::<_, String>("SELECT version()")
+                .fetch_one(pool)
+                .await
+                .map_err(|e| db("reading the server version", e))?,
+            0,
+        ),
+    };
+    Ok(engine_of_version(&version).or((citus > 0).then_some("Citus")))
+}
+
+async fn mysql_engine(pool: &MySqlPool) -> Result<Option<&'static str>> {
+    // `@@wsrep_on` exists on MariaDB (OFF without Galera) but not on MySQL or TiDB, where the
+    // statement fails: then the version alone decides.
+    let both = sqlx::query_as::<_, (String, Option<String>)>(
+        "SELECT CAST(VERSION() AS CHAR), CAST(@@wsrep_on AS CHAR)",
+    )
+    .fetch_one(pool)
+    .await;
+    let (version, wsrep) = match both {
+        Ok(row) => row,
+        Err(_) => (
+            sqlx::query_scalar::<_, String>("SELECT CAST(VERSION() AS CHAR)")
+                .fetch_one(pool)
+                .await
+                .map_err(|e| db("reading the server version", e))?,
+            None,
+        ),
+    };
+    Ok(engine_of_version(&version).or(wsrep_on(wsrep.as_deref()).then_some("MariaDB Galera")))
+}
+
+/// `tables` with portable mode on when it was set already or [`detect_portable`] finds a
+/// distributed engine behind `pool`. The stores call it when they connect; tools that take a
+/// pool and tables built by hand (the lock, pruning, migrations, the relay) call it too.
+///
+/// ```no_run
+/// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+/// let tables = oncely_sql::resolve_tables(&pool, &oncely_sql::Tables::default()).await?;
+/// println!("portable: {}", tables.portable());
+/// # Ok(()) }
+/// ```
+pub async fn resolve_tables(pool: &AnyPool, tables: &Tables) -> Result<Tables> {
+    if tables.portable() {
+        return Ok(tables.clone());
+    }
+    let portable = detect_portable(pool).await?;
+    Ok(tables.clone().with_portable(portable))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn galera_is_on_only_with_wsrep_on() {
+        assert!(wsrep_on(Some("1")));
+        assert!(wsrep_on(Some("ON")));
+        assert!(!wsrep_on(Some("0")));
+        assert!(!wsrep_on(Some("OFF")));
+        assert!(!wsrep_on(None));
+    }
+}
