@@ -257,13 +257,33 @@ pub async fn sqlite(test: &str) -> Option<Fx<SqliteStore>> {
     Some(fx)
 }
 
+/// Sets up PostgreSQL for `test` with portable tables ([`Tables::with_portable`]).
+pub async fn pg_portable(test: &str) -> Option<Fx<PgStore>> {
+    server_fx_with(test, &pg_url(), true, true).await
+}
+
+/// Sets up MariaDB for `test` with portable tables ([`Tables::with_portable`]).
+pub async fn mysql_portable(test: &str) -> Option<Fx<MySqlStore>> {
+    server_fx_with(test, &mysql_url(), true, true).await
+}
+
 async fn server_fx<S: TestStore>(test: &str, url: &str, schema: bool) -> Option<Fx<S>> {
+    server_fx_with(test, url, schema, false).await
+}
+
+async fn server_fx_with<S: TestStore>(
+    test: &str,
+    url: &str,
+    schema: bool,
+    portable: bool,
+) -> Option<Fx<S>> {
     let name = unique(test);
     let tables = if schema {
         Tables::default().with_schema(&name).expect("valid schema")
     } else {
         Tables::default()
-    };
+    }
+    .with_portable(portable);
     if let Err(e) = probe(url).await {
         missing(S::SERVER, test, &e);
         return None;
