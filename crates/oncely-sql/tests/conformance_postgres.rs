@@ -13,6 +13,8 @@ use std::sync::Mutex;
 
 struct PgHarness {
     schemas: Mutex<Vec<String>>,
+    /// Portable mode forced on (`Tables::with_portable`).
+    portable: bool,
 }
 
 fn db(e: sqlx::Error) -> Error {
@@ -34,8 +36,22 @@ impl StoreHarness for PgHarness {
             .connect_with(connect)
             .await
             .map_err(db)?;
-        let store = PgStore::with_tables(pool, Tables::default().with_schema(&schema)?);
+        let tables = Tables::default()
+            .with_schema(&schema)?
+            .with_portable(self.portable);
+        let store = PgStore::with_tables(pool, tables);
         store.migrate().await?;
+        if self.portable {
+            // The portable migration took its lock in the lease table (and released it).
+            let leases: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT COUNT(*) FROM {}",
+                store.tables().ops_leases()
+            )))
+            .fetch_one(store.pool())
+            .await
+            .map_err(db)?;
+            assert_eq!(leases, 0, "the migration lease was released");
+        }
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE TABLE {schema}.ledger (seq BIGSERIAL PRIMARY KEY, message_id TEXT NOT NULL, amount BIGINT NOT NULL)"
         )))
@@ -70,12 +86,23 @@ impl StoreHarness for PgHarness {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_passes_the_conformance_suite() {
+    conformance("postgres_passes_the_conformance_suite", false).await;
+}
+
+/// The same suite with portable mode forced (issue 16: CockroachDB, YugabyteDB, Citus).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_portable_passes_the_conformance_suite() {
+    conformance("postgres_portable_passes_the_conformance_suite", true).await;
+}
+
+async fn conformance(test: &str, portable: bool) {
     if let Err(e) = common::probe(&pg_url()).await {
-        missing("PostgreSQL", "postgres_passes_the_conformance_suite", &e);
+        missing("PostgreSQL", test, &e);
         return;
     }
     let harness = PgHarness {
         schemas: Mutex::new(vec![]),
+        portable,
     };
     oncely_testkit::exercise_with(
         &harness,
