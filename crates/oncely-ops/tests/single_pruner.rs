@@ -100,3 +100,39 @@ async fn mariadb_named_lock_serializes_pruners() {
     .execute(store.pool())
     .await;
 }
+
+/// Portable mode (issue 16): the pruners exclude each other through the lease table.
+fn portable(ops: &Ops) -> Ops {
+    Ops::new(ops.pool().clone(), ops.tables().clone().with_portable(true))
+}
+
+#[tokio::test]
+async fn postgres_portable_lease_serializes_pruners() {
+    let Some((store, ops, schema)) =
+        common::postgres("postgres_portable_lease_serializes_pruners", "plock").await
+    else {
+        return;
+    };
+    store.migrate().await.unwrap();
+    check(&portable(&ops)).await;
+    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {schema} CASCADE"
+    )))
+    .execute(store.pool())
+    .await;
+}
+
+#[tokio::test]
+async fn mariadb_portable_lease_serializes_pruners() {
+    let Some((store, ops, schema)) =
+        common::mysql("mariadb_portable_lease_serializes_pruners", "plock").await
+    else {
+        return;
+    };
+    check(&portable(&ops)).await;
+    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {schema}"
+    )))
+    .execute(store.pool())
+    .await;
+}
