@@ -15,7 +15,7 @@ const DAY: i64 = 86_400_000;
 const ROWS: usize = 900;
 
 fn old(i: usize) -> bool {
-    i % 4 != 0
+    !i.is_multiple_of(4)
 }
 
 fn key(i: usize) -> (String, String) {
