@@ -13,10 +13,10 @@
 use crate::any::AnyPool;
 use crate::clock::now_ms;
 use crate::engine::detect_portable;
-use crate::error::db;
+use crate::error::{db, error_kind};
 use crate::query::{Column, Done, SqlDatabase, Value};
 use crate::tables::Tables;
-use oncely_core::{Error, Result};
+use oncely_core::{Error, ErrorKind, Result};
 use sqlx::{Connection, MySqlConnection, PgConnection, Pool};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -239,11 +239,18 @@ impl DbLock {
                 Value::I64(now + LEASE_TTL.as_millis() as i64),
                 Value::I64(now),
             ];
-            exec(pool, &take, &args)
-                .await
-                .map_err(|e| db("taking the lease", e))?;
-            if holder_of(pool, &table, &name).await?.as_deref() == Some(holder.as_str()) {
-                break;
+            match exec(pool, &take, &args).await {
+                Ok(_) => {
+                    if holder_of(pool, &table, &name).await?.as_deref() == Some(holder.as_str()) {
+                        break;
+                    }
+                }
+                // Another session took it at the same moment: a certification conflict on
+                // Galera (1213), a serialization failure (40001) on CockroachDB and the like.
+                Err(e) if error_kind(&e) == ErrorKind::Transient => {
+                    tracing::debug!(lease = %name, error = %e, "lease taken concurrently");
+                }
+                Err(e) => return Err(db("taking the lease", e)),
             }
             if started.elapsed() >= patience {
                 return Ok(None);

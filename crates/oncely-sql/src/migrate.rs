@@ -271,7 +271,9 @@ pub trait MigrateDb: SqlDatabase + sealed::Sealed {
 /// how many ran (0 when up to date).
 ///
 /// Concurrent migrators serialize: SQLite through `BEGIN IMMEDIATE`, PostgreSQL through an
-/// advisory lock, MySQL through `GET_LOCK`. The schema (PostgreSQL) or database (MySQL) of
+/// advisory lock, MySQL through `GET_LOCK`; in portable mode ([`Tables::portable`], set or
+/// detected by [`resolve_tables`](crate::resolve_tables)) through a lease row in
+/// `{prefix}ops_leases`, waited for up to two minutes. The schema (PostgreSQL) or database (MySQL) of
 /// `tables` is created if missing. Applied versions are recorded in
 /// `{schema}.{prefix}migration_ledger`; a set's older ledger or tables are adopted first
 /// (see [`Adopt`]).
