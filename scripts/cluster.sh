@@ -6,6 +6,7 @@
 #   scripts/cluster.sh status galera|nats   exit 0 when all three nodes answer and the cluster is formed
 #   scripts/cluster.sh kill   galera|nats N SIGKILL node N (1-3): the node-loss tests use it
 #   scripts/cluster.sh urls   galera|nats   print the client URL of each node, one per line
+#   scripts/cluster.sh reset  galera|nats   stop, delete the data, start afresh (a cluster left inconsistent)
 #
 # MariaDB Galera: three mariadbd processes run as user mysql, each with its own datadir (owned by
 #   mysql: the rsync state transfer runs unprivileged), node 1 bootstraps when no node runs, the
@@ -187,11 +188,13 @@ nats_kill() {
 nats_urls() { local n; for n in "${NODES[@]}"; do echo "nats://127.0.0.1:$(client_port "$n")"; done; }
 
 # ---------------------------------------------------------------- main
-usage() { die "usage: $0 start|stop|status|urls galera|nats, or $0 kill galera|nats N"; }
+usage() { die "usage: $0 start|stop|status|urls|reset galera|nats, or $0 kill galera|nats N"; }
+reset() { "${1}_stop"; rm -rf "${BASE:?}/$1"-[123]; "${1}_start"; }
 cmd=${1:-}; what=${2:-}
 case "$what" in galera|nats) ;; *) usage ;; esac
 case "$cmd" in
   start|stop|status|urls) "${what}_$cmd" ;;
+  reset) reset "$what" ;;
   kill) [[ "${3:-}" =~ ^[123]$ ]] || usage; "${what}_kill" "$3" ;;
   *) usage ;;
 esac

@@ -7,9 +7,9 @@
 
 use crate::connect::ConnectOptions;
 use crate::dialect::Dialect;
-use crate::error::redact_url;
 use crate::store::{MySqlStore, PgStore, SqliteStore};
 use crate::tables::Tables;
+use crate::url::redact_url;
 use oncely_core::{Error, Result};
 use sqlx::{MySqlPool, PgPool, SqlitePool};
 

@@ -1,12 +1,16 @@
 //! Opening stores from URLs, with durable defaults.
 
 use crate::error::db;
+use crate::failover::{FAILOVER_ACQUIRE_TIMEOUT, Failover, labelled};
 use crate::store::{MySqlStore, PgStore, SqliteStore};
 use crate::tables::Tables;
+use crate::url::split_hosts;
 use oncely_core::Result;
 use sqlx::mysql::MySqlPoolOptions;
+use sqlx::pool::PoolOptions;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Connection, Database, Pool};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -81,15 +85,11 @@ impl PgStore {
 
     /// Connects with options.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect(url)
-            .await
-            .map_err(|e| db("connecting to PostgreSQL", e))?;
+        let pool = PgPoolOptions::new().max_connections(options.max_connections);
+        let (pool, failover) = open(url, pool, "PostgreSQL").await?;
         // Portable mode when forced or when the server is a distributed engine.
         let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
-        Ok(Self::with_tables(pool, tables))
+        Ok(Self::with_tables(pool, tables).with_failover(failover))
     }
 }
 
@@ -104,12 +104,66 @@ impl MySqlStore {
         let url = url.replacen("mariadb://", "mysql://", 1);
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect(&url)
-            .await
-            .map_err(|e| db("connecting to MySQL", e))?;
+            .after_connect(|conn, _| Box::pin(galera_sync_wait(conn)));
+        let (pool, failover) = open(&url, pool, "MySQL").await?;
         // Portable mode when forced or when the server is a distributed engine.
         let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
-        Ok(Self::with_tables(pool, tables))
+        Ok(Self::with_tables(pool, tables).with_failover(failover))
+    }
+}
+
+/// Opens a pool on the first host of `url` that answers; for a multi-host URL, also the
+/// [`Failover`] that moves the pool to the next host when the one in use fails.
+async fn open<DB: Database>(
+    url: &str,
+    pool: PoolOptions<DB>,
+    server: &str,
+) -> Result<(Pool<DB>, Option<Failover<DB>>)>
+where
+    <DB::Connection as Connection>::Options: FromStr<Err = sqlx::Error>,
+{
+    let urls = split_hosts(url)?;
+    if urls.len() == 1 {
+        let pool = pool
+            .acquire_timeout(Duration::from_secs(30))
+            .connect(url)
+            .await
+            .map_err(|e| db(&format!("connecting to {server}"), e))?;
+        return Ok((pool, None));
+    }
+    let mut hosts = Vec::with_capacity(urls.len());
+    for (label, url) in labelled(&urls) {
+        let options: <DB::Connection as Connection>::Options = url
+            .parse()
+            .map_err(|e| db(&format!("parsing the {server} URL of {label}"), e))?;
+        hosts.push((label, options));
+    }
+    let pool = pool.acquire_timeout(FAILOVER_ACQUIRE_TIMEOUT);
+    let mut last = None;
+    for (i, (label, options)) in hosts.iter().enumerate() {
+        match pool.clone().connect_with(options.clone()).await {
+            Ok(pool) => return Ok((pool, Some(Failover::new(hosts, i)))),
+            Err(e) => {
+                tracing::warn!(host = %label, error = %e, "database host unavailable; trying the next");
+                last = Some(db(&format!("connecting to {server} at {label}"), e));
+            }
+        }
+    }
+    Err(last.expect("a multi-host URL has hosts"))
+}
+
+/// On MariaDB Galera, makes the session's reads (and the transaction's start) wait until the
+/// node has applied every transaction the cluster committed before: a claim retried after a
+/// lost certification race on another node then sees the winner's row and ends as a
+/// duplicate. Harmless without Galera; MySQL servers without the variable ignore it.
+async fn galera_sync_wait(
+    conn: &mut sqlx::MySqlConnection,
+) -> std::result::Result<(), sqlx::Error> {
+    match sqlx::raw_sql("SET SESSION wsrep_sync_wait = 1")
+        .execute(conn)
+        .await
+    {
+        Ok(_) | Err(sqlx::Error::Database(_)) => Ok(()),
+        Err(e) => Err(e),
     }
 }

@@ -20,12 +20,14 @@ const TRANSIENT_SQLSTATES: &[&str] = &["40001", "40P01", "55P03", "57014", "4000
 /// the generic `HY000`, so the number decides: 1290 `--read-only` option, 1836 read-only mode,
 /// 1792 read-only transaction, 1040 too many connections, 1053 server shutdown, 1927 connection
 /// killed, 1021 disk full, 2002/2003 can't connect, 2006 server gone away, 2013 connection
-/// lost during query.
+/// lost during query, 1047 (Galera) "WSREP has not yet prepared node for application use": the
+/// node lost the cluster's primary component.
 const UNAVAILABLE_MYSQL: &[u16] = &[
-    1290, 1836, 1792, 1040, 1053, 1927, 1021, 2002, 2003, 2006, 2013,
+    1290, 1836, 1792, 1040, 1053, 1927, 1021, 2002, 2003, 2006, 2013, 1047,
 ];
 
-/// MySQL / MariaDB error numbers meaning "try again": 1213 deadlock, 1205 lock wait timeout,
+/// MySQL / MariaDB error numbers meaning "try again": 1213 deadlock (also Galera's
+/// certification failure at commit, "WSREP detected deadlock/conflict"), 1205 lock wait timeout,
 /// 3024 (MySQL) and 1969 (MariaDB) statement timeout.
 const TRANSIENT_MYSQL: &[u16] = &[1213, 1205, 3024, 1969];
 
@@ -143,33 +145,6 @@ pub fn is_missing_table(e: &sqlx::Error) -> bool {
     }
 }
 
-/// The URL with any password replaced by `***`, safe for logs and errors.
-///
-/// ```
-/// assert_eq!(
-///     oncely_sql::redact_url("postgres://app:s3cret@db:5432/x"),
-///     "postgres://app:***@db:5432/x"
-/// );
-/// ```
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{scheme}://{masked}@{host}{tail}")
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +191,7 @@ mod tests {
             (2003, Unavailable),
             (2006, Unavailable), // gone away
             (2013, Unavailable), // lost connection
+            (1047, Unavailable), // Galera node not in the primary component
             (1205, Transient),   // lock wait timeout
             (1213, Transient),   // deadlock
             (3024, Transient),   // MySQL statement timeout

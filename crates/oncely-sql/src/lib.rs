@@ -26,6 +26,7 @@ mod connect;
 mod dialect;
 mod engine;
 mod error;
+mod failover;
 mod letter;
 mod lock;
 mod migrate;
@@ -33,13 +34,14 @@ mod query;
 mod store;
 mod tables;
 mod tx;
+mod url;
 
 pub use any::{AnyPool, AnyStore};
 pub use clock::{from_ms, now_ms, to_ms};
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
 pub use engine::{detect_portable, engine_of_version, resolve_tables};
-pub use error::{db, db as db_error, error_kind, is_missing_table, redact_url};
+pub use error::{db, db as db_error, error_kind, is_missing_table};
 pub use letter::{dead_letter_columns, decode_dead_letter};
 pub use lock::{DbLock, LEASE_TTL};
 pub use migrate::{
@@ -51,3 +53,4 @@ pub use sqlx;
 pub use store::{MySqlStore, PgStore, SqlStore, SqliteStore};
 pub use tables::{Tables, is_identifier};
 pub use tx::AnyTx;
+pub use url::{redact_url, split_hosts};

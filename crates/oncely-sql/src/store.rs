@@ -2,6 +2,7 @@
 
 use crate::dialect::{Dialect, Isolation, Queries};
 use crate::error::db;
+use crate::failover::Failover;
 use crate::letter::LetterRow;
 use crate::query::SqlDatabase;
 use crate::tables::Tables;
@@ -23,6 +24,8 @@ pub struct SqlStore<DB: Database> {
     isolation: Option<Isolation>,
     /// MySQL's `max_allowed_packet`, read on the first dead letter.
     packet_limit: Arc<tokio::sync::OnceCell<usize>>,
+    /// The hosts of a multi-host URL (see [`crate::failover`]).
+    failover: Option<Arc<Failover<DB>>>,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -33,6 +36,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
             queries: self.queries.clone(),
             isolation: self.isolation,
             packet_limit: self.packet_limit.clone(),
+            failover: self.failover.clone(),
         }
     }
 }
@@ -110,7 +114,28 @@ impl<DB: SqlDatabase> SqlStore<DB> {
             queries,
             isolation: None,
             packet_limit: Arc::default(),
+            failover: None,
         }
+    }
+
+    pub(crate) fn with_failover(mut self, failover: Option<Failover<DB>>) -> Self {
+        self.failover = failover.map(Arc::new);
+        self
+    }
+
+    /// The host in use, for [`SqlStore::failed_on`] (multi-host URLs only).
+    fn host(&self) -> Option<usize> {
+        self.failover.as_ref().map(|f| f.current())
+    }
+
+    /// An operation begun on `host` failed with `e`: an unavailable host is left for the next.
+    fn failed_on(&self, host: Option<usize>, e: Error) -> Error {
+        if let (Some(failover), Some(host)) = (&self.failover, host)
+            && e.is_unavailable()
+        {
+            failover.failed(&self.pool, host);
+        }
+        e
     }
 
     /// Runs the store's transactions at `level` instead of the server's default
@@ -183,11 +208,12 @@ macro_rules! sql_store {
             type Tx = sqlx::Transaction<'static, $db>;
 
             async fn begin(&self) -> Result<Self::Tx> {
+                let host = self.host();
                 match Isolation::begin_sql(self.isolation, <$db as SqlDatabase>::DIALECT) {
                     Some(sql) => self.pool.begin_with(sql).await,
                     None => self.pool.begin().await,
                 }
-                .map_err(|e| db("begin", e))
+                .map_err(|e| self.failed_on(host, db("begin", e)))
             }
 
             async fn committed_claim(
@@ -268,8 +294,11 @@ macro_rules! sql_store {
             }
 
             async fn commit(&self, mut tx: Self::Tx) -> Result<()> {
+                let host = self.host();
                 self.before_commit(&mut tx).await?;
-                tx.commit().await.map_err(|e| db("commit", e))
+                tx.commit()
+                    .await
+                    .map_err(|e| self.failed_on(host, db("commit", e)))
             }
 
             async fn rollback(&self, tx: Self::Tx) -> Result<()> {

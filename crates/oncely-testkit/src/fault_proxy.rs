@@ -13,7 +13,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -36,6 +36,14 @@ pub enum Fault {
     Blackhole,
     /// Forward everything, each chunk (one read, in either direction) this much later.
     Delay(Duration),
+    /// Forward everything until a client sends `COMMIT` (once per [`FaultProxy::set`]); then
+    /// cut that connection, without forwarding the server's answer. With `deliver`, the
+    /// `COMMIT` reaches the server first, so the transaction commits while the client sees a
+    /// lost connection: a commit whose outcome is unknown to the client.
+    CutAtCommit {
+        /// Whether the `COMMIT` reaches the server before the cut.
+        deliver: bool,
+    },
 }
 
 /// Counters of what the proxy saw (for test reports).
@@ -45,12 +53,17 @@ pub struct ProxyStats {
     pub accepted: u64,
     /// Connections closed by the proxy because of [`Fault::Drop`].
     pub dropped: u64,
+    /// Connections cut at a `COMMIT` ([`Fault::CutAtCommit`]).
+    pub cut_at_commit: u64,
 }
 
 #[derive(Default)]
 struct Counters {
     accepted: AtomicU64,
     dropped: AtomicU64,
+    cut_at_commit: AtomicU64,
+    /// A [`Fault::CutAtCommit`] that has not fired yet.
+    commit_cut_armed: AtomicBool,
 }
 
 /// A running fault proxy on `127.0.0.1:<random port>`. Dropping it stops it and closes
@@ -89,6 +102,9 @@ impl FaultProxy {
 
     /// Switches the fault, for open and new connections alike.
     pub fn set(&self, fault: Fault) {
+        self.counters
+            .commit_cut_armed
+            .store(matches!(fault, Fault::CutAtCommit { .. }), Ordering::SeqCst);
         self.state.send_replace(fault);
     }
 
@@ -102,6 +118,7 @@ impl FaultProxy {
         ProxyStats {
             accepted: self.counters.accepted.load(Ordering::Relaxed),
             dropped: self.counters.dropped.load(Ordering::Relaxed),
+            cut_at_commit: self.counters.cut_at_commit.load(Ordering::Relaxed),
         }
     }
 }
@@ -135,7 +152,7 @@ async fn accept_loop(
         tokio::spawn(async move {
             let _ = client.set_nodelay(true);
             tokio::select! {
-                _ = serve(client, target, rx.clone()) => {}
+                _ = serve(client, target, rx.clone(), counters.clone()) => {}
                 _ = until_dropped(rx) => {
                     counters.dropped.fetch_add(1, Ordering::Relaxed);
                 }
@@ -160,7 +177,7 @@ async fn until_dropped(mut rx: watch::Receiver<Fault>) {
 async fn gate(rx: &mut watch::Receiver<Fault>) -> Option<Option<Duration>> {
     loop {
         match *rx.borrow_and_update() {
-            Fault::Pass => return Some(None),
+            Fault::Pass | Fault::CutAtCommit { .. } => return Some(None),
             Fault::Delay(d) => return Some(Some(d)),
             Fault::Drop => return None,
             Fault::Blackhole => {}
@@ -169,7 +186,12 @@ async fn gate(rx: &mut watch::Receiver<Fault>) -> Option<Option<Duration>> {
     }
 }
 
-async fn serve(client: TcpStream, target: SocketAddr, mut rx: watch::Receiver<Fault>) {
+async fn serve(
+    client: TcpStream,
+    target: SocketAddr,
+    mut rx: watch::Receiver<Fault>,
+    counters: Arc<Counters>,
+) {
     // A connection accepted while blackholed reaches the server only once traffic passes.
     if gate(&mut rx).await.is_none() {
         return;
@@ -180,20 +202,62 @@ async fn serve(client: TcpStream, target: SocketAddr, mut rx: watch::Receiver<Fa
     let _ = server.set_nodelay(true);
     let (client_r, client_w) = client.into_split();
     let (server_r, server_w) = server.into_split();
-    let _ = tokio::join!(
-        pump(client_r, server_w, rx.clone()),
-        pump(server_r, client_w, rx)
+    let cut = Arc::new(AtomicBool::new(false));
+    let up = pump(
+        client_r,
+        server_w,
+        Direction {
+            rx: rx.clone(),
+            cut: cut.clone(),
+            upstream: Some(counters),
+        },
     );
+    let down = pump(
+        server_r,
+        client_w,
+        Direction {
+            rx,
+            cut: cut.clone(),
+            upstream: None,
+        },
+    );
+    tokio::pin!(up, down);
+    // A direction ending normally lets the other finish; a cut ends both at once.
+    tokio::select! {
+        _ = &mut up => if !cut.load(Ordering::SeqCst) { let _ = down.await; },
+        _ = &mut down => if !cut.load(Ordering::SeqCst) { let _ = up.await; },
+    }
 }
 
-async fn pump(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    mut rx: watch::Receiver<Fault>,
-) -> io::Result<()> {
+/// One direction of a connection: the fault to follow, the connection's cut flag, and (client
+/// to server only) the counters whose armed [`Fault::CutAtCommit`] it may fire.
+struct Direction {
+    rx: watch::Receiver<Fault>,
+    cut: Arc<AtomicBool>,
+    upstream: Option<Arc<Counters>>,
+}
+
+impl Direction {
+    /// Whether this client chunk fires an armed [`Fault::CutAtCommit`]; `Some(deliver)` if so.
+    fn cuts_at(&self, chunk: &[u8]) -> Option<bool> {
+        let counters = self.upstream.as_ref()?;
+        let Fault::CutAtCommit { deliver } = *self.rx.borrow() else {
+            return None;
+        };
+        let commit = chunk.windows(6).any(|w| w.eq_ignore_ascii_case(b"COMMIT"));
+        (commit && counters.commit_cut_armed.swap(false, Ordering::SeqCst)).then(|| {
+            counters.cut_at_commit.fetch_add(1, Ordering::Relaxed);
+            // Set before the COMMIT can reach the server, so its answer is never forwarded.
+            self.cut.store(true, Ordering::SeqCst);
+            deliver
+        })
+    }
+}
+
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut d: Direction) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        if gate(&mut rx).await.is_none() {
+        if gate(&mut d.rx).await.is_none() {
             return Ok(());
         }
         let n = from.read(&mut buf).await?;
@@ -201,11 +265,21 @@ async fn pump(
             return to.shutdown().await;
         }
         // The fault may have changed while reading: hold the chunk while blackholed.
-        let Some(delay) = gate(&mut rx).await else {
+        let Some(delay) = gate(&mut d.rx).await else {
             return Ok(());
         };
-        if let Some(d) = delay {
-            tokio::time::sleep(d).await;
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(deliver) = d.cuts_at(&buf[..n]) {
+            if deliver {
+                to.write_all(&buf[..n]).await?;
+                to.flush().await?;
+            }
+            return Ok(());
+        }
+        if d.cut.load(Ordering::SeqCst) {
+            return Ok(());
         }
         to.write_all(&buf[..n]).await?;
     }
@@ -247,6 +321,31 @@ mod tests {
         let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(round_trip(&mut s, b"hello", WAIT).await.unwrap(), b"hello");
         assert_eq!(proxy.stats().accepted, 1);
+    }
+
+    #[tokio::test]
+    async fn cut_at_commit_fires_once_and_hides_the_answer() {
+        for deliver in [false, true] {
+            let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+            let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+            proxy.set(Fault::CutAtCommit { deliver });
+            assert_eq!(
+                round_trip(&mut s, b"INSERT", WAIT).await.unwrap(),
+                b"INSERT"
+            );
+            assert!(
+                round_trip(&mut s, b"COMMIT", WAIT).await.is_err(),
+                "{deliver}"
+            );
+            assert_eq!(proxy.stats().cut_at_commit, 1);
+            // Fired once: a new connection commits through.
+            let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
+            assert_eq!(
+                round_trip(&mut again, b"COMMIT", WAIT).await.unwrap(),
+                b"COMMIT"
+            );
+            assert_eq!(proxy.stats().cut_at_commit, 1);
+        }
     }
 
     #[tokio::test]

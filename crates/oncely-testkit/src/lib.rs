@@ -17,6 +17,7 @@
 
 pub mod chaos;
 mod check;
+pub mod cluster;
 mod fault_proxy;
 mod harness;
 mod ledger;

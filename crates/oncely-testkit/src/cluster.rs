@@ -1,0 +1,86 @@
+//! Where the test clusters of `scripts/cluster.sh` listen, and how to kill or restart their
+//! nodes from a test. The script owns the ports; these defaults mirror it, and the
+//! environment variables override them (`ONCELY_GALERA_URLS`, `ONCELY_NATS_CLUSTER_URLS`,
+//! comma-separated, node 1 first).
+
+use std::path::PathBuf;
+
+/// The three Galera nodes' URLs (`mysql://root@127.0.0.1:2330N/test`).
+///
+/// ```
+/// assert_eq!(oncely_testkit::cluster::galera_urls().len(), 3);
+/// ```
+pub fn galera_urls() -> Vec<String> {
+    urls("ONCELY_GALERA_URLS", |n| {
+        format!("mysql://root@127.0.0.1:{}/test", 23305 + n)
+    })
+}
+
+/// The three NATS cluster nodes' client URLs (`nats://127.0.0.1:1422N`, N = 2..4).
+pub fn nats_urls() -> Vec<String> {
+    urls("ONCELY_NATS_CLUSTER_URLS", |n| {
+        format!("nats://127.0.0.1:{}", 14221 + n)
+    })
+}
+
+fn urls(var: &str, default: impl Fn(u16) -> String) -> Vec<String> {
+    match std::env::var(var) {
+        Ok(list) if !list.trim().is_empty() => {
+            list.split(',').map(|s| s.trim().to_owned()).collect()
+        }
+        _ => (1..=3).map(default).collect(),
+    }
+}
+
+/// `host:port` of a URL (for a TCP probe).
+pub fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, h)| h)
+        .to_owned()
+}
+
+/// Runs `scripts/cluster.sh ARGS…` (e.g. `["kill", "galera", "1"]`), from the workspace root;
+/// true when it exits 0.
+pub fn script(args: &[&str]) -> bool {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::process::Command::new("bash")
+        .arg(root.join("scripts/cluster.sh"))
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// True when every node of `urls` accepts TCP connections within 2 s each.
+pub async fn answers(urls: &[String]) -> bool {
+    for url in urls {
+        let connect = tokio::net::TcpStream::connect(host_port(url));
+        if !matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(2), connect).await,
+            Ok(Ok(_))
+        ) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether a cluster test may run: true when the cluster answers; otherwise fails under `CI`
+/// or `ONCELY_REQUIRE_SERVICES` and prints a loud SKIPPED line elsewhere.
+pub async fn available(test: &str, cluster: &str, urls: &[String]) -> bool {
+    if answers(urls).await {
+        return true;
+    }
+    let hint = format!("start it with `bash scripts/cluster.sh start {cluster}`");
+    if std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some() {
+        panic!(
+            "{test}: the {cluster} cluster is required (CI) but does not answer at {urls:?}; {hint}"
+        );
+    }
+    eprintln!(
+        "\n*** SKIPPED {test}: the {cluster} cluster does not answer at {urls:?}; {hint} ***\n"
+    );
+    false
+}
