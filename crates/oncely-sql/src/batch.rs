@@ -13,7 +13,10 @@
 //! - MySQL / MariaDB: a plain read finds the ids already claimed, then one multi-row
 //!   `INSERT IGNORE` claims the rest inside a savepoint. If it inserted all of them, they are
 //!   fresh; if not (a concurrent consumer claimed one meanwhile), the savepoint is rolled back
-//!   and those ids are claimed one at a time, which tells exactly which ones are fresh.
+//!   and those ids are claimed one at a time, which tells exactly which ones are fresh. In
+//!   portable mode (MariaDB Galera, TiDB) there is no savepoint: they are claimed one at a time
+//!   at once. Galera replicates the rows a `ROLLBACK TO SAVEPOINT` undid: the other nodes then
+//!   fail to apply the transaction (a duplicate key) and leave the cluster as inconsistent.
 
 use crate::dialect::Dialect;
 use crate::error::db;
@@ -247,6 +250,9 @@ impl SqlStore<MySql> {
         if rest.is_empty() {
             return Ok(());
         }
+        if self.tables().portable() {
+            return self.claim_each(tx, consumer, rest, found).await;
+        }
         // 2. Claim the rest with one statement; all inserted means all fresh.
         let run = |sql: &'static str| sqlx::raw_sql(sql);
         run("SAVEPOINT oncely_batch")
@@ -281,6 +287,17 @@ impl SqlStore<MySql> {
             .execute(&mut **tx)
             .await
             .map_err(|e| db("batch savepoint", e))?;
+        self.claim_each(tx, consumer, rest, found).await
+    }
+
+    /// Claims `rest` one at a time, which tells exactly which ones are fresh.
+    async fn claim_each(
+        &self,
+        tx: &mut Transaction<'static, MySql>,
+        consumer: &ConsumerName,
+        rest: Vec<(&str, PayloadHash)>,
+        found: &mut Found,
+    ) -> Result<()> {
         for (id, hash) in rest {
             let message = MessageId::new(id).map_err(|e| Error::permanent(e.to_string()))?;
             match self.claim(tx, consumer, &message, hash).await? {

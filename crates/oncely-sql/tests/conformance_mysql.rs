@@ -56,7 +56,8 @@ impl StoreHarness for MySqlHarness {
             ..ConnectOptions::default()
         };
         let store = MySqlStore::connect_with(&url_with_db(&mysql_url(), &name), &options).await?;
-        assert_eq!(store.tables().portable(), self.portable);
+        // Forced, or detected (the suite also runs on a Galera node: ONCELY_TEST_MYSQL_URL).
+        assert!(store.tables().portable() || !self.portable);
         store.migrate().await?;
         if self.portable {
             // The portable migration took its lock in the lease table (and released it).
