@@ -32,6 +32,9 @@ pub struct NatsOptions {
     pub batch: usize,
     /// The stream's `Nats-Msg-Id` dedup window, used when creating it (default 2 min).
     pub duplicate_window: Duration,
+    /// Copies of the stream in a JetStream cluster, used when creating it (default 1; 3 for
+    /// a stream that survives the loss of a server: `?replicas=3`).
+    pub replicas: usize,
 }
 
 impl NatsOptions {
@@ -45,11 +48,12 @@ impl NatsOptions {
             ack_wait: Duration::from_secs(30),
             batch: 64,
             duplicate_window: Duration::from_secs(120),
+            replicas: 1,
         }
     }
 
     /// Options from a URL's `?stream=`, `?subject=`, `?durable=`, `?ack_wait_ms=`,
-    /// `?batch=`, `?dup_window_ms=`; returns the URL without them.
+    /// `?batch=`, `?dup_window_ms=`, `?replicas=`; returns the URL without them.
     pub fn from_url(url: &str, consumer: &str) -> Result<(String, Self)> {
         let p = UrlParams::new(url);
         let d = Self::new(consumer);
@@ -60,6 +64,9 @@ impl NatsOptions {
             ack_wait: p.millis("ack_wait_ms")?.unwrap_or(d.ack_wait),
             batch: p.number::<usize>("batch")?.map_or(d.batch, |b| b.max(1)),
             duplicate_window: p.millis("dup_window_ms")?.unwrap_or(d.duplicate_window),
+            replicas: p
+                .number::<usize>("replicas")?
+                .map_or(d.replicas, |r| r.max(1)),
         };
         Ok((p.rest(), o))
     }
@@ -69,10 +76,18 @@ pub(crate) fn nats_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::transient(format!("NATS: {what}: {e}"))
 }
 
+/// Connects to the server, or to any of the servers of a cluster written as a comma-separated
+/// list (`nats://h1:4222,nats://h2:4222` or `nats://h1:4222,h2:4222`); the client moves to
+/// another server of the list when the one in use goes away.
 pub(crate) async fn connect_client(url: &str, name: &str) -> Result<async_nats::Client> {
+    let servers = url
+        .split(',')
+        .map(|server| server.trim().parse::<async_nats::ServerAddr>())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| nats_err("parsing the server list", e))?;
     async_nats::ConnectOptions::new()
         .name(name)
-        .connect(url)
+        .connect(servers)
         .await
         .map_err(|e| nats_err("connect", e))
 }
@@ -83,6 +98,7 @@ pub(crate) async fn ensure_stream(js: &Context, o: &NatsOptions) -> Result<strea
         name: o.stream.clone(),
         subjects: vec![o.subject.clone()],
         duplicate_window: o.duplicate_window,
+        num_replicas: o.replicas,
         ..stream::Config::default()
     })
     .await
