@@ -8,13 +8,14 @@
 #   bash scripts/test.sh faults core  only these groups
 #
 # Groups: faults (store-fault tests), brokers (the other broker tests), cli (admin commands and
-# the demo through the binary), kafka, core (everything else), doc (doc tests).
+# the demo through the binary), kafka, core (everything else), cluster (Galera and NATS
+# clusters of scripts/cluster.sh, node kills included), doc (doc tests).
 # Same tests as `cargo test --workspace`, which also works (one after another).
 # Environment: ONCELY_TEST_JOBS (groups at once, default 3), ONCELY_TEST_LOGS (log dir).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ORDER=(faults brokers cli kafka core doc)
+ORDER=(faults brokers cli kafka core cluster doc)
 [ $# -gt 0 ] && ORDER=("$@")
 jobs_max=${ONCELY_TEST_JOBS:-3}
 logs=${ONCELY_TEST_LOGS:-$(mktemp -d)}
@@ -36,13 +37,18 @@ for line in open(sys.argv[1]):
         continue
     pkg_dir = os.path.dirname(m["manifest_path"])
     pkg, target = os.path.basename(pkg_dir), m["target"]["name"]
-    if pkg == "oncely-broker-tests":
+    if (pkg, target) in (("oncely-broker-tests", "cluster"), ("oncely-sql", "galera")):
+        group = "cluster"
+    elif pkg == "oncely-broker-tests":
         group = "faults" if target == "store_faults" else "brokers"
     elif pkg in ("oncely-cli", "oncely-kafka"):
         group = pkg.removeprefix("oncely-")
     else:
         group = "core"
     print(f"{group}\t{pkg_dir}\t{m['executable']}")
+    if (pkg, target) == ("oncely-sql", "conformance_mysql"):
+        # The store conformance suite once more, on a Galera node (see scripts/cluster.sh).
+        print(f"cluster\t{pkg_dir}\t{m['executable']}\tONCELY_TEST_MYSQL_URL=mysql://root@127.0.0.1:23306/test")
 PY
 
 run_group() { # group: runs its executables one after another, or the doc tests
@@ -50,10 +56,10 @@ run_group() { # group: runs its executables one after another, or the doc tests
   if [ "$group" = doc ]; then
     cargo test --workspace --doc || rc=1
   else
-    while IFS=$'\t' read -r g dir exe; do
+    while IFS=$'\t' read -r g dir exe env; do
       [ "$g" = "$group" ] || continue
-      echo "     Running $(basename "$exe") (${dir##*/})"
-      (cd "$dir" && "$exe" < /dev/null) || rc=1
+      echo "     Running $(basename "$exe") (${dir##*/}) ${env}"
+      (cd "$dir" && env ${env} "$exe" < /dev/null) || rc=1
     done < "$logs/targets.tsv"
   fi
   return $rc
@@ -62,7 +68,7 @@ run_group() { # group: runs its executables one after another, or the doc tests
 declare -A STARTED
 ran=()
 for group in "${ORDER[@]}"; do
-  case $group in faults|brokers|cli|kafka|core|doc) ;; *) echo "test: no group named $group" >&2; exit 2 ;; esac
+  case $group in faults|brokers|cli|kafka|core|cluster|doc) ;; *) echo "test: no group named $group" >&2; exit 2 ;; esac
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
   echo "test: group $group starts"
   STARTED[$group]=$SECONDS

@@ -334,16 +334,14 @@ async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
     }
 }
 
-/// Galera detection, against a node of `scripts/cluster.sh start galera` when
-/// `ONCELY_TEST_GALERA_URL` names one (e.g. `mysql://root@127.0.0.1:23306/test`).
+/// Galera detection, against node 1 of `scripts/cluster.sh start galera`.
 #[tokio::test]
-async fn detection_is_true_on_galera_when_a_node_is_given() {
-    let Ok(url) = std::env::var("ONCELY_TEST_GALERA_URL") else {
-        eprintln!(
-            "detection_is_true_on_galera_when_a_node_is_given: ONCELY_TEST_GALERA_URL not set, not run"
-        );
+async fn detection_is_true_on_galera() {
+    let nodes = oncely_testkit::cluster::galera_urls();
+    if !oncely_testkit::cluster::available("detection_is_true_on_galera", "galera", &nodes).await {
         return;
-    };
+    }
+    let url = nodes[0].clone();
     let store = MySqlStore::connect(&url)
         .await
         .expect("the Galera node answers");
