@@ -341,7 +341,12 @@ async fn detection_is_true_on_galera() {
     if !oncely_testkit::cluster::available("detection_is_true_on_galera", "galera", &nodes).await {
         return;
     }
-    let url = nodes[0].clone();
+    // Every node in one multi-host URL: the cluster tests may have killed node 1 meanwhile.
+    let hosts: Vec<String> = nodes
+        .iter()
+        .map(|n| oncely_testkit::cluster::host_port(n))
+        .collect();
+    let url = format!("mysql://root@{}/test", hosts.join(","));
     let store = MySqlStore::connect(&url)
         .await
         .expect("the Galera node answers");
