@@ -147,6 +147,7 @@ async fn galera_node_killed_under_three_consumer_processes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "flaky under the full CI load (ledger stalled before the kill, issue 16 open): run with --ignored"]
 async fn nats_r3_stream_leader_killed_mid_run() {
     let test = "nats_r3_stream_leader_killed_mid_run";
     let nodes = nats_urls();
