@@ -12,7 +12,7 @@ use oncely_core::{
     StatsSnapshot, Store,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{AnyStore, ConnectOptions, MySqlStore};
+use oncely_sql::{AnyStore, ConnectOptions, MySqlStore, detect_portable};
 use oncely_testkit::cluster::{self, galera_urls};
 use oncely_testkit::{Fault, FaultProxy};
 use std::collections::HashMap;
@@ -315,4 +315,29 @@ async fn galera_multi_host_url_fails_over() {
     );
     assert_eq!(stats.dead_lettered, 0);
     admin(&nodes[0], &format!("DROP DATABASE {db}")).await;
+}
+
+/// Portable mode is detected on Galera (any node of `scripts/cluster.sh start galera`). It
+/// lives here, in the `cluster` test group, because the node-loss tests kill nodes while the
+/// other groups run.
+#[tokio::test]
+async fn detection_is_true_on_galera() {
+    let nodes = oncely_testkit::cluster::galera_urls();
+    if !oncely_testkit::cluster::available("detection_is_true_on_galera", "galera", &nodes).await {
+        return;
+    }
+    // Every node in one multi-host URL: the cluster tests may have killed node 1 meanwhile.
+    let hosts: Vec<String> = nodes
+        .iter()
+        .map(|n| oncely_testkit::cluster::host_port(n))
+        .collect();
+    let url = format!("mysql://root@{}/test", hosts.join(","));
+    let store = MySqlStore::connect(&url)
+        .await
+        .expect("the Galera node answers");
+    assert!(detect_portable(&store.pool().clone().into()).await.unwrap());
+    assert!(
+        store.tables().portable(),
+        "connect resolved to portable on Galera"
+    );
 }

@@ -334,29 +334,6 @@ async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
     }
 }
 
-/// Galera detection, against node 1 of `scripts/cluster.sh start galera`.
-#[tokio::test]
-async fn detection_is_true_on_galera() {
-    let nodes = oncely_testkit::cluster::galera_urls();
-    if !oncely_testkit::cluster::available("detection_is_true_on_galera", "galera", &nodes).await {
-        return;
-    }
-    // Every node in one multi-host URL: the cluster tests may have killed node 1 meanwhile.
-    let hosts: Vec<String> = nodes
-        .iter()
-        .map(|n| oncely_testkit::cluster::host_port(n))
-        .collect();
-    let url = format!("mysql://root@{}/test", hosts.join(","));
-    let store = MySqlStore::connect(&url)
-        .await
-        .expect("the Galera node answers");
-    assert!(detect_portable(&store.pool().clone().into()).await.unwrap());
-    assert!(
-        store.tables().portable(),
-        "connect resolved to portable on Galera"
-    );
-}
-
 /// Two consumers (separate pools, 4 in flight each) drain one source with 30 % duplicate
 /// deliveries, reordering and lost acks, with portable tables: every id's effect exactly
 /// once, none lost, no dead letters. On PostgreSQL at SERIALIZABLE the concurrent duplicates
