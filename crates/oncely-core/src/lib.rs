@@ -16,6 +16,8 @@
 //!   with a per-consumer [`StoreHealth`] circuit breaker that holds deliveries while the store fails.
 //! - [`MemorySource`]: an in-process broker with duplicate, reorder and lost-ack faults
 //!   (crash injection lives in `oncely-testkit`, as wrappers around a store and a source).
+//! - [`trace`]: W3C trace context (`traceparent`) from message headers to the delivery span
+//!   and from the current span into outgoing messages (OpenTelemetry).
 
 mod consumer;
 mod envelope;
@@ -30,6 +32,7 @@ mod retry;
 mod source;
 mod stats;
 mod store;
+pub mod trace;
 pub mod wire;
 
 pub(crate) use consumer::panic_message;

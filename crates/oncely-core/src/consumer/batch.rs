@@ -17,7 +17,8 @@ use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, info_span, warn};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// What one message of a committed batch came to: settled messages carry their proof.
 enum Committable {
@@ -115,7 +116,11 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             let (at, delivery) = pending.pop().expect("one");
             outcomes[at] = Some(self.settle_one(delivery, stop).await);
         } else if !pending.is_empty() {
-            match self.attempt_held(&valid, stop).await {
+            match self
+                .attempt_held(&valid, stop)
+                .instrument(self.batch_span(&valid))
+                .await
+            {
                 Ok(settled) => {
                     self.batches.committed.fetch_add(1, Relaxed);
                     let duplicates = settled
@@ -158,6 +163,18 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             .into_iter()
             .map(|o| o.expect("every delivery settled"))
             .collect()
+    }
+
+    /// The span of one group commit (`oncely.batch`): one transaction for many messages, so
+    /// no single parent; it links to the trace context each message carries.
+    fn batch_span(&self, batch: &[Envelope]) -> tracing::Span {
+        let span = info_span!("oncely.batch", consumer = %self.name, size = batch.len());
+        for message in batch {
+            if let Some(cx) = crate::trace::span_context_of(&message.meta().headers) {
+                span.add_link(cx);
+            }
+        }
+        span
     }
 
     /// [`Self::attempt_batch`], held and retried while the store is unavailable (one probe at

@@ -27,7 +27,8 @@ enum Attempt {
 }
 
 impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
-    /// Settles one delivery through the whole contract (in a tracing span of its own).
+    /// Settles one delivery through the whole contract, in a span of its own (`oncely.delivery`)
+    /// whose parent is the trace context the message carries, if any.
     pub(super) async fn settle_one(&self, delivery: Delivery, stop: &CancellationToken) -> Outcome {
         let span = info_span!(
             "oncely.delivery",
@@ -36,6 +37,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             attempt = delivery.attempt(),
             outcome = tracing::field::Empty,
         );
+        // The producer's span (W3C `traceparent` in the headers) is the parent, if valid.
+        crate::trace::set_delivery_parent(&span, &delivery.message().meta.headers);
         let outcome = self.settle(delivery, stop).instrument(span.clone()).await;
         span.record("outcome", outcome.name());
         outcome
