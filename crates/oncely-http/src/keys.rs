@@ -1,0 +1,217 @@
+//! The key row: reserved in the request's transaction, completed with the response in the same
+//! transaction. Every statement runs through [`AnyTx`], so it is written once for the three
+//! databases; what differs comes from [`Dialect`].
+//!
+//! Concurrency: the reservation is an insert that does nothing on conflict. A conflicting row
+//! that is not committed yet (the same key still running) makes PostgreSQL and MySQL/MariaDB
+//! wait for its transaction; the wait is bounded by a lock timeout set around that insert only
+//! (PostgreSQL `lock_timeout`, MySQL `innodb_lock_wait_timeout`), and its expiry is answered
+//! 409. SQLite has one writer: the second request waits at `BEGIN IMMEDIATE` (busy timeout)
+//! and then finds the completed row.
+
+use oncely_core::Result;
+use oncely_sql::{AnyTx, Column, Dialect, Tables, Value, now_ms};
+use std::time::Duration;
+
+/// A completed response, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stored {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// What the reservation found.
+#[derive(Debug)]
+pub(crate) enum Reserved {
+    /// The key is ours: run the handler.
+    Fresh,
+    /// The key was completed for the same request: replay it.
+    Replay(Stored),
+    /// The key was used for a different request.
+    Mismatch,
+}
+
+/// The key row operations of one table.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    table: String,
+}
+
+const COLS: &str = "idem_key, fingerprint, owner, status, headers, body, created_at, expires_at";
+
+impl Keys {
+    pub(crate) fn new(tables: &Tables) -> Self {
+        Self {
+            table: tables.table("http_keys"),
+        }
+    }
+
+    /// Reserves `key` for a request with `fingerprint` inside `tx`, waiting at most `wait`
+    /// for a running request with the same key (then a transient error: 409).
+    pub(crate) async fn reserve(
+        &self,
+        tx: &mut AnyTx,
+        key: &str,
+        fingerprint: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Reserved> {
+        let d = tx.dialect();
+        let now = now_ms();
+        let expires = now.saturating_add(ttl.as_millis() as i64);
+        let insert = format!(
+            "INSERT INTO {} ({COLS}) VALUES ({}) {}",
+            self.table,
+            d.params(1, 8),
+            d.on_conflict_do_nothing("idem_key")
+        );
+        let args: Vec<Value> = vec![
+            key.into(),
+            fingerprint.into(),
+            owner.into(),
+            Value::I64(0),
+            "[]".into(),
+            Value::Bytes(Vec::new()),
+            now.into(),
+            expires.into(),
+        ];
+        let restore = bounded_wait(tx, wait).await?;
+        let inserted = tx.execute(&insert, &args).await;
+        if let Some(restore) = restore {
+            // MySQL keeps the transaction usable after a lock wait timeout; restore first.
+            let restored = tx.script(&restore).await;
+            inserted?;
+            restored?;
+        } else {
+            inserted?;
+        }
+        let lock = if d == Dialect::Sqlite {
+            ""
+        } else {
+            " FOR UPDATE"
+        };
+        let select = format!(
+            "SELECT fingerprint, owner, status, headers, body, expires_at FROM {} WHERE idem_key = $1{lock}",
+            self.table
+        );
+        let cols = [
+            Column::Text,
+            Column::Text,
+            Column::I64,
+            Column::Text,
+            Column::Bytes,
+            Column::I64,
+        ];
+        let Some(row) = tx.fetch_optional(&select, &[key.into()], &cols).await? else {
+            return Err(oncely_core::Error::transient(
+                "the idempotency key row vanished during its reservation",
+            ));
+        };
+        if row[1].text() == owner {
+            return Ok(Reserved::Fresh);
+        }
+        if row[5].i64() <= now {
+            // Expired and not pruned yet: the key is free again.
+            let delete = format!(
+                "DELETE FROM {} WHERE idem_key = $1 AND owner = $2",
+                self.table
+            );
+            tx.execute(&delete, &[key.into(), row[1].text().into()])
+                .await?;
+            let plain = format!(
+                "INSERT INTO {} ({COLS}) VALUES ({})",
+                self.table,
+                d.params(1, 8)
+            );
+            tx.execute(&plain, &args).await?;
+            return Ok(Reserved::Fresh);
+        }
+        if row[0].text() != fingerprint {
+            return Ok(Reserved::Mismatch);
+        }
+        let headers: Vec<(String, String)> =
+            serde_json::from_str(&row[3].text()).unwrap_or_default();
+        Ok(Reserved::Replay(Stored {
+            status: u16::try_from(row[2].i64()).unwrap_or(500),
+            headers,
+            body: row[4].bytes(),
+        }))
+    }
+
+    /// Stores the response in the row `owner` reserved (same transaction).
+    pub(crate) async fn complete(
+        &self,
+        tx: &mut AnyTx,
+        key: &str,
+        owner: &str,
+        stored: &Stored,
+    ) -> Result<()> {
+        let update = format!(
+            "UPDATE {} SET status = $1, headers = $2, body = $3 WHERE idem_key = $4 AND owner = $5",
+            self.table
+        );
+        let headers = serde_json::to_string(&stored.headers).unwrap_or_else(|_| "[]".into());
+        let done = tx
+            .execute(
+                &update,
+                &[
+                    i64::from(stored.status).into(),
+                    headers.into(),
+                    Value::Bytes(stored.body.clone()),
+                    key.into(),
+                    owner.into(),
+                ],
+            )
+            .await?;
+        if done.rows != 1 {
+            return Err(oncely_core::Error::permanent(format!(
+                "the reserved idempotency key row was not found ({} rows)",
+                done.rows
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Bounds how long the next statement waits for a row lock; returns the statement that
+/// restores the previous setting where it outlives the transaction (MySQL's session variable).
+async fn bounded_wait(tx: &mut AnyTx, wait: Duration) -> Result<Option<String>> {
+    match tx.dialect() {
+        Dialect::Postgres => {
+            // Transaction-local; restored after the insert so the handler keeps its setting.
+            let old = tx
+                .fetch_optional(
+                    "SELECT current_setting('lock_timeout')",
+                    &[],
+                    &[Column::Text],
+                )
+                .await?
+                .map_or_else(|| "0".to_owned(), |r| r[0].text());
+            let ms = format!("{}ms", wait.as_millis().max(1));
+            tx.fetch(
+                "SELECT set_config('lock_timeout', $1, true)",
+                &[ms.into()],
+                &[Column::Text],
+            )
+            .await?;
+            Ok(Some(format!(
+                "SELECT set_config('lock_timeout', '{}', true)",
+                old.replace('\'', "''")
+            )))
+        }
+        Dialect::MySql => {
+            // Whole seconds (MySQL's minimum is 1); a session variable, so it is restored.
+            let secs = wait.as_secs().max(1);
+            tx.script(&format!(
+                "SET @oncely_http_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = {secs}"
+            ))
+            .await?;
+            Ok(Some(
+                "SET SESSION innodb_lock_wait_timeout = @oncely_http_lwt".to_owned(),
+            ))
+        }
+        Dialect::Sqlite => Ok(None),
+    }
+}

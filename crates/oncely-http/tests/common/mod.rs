@@ -1,0 +1,150 @@
+//! Test support: a database per test (SQLite temp file, a PostgreSQL schema, a MariaDB
+//! database) with the demo's tables, a real server on loopback, counts read straight from the
+//! database. A missing server fails under `CI` / `ONCELY_REQUIRE_SERVICES` and is a loud
+//! SKIPPED line otherwise (the pattern of oncely-effects' tests).
+#![allow(dead_code)]
+
+pub mod suite;
+
+use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::{AnyStore, ConnectOptions, Tables, with_pool};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub fn pg_url() -> String {
+    std::env::var("ONCELY_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+pub fn mysql_url() -> String {
+    std::env::var("ONCELY_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+fn must_have_services() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
+}
+
+fn missing<T>(what: &str, test: &str, error: &dyn std::fmt::Display) -> Option<T> {
+    if must_have_services() {
+        panic!("{what} is required (CI / ONCELY_REQUIRE_SERVICES set) but unreachable: {error}");
+    }
+    eprintln!("\n!!!!!!!! SKIPPED {test}: {what} unreachable ({error}) !!!!!!!!\n");
+    None
+}
+
+/// A unique lower-case suffix for schema / database names.
+pub fn unique(test: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("t_{test}_{}_{:06x}", std::process::id(), nanos & 0xff_ffff)
+}
+
+/// A store with the demo's tables, and what to clean up afterwards.
+pub struct Db {
+    pub store: AnyStore,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Db {
+    async fn open(
+        url: &str,
+        tables: Tables,
+        dir: Option<tempfile::TempDir>,
+    ) -> Result<Self, oncely_core::Error> {
+        let options = ConnectOptions {
+            tables,
+            max_connections: 16,
+            ..Default::default()
+        };
+        let store = tokio::time::timeout(Duration::from_secs(10), AnyStore::connect(url, &options))
+            .await
+            .map_err(|e| oncely_core::Error::unavailable(e.to_string()))??;
+        oncely_http::demo::setup(&store).await.expect("setup");
+        Ok(Self { store, _dir: dir })
+    }
+
+    /// Rows of the table `name` (qualified), counted by the database.
+    pub async fn count(&self, table: &str) -> i64 {
+        let sql = format!("SELECT COUNT(*) FROM {table}");
+        with_pool!(&self.store.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
+            .fetch_one(p)
+            .await
+            .unwrap())
+    }
+
+    pub async fn orders(&self) -> i64 {
+        self.count(&oncely_http::demo::orders_table(self.store.tables()))
+            .await
+    }
+
+    pub async fn outbox(&self) -> i64 {
+        self.count(&self.store.tables().outbox()).await
+    }
+
+    pub async fn keys(&self) -> i64 {
+        self.count(&self.store.tables().table("http_keys")).await
+    }
+
+    /// Drops the test's schema / database (best effort).
+    pub async fn drop(self) {
+        let Some(schema) = self.store.tables().schema().map(str::to_owned) else {
+            return;
+        };
+        let sql = match self.store.dialect() {
+            oncely_sql::Dialect::Postgres => format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+            _ => format!("DROP DATABASE IF EXISTS {schema}"),
+        };
+        with_pool!(&self.store.pool(), p => {
+            let _ = sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await;
+        });
+    }
+}
+
+pub async fn sqlite() -> Db {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("http.db").display());
+    Db::open(&url, Tables::default(), Some(dir)).await.unwrap()
+}
+
+pub async fn postgres(test: &str) -> Option<Db> {
+    let tables = Tables::default().with_schema(&unique(test)).unwrap();
+    match Db::open(&pg_url(), tables, None).await {
+        Ok(db) => Some(db),
+        Err(e) => missing("PostgreSQL", test, &e),
+    }
+}
+
+pub async fn mysql(test: &str) -> Option<Db> {
+    let tables = Tables::default().with_schema(&unique(test)).unwrap();
+    match Db::open(&mysql_url(), tables, None).await {
+        Ok(db) => Some(db),
+        Err(e) => missing("MariaDB/MySQL", test, &e),
+    }
+}
+
+/// Serves `app` on a fresh loopback port; the server runs until the test ends.
+pub async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// `POST {base}/orders` with an optional key and a JSON body.
+pub async fn post(base: &str, key: Option<&str>, body: &str) -> reqwest::Response {
+    let mut req = reqwest::Client::new()
+        .post(format!("{base}/orders"))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(key) = key {
+        req = req.header("idempotency-key", format!("\"{key}\""));
+    }
+    req.send().await.expect("request")
+}
+
+/// Whether the response is marked as a replay.
+pub fn replayed(r: &reqwest::Response) -> bool {
+    r.headers().get("idempotent-replayed").map(|v| v.as_bytes()) == Some(b"true")
+}

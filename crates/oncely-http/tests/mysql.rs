@@ -1,0 +1,59 @@
+//! The oncely-http scenarios on mysql: a real server on loopback, reqwest, counts from the database.
+
+mod common;
+
+use common::suite;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_retries_make_one_order() {
+    let db = match common::mysql("retries_make_one_ord").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::retries_make_one_order(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_concurrent_requests_make_one_order() {
+    let db = match common::mysql("concurrent_requests_").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::concurrent_requests_make_one_order(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_in_flight_key_is_409() {
+    let db = match common::mysql("in_flight_key_is_409").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::in_flight_key_is_409(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_reuse_is_422_and_missing_key_is_400() {
+    let db = match common::mysql("reuse_is_422_and_mis").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::reuse_is_422_and_missing_key_is_400(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_server_error_keeps_no_key() {
+    let db = match common::mysql("server_error_keeps_n").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::server_error_keeps_no_key(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_expired_keys_are_free_and_pruned() {
+    let db = match common::mysql("expired_keys_are_fre").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::expired_keys_are_free_and_pruned(db).await;
+}
