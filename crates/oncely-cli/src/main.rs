@@ -2,6 +2,7 @@
 //! handler registered for `dlq replay`) plus `demo` and `bench`.
 
 mod demo;
+mod http_demo;
 
 use clap::{Parser, Subcommand};
 use demo::credits::{CreditTables, Credits};
@@ -22,6 +23,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Benchmark oncely against a plain consumer and raw SQL (PostgreSQL, SQLite), with charts.
     Bench(oncely_bench::BenchArgs),
+    /// Serve POST /orders behind the HTTP Idempotency-Key layer (docs/http.md).
+    HttpDemo(http_demo::HttpDemoArgs),
     #[command(flatten)]
     Admin(AdminCommand),
 }
@@ -46,6 +49,7 @@ async fn main() -> ExitCode {
     exit_code(match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => oncely_bench::run(args).await,
+        Command::HttpDemo(args) => http_demo::run(args).await,
         Command::Admin(command) => admin().execute(command).await,
     })
 }
