@@ -44,7 +44,8 @@ impl AmqpProducer {
         self.send_all(std::slice::from_ref(message)).await
     }
 
-    /// Publishes messages in order, then waits for all confirms.
+    /// Publishes messages in order, then waits for all confirms. A message without a
+    /// `traceparent` header gets the current span's ([`oncely_core::trace::traced`]).
     pub async fn send_all(&self, messages: &[RawEnvelope]) -> Result<()> {
         let mut confirms = Vec::with_capacity(messages.len());
         for m in messages {
@@ -55,7 +56,7 @@ impl AmqpProducer {
                     self.queue.as_str().into(),
                     BasicPublishOptions::default(),
                     &m.payload,
-                    properties_of(m)?,
+                    properties_of(&oncely_core::trace::traced(m))?,
                 )
                 .await
                 .map_err(|e| amqp_err("basic.publish", e))?;

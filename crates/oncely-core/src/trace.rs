@@ -102,7 +102,7 @@ pub fn continue_trace<'a>(span: &tracing::Span, lookup: impl Fn(&str) -> Option<
 /// assert!(headers.get(TRACEPARENT).is_none());
 /// ```
 pub fn inject_current(headers: &mut BTreeMap<String, String>) {
-    if headers.contains_key(TRACEPARENT) {
+    if header(headers, TRACEPARENT).is_some() {
         return;
     }
     let cx = tracing::Span::current().context();
@@ -120,7 +120,7 @@ pub fn inject_current(headers: &mut BTreeMap<String, String>) {
 /// assert_eq!(*sent, message); // no current trace here
 /// ```
 pub fn traced(message: &RawEnvelope) -> Cow<'_, RawEnvelope> {
-    if message.meta.headers.contains_key(TRACEPARENT) {
+    if header(&message.meta.headers, TRACEPARENT).is_some() {
         return Cow::Borrowed(message);
     }
     let mut headers = BTreeMap::new();
@@ -136,15 +136,28 @@ pub fn traced(message: &RawEnvelope) -> Cow<'_, RawEnvelope> {
 /// Sets the parent of a delivery's span from the message's headers; a missing or malformed
 /// context leaves the span as it was.
 pub(crate) fn set_delivery_parent(span: &tracing::Span, headers: &BTreeMap<String, String>) {
-    continue_trace(span, |name| headers.get(name).map(String::as_str));
+    continue_trace(span, |name| header(headers, name));
 }
 
 /// The span context the message's headers carry, for links (a group commit's span).
 pub(crate) fn span_context_of(
     headers: &BTreeMap<String, String>,
 ) -> Option<opentelemetry::trace::SpanContext> {
-    parent_from(|name| headers.get(name).map(String::as_str))
-        .map(|cx| cx.span().span_context().clone())
+    parent_from(|name| header(headers, name)).map(|cx| cx.span().span_context().clone())
+}
+
+/// The header `name`; if absent, one whose name differs only in ASCII case (a producer that
+/// wrote `Traceparent`).
+fn header<'a>(headers: &'a BTreeMap<String, String>, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .or_else(|| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v)
+        })
+        .map(String::as_str)
 }
 
 #[cfg(test)]
@@ -274,6 +287,15 @@ pub(crate) mod tests {
             assert_eq!(s.parent_span_id, SpanId::INVALID, "a fresh trace: {s:?}");
             assert!(s.span_context.is_valid());
         }
+    }
+
+    #[test]
+    fn header_names_match_in_any_case() {
+        let carried = headers(&[("Traceparent", PARENT)]);
+        assert!(span_context_of(&carried).is_some());
+        let mut kept = carried.clone();
+        inject_current(&mut kept);
+        assert_eq!(kept, carried);
     }
 
     #[test]

@@ -191,6 +191,10 @@ impl Outbox {
     /// the relay is woken by a NOTIFY delivered at commit, except in portable mode
     /// ([`Tables::portable`]; build the outbox with the store's tables, which carry the mode
     /// the store detected), where the relay finds the row by polling.
+    ///
+    /// The current span's W3C trace context is stored in the row's headers (`traceparent`,
+    /// `tracestate`; see [`oncely_core::trace::inject_current`]) unless `message` carries a
+    /// `traceparent` already, so the relay and the next consumer continue this trace.
     pub async fn enqueue<DB: SqlDatabase>(
         &self,
         tx: &mut Transaction<'_, DB>,
@@ -207,7 +211,10 @@ impl Outbox {
             d.on_conflict_do_nothing("message_id")
         );
         let now = now_ms();
-        let headers = serde_json::to_string(&message.headers).unwrap_or_else(|_| "{}".into());
+        // The trace this message was created in travels with it (unless it names one itself).
+        let mut headers = message.headers.clone();
+        oncely_core::trace::inject_current(&mut headers);
+        let headers = serde_json::to_string(&headers).unwrap_or_else(|_| "{}".into());
         let args = vec![
             id.as_str().into(),
             message.entity_key.as_str().into(),

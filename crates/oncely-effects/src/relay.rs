@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 type ListenFn = Arc<dyn Fn(Arc<Notify>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>;
 
@@ -150,7 +150,9 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
     }
 
     /// One pass: in one transaction, locks up to `batch` eligible rows, publishes each,
-    /// marks it dispatched (or reschedules it), and commits. A relay killed mid-pass rolls
+    /// marks it dispatched (or reschedules it), and commits. Each publish runs in a span
+    /// `oncely.outbox.publish` whose parent is the trace context stored with the row by
+    /// [`crate::Outbox::enqueue`]; the message goes out with that stored `traceparent`. A relay killed mid-pass rolls
     /// back: its rows are dispatched again, with the same ids.
     pub async fn dispatch_once(&self) -> Result<DispatchReport> {
         let d = DB::DIALECT;
@@ -172,13 +174,21 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
         for row in rows {
             report.taken += 1;
             let message = message_of(&row)?;
-            let published =
-                match tokio::time::timeout(self.publish_timeout, self.publisher.publish(&message))
-                    .await
-                {
-                    Ok(result) => result,
-                    Err(_) => Err(Error::transient("publish timed out")),
-                };
+            let span = info_span!(
+                "oncely.outbox.publish",
+                message_id = %message.id,
+                destination = %message.destination,
+                attempt = message.attempts + 1,
+            );
+            // The trace the message was enqueued in (its stored `traceparent`) is the parent.
+            oncely_core::trace::continue_trace(&span, |name| {
+                message.headers.get(name).map(String::as_str)
+            });
+            let publish = self.publisher.publish(&message).instrument(span);
+            let published = match tokio::time::timeout(self.publish_timeout, publish).await {
+                Ok(result) => result,
+                Err(_) => Err(Error::transient("publish timed out")),
+            };
             match published {
                 Ok(()) => {
                     let sql = format!(

@@ -54,14 +54,15 @@ impl KafkaProducer {
     }
 
     /// Publishes messages (in order per partition), then waits until the broker stored
-    /// all of them.
+    /// all of them. A message without a `traceparent` header gets the current span's
+    /// ([`oncely_core::trace::traced`]).
     pub async fn send_all(&self, messages: &[RawEnvelope]) -> Result<()> {
         let sends = messages.iter().map(|m| self.send_one(m));
         futures::future::try_join_all(sends).await.map(|_| ())
     }
 
     async fn send_one(&self, message: &RawEnvelope) -> Result<()> {
-        let headers_list = headers_of(message);
+        let headers_list = headers_of(&oncely_core::trace::traced(message));
         let mut headers = OwnedHeaders::new_with_capacity(headers_list.len());
         for (key, value) in &headers_list {
             headers = headers.insert(Header {

@@ -66,7 +66,9 @@ impl MqttProducer {
     }
 
     /// Publishes messages in order and waits until the broker acked all of them. Fails
-    /// (before sending anything) if an id or property cannot be carried by MQTT.
+    /// (before sending anything) if an id or property cannot be carried by MQTT. A message
+    /// without a `traceparent` user property gets the current span's
+    /// ([`oncely_core::trace::traced`]).
     pub async fn send_all(&mut self, messages: &[RawEnvelope]) -> Result<()> {
         self.send(messages, None).await
     }
@@ -94,7 +96,7 @@ impl MqttProducer {
     ) -> Result<()> {
         let props = messages
             .iter()
-            .map(properties_of)
+            .map(|m| properties_of(&oncely_core::trace::traced(m)))
             .collect::<Result<Vec<_>>>()?;
         let first = self.sent;
         for (m, props) in messages.iter().zip(props) {

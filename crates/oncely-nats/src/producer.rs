@@ -27,11 +27,12 @@ impl NatsProducer {
     }
 
     /// Publishes messages in order, then waits for all publish acks. Fails (before sending
-    /// anything) if a message's id or headers cannot be carried in NATS headers.
+    /// anything) if a message's id or headers cannot be carried in NATS headers. A message
+    /// without a `traceparent` header gets the current span's ([`oncely_core::trace::traced`]).
     pub async fn send_all(&mut self, messages: &[RawEnvelope]) -> Result<()> {
         let headers = messages
             .iter()
-            .map(headers_of)
+            .map(|m| headers_of(&oncely_core::trace::traced(m)))
             .collect::<Result<Vec<_>>>()?;
         let mut acks = Vec::with_capacity(messages.len());
         for (m, headers) in messages.iter().zip(headers) {

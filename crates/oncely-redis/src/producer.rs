@@ -26,12 +26,13 @@ impl RedisProducer {
         })
     }
 
-    /// Appends messages in order (one pipelined round trip). Returns the entry ids.
+    /// Appends messages in order (one pipelined round trip). Returns the entry ids. A message
+    /// without a `traceparent` field gets the current span's ([`oncely_core::trace::traced`]).
     pub async fn send_all(&mut self, messages: &[RawEnvelope]) -> Result<Vec<String>> {
         let mut pipe = redis::pipe();
         for m in messages {
             let cmd = pipe.cmd("XADD").arg(&self.stream).arg("*");
-            for (k, v) in fields_of(m) {
+            for (k, v) in fields_of(&oncely_core::trace::traced(m)) {
                 cmd.arg(k).arg(v);
             }
         }

@@ -101,6 +101,8 @@ impl SqlQueue {
     }
 
     /// Enqueues a message inside the caller's transaction (commit it with the business change).
+    /// A message without a `traceparent` header gets the current span's
+    /// ([`oncely_core::trace::traced`]) in the `headers` column.
     pub async fn enqueue_tx(
         &self,
         tx: &mut Transaction<'_, Postgres>,
@@ -126,7 +128,8 @@ impl SqlQueue {
         &self,
         m: &'q RawEnvelope,
     ) -> sqlx::query::Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments> {
-        let headers: BTreeMap<&str, String> = meta_headers(&m.meta).into_iter().collect();
+        let traced = oncely_core::trace::traced(m); // the current trace, unless `m` names one
+        let headers: BTreeMap<&str, String> = meta_headers(&traced.meta).into_iter().collect();
         let headers = serde_json::to_string(&headers).unwrap_or_else(|_| "{}".into());
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {} (message_id, raw_id, payload, headers, enqueued_at) VALUES ($1, $2, $3, $4, $5)",
