@@ -24,6 +24,11 @@ struct Server {
 impl Server {
     /// Starts the demo on a free loopback port and waits until it listens.
     fn start(store: &str, schema: &str, delay_ms: u64) -> Self {
+        Self::start_with(store, schema, delay_ms, &[])
+    }
+
+    /// [`Server::start`] with further flags.
+    fn start_with(store: &str, schema: &str, delay_ms: u64, flags: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -40,6 +45,7 @@ impl Server {
                 "--schema",
                 schema,
             ])
+            .args(flags)
             .env("ONCELY_HTTP_DEMO_DELAY_MS", delay_ms.to_string())
             .env("ONCELY_LOG", "oncely_http=info")
             .env("NO_COLOR", "1")
@@ -200,4 +206,33 @@ async fn http_demo_killed_mid_request_mariadb() {
         return;
     };
     killed_mid_request_then_retried(&url, &admin_support::unique("httpkill")).await;
+}
+
+/// `oncely prune` deletes the keys past their TTL (and keeps the others): one retention tool.
+#[tokio::test(flavor = "multi_thread")]
+async fn oncely_prune_deletes_expired_http_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("http-prune.db").display());
+    let short = Server::start_with(&url, "unused", 0, &["--ttl", "1s"]);
+    for key in ["a", "b"] {
+        assert_eq!(post(&short.base, key, BOOK).await.unwrap().status(), 201);
+    }
+    short.kill();
+    let long = Server::start(&url, "unused", 0);
+    assert_eq!(post(&long.base, "c", BOOK).await.unwrap().status(), 201);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let prune = |_| admin_support::json(&["prune", "--database", &url, "--json"]);
+    assert_eq!(prune(())["http_keys_deleted"], 2);
+    assert_eq!(prune(())["http_keys_deleted"], 0);
+    let store = AnyStore::connect(&url, &ConnectOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        counts(&store).await,
+        (3, 3, 1),
+        "orders stay; one key within its TTL"
+    );
+    let replay = post(&long.base, "c", BOOK).await.unwrap();
+    assert!(replayed(&replay));
+    long.kill();
 }

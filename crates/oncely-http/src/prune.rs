@@ -2,11 +2,12 @@
 
 use oncely_core::Result;
 use oncely_sql::sqlx::Pool;
-use oncely_sql::{AnyPool, SqlDatabase, Tables, Value, db, now_ms, with_pool};
+use oncely_sql::{AnyPool, SqlDatabase, Tables, Value, db, is_missing_table, now_ms, with_pool};
 
 /// Deletes up to `batch` key rows whose TTL has passed and returns how many; call it until it
 /// returns 0 (`oncely prune` does). Keys not expired are never deleted; an expired key that
-/// is not deleted yet is free anyway (the layer replaces it).
+/// is not deleted yet is free anyway (the layer replaces it). Without the table (the `http`
+/// migrations never ran) there is nothing to delete: 0.
 ///
 /// ```no_run
 /// # async fn f(store: oncely_sql::AnyStore) -> oncely_core::Result<()> {
@@ -27,8 +28,9 @@ async fn delete_batch<DB: SqlDatabase>(pool: &Pool<DB>, table: &str, batch: u32)
         .acquire()
         .await
         .map_err(|e| db("pruning http keys", e))?;
-    let done = DB::execute(&mut conn, &sql, &args)
-        .await
-        .map_err(|e| db("pruning http keys", e))?;
-    Ok(done.rows)
+    match DB::execute(&mut conn, &sql, &args).await {
+        Ok(done) => Ok(done.rows),
+        Err(e) if is_missing_table(&e) => Ok(0),
+        Err(e) => Err(db("pruning http keys", e)),
+    }
 }

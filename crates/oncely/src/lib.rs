@@ -44,6 +44,9 @@ pub use oncely_sql::{AnyStore, AnyTx, Column, ConnectOptions, Value};
 #[cfg(feature = "effects")]
 pub use oncely_effects as effects;
 
+#[cfg(feature = "http")]
+pub use oncely_http as http;
+
 #[cfg(feature = "cli")]
 pub use oncely_ops as ops;
 

@@ -16,6 +16,8 @@ pub enum With {
     Outbox,
     /// The PostgreSQL queue table (oncely-sql-queue).
     Queue,
+    /// The HTTP Idempotency-Key table (oncely-http).
+    Http,
     /// The PostgreSQL time-partitioned inbox, applied before the inbox set (daily partitions:
     /// `oncely partition ensure`).
     Partitioned,
@@ -34,6 +36,9 @@ fn sets(with: &[With]) -> Vec<&'static MigrationSet> {
     }
     if with.contains(&With::Queue) {
         sets.push(&oncely_sql_queue::MIGRATIONS);
+    }
+    if with.contains(&With::Http) {
+        sets.push(&oncely_http::MIGRATIONS);
     }
     sets
 }
@@ -96,8 +101,14 @@ mod tests {
         let names = |w: &[With]| sets(w).iter().map(|s| s.name).collect::<Vec<_>>();
         assert_eq!(names(&[]), ["inbox"]);
         assert_eq!(
-            names(&[With::Queue, With::Outbox, With::Effects, With::Partitioned]),
-            ["partitioned", "inbox", "effects", "queue"]
+            names(&[
+                With::Http,
+                With::Queue,
+                With::Outbox,
+                With::Effects,
+                With::Partitioned
+            ]),
+            ["partitioned", "inbox", "effects", "queue", "http"]
         );
     }
 }

@@ -1,4 +1,5 @@
-//! `oncely prune`: deletes inbox ids older than the retention window.
+//! `oncely prune`: deletes inbox ids older than the retention window, and HTTP Idempotency-Key
+//! rows past their TTL (`oncely_http::prune_expired`, where that table exists).
 
 use super::metrics::MetricsArgs;
 use super::{DbArgs, print_json, print_table};
@@ -65,8 +66,11 @@ pub(crate) async fn run(args: PruneArgs) -> Result<bool> {
     })
     .await?;
     bar.finish_and_clear();
+    let http_keys = prune_http_keys(&ops, args.batch_size, args.max_batches).await?;
     if args.db.json {
-        print_json(&report);
+        let mut json = serde_json::to_value(&report)?;
+        json["http_keys_deleted"] = http_keys.into();
+        print_json(&json);
     } else if !report.ran {
         println!(
             "another pruner holds the lock for {}; nothing done",
@@ -88,10 +92,29 @@ pub(crate) async fn run(args: PruneArgs) -> Result<bool> {
                 report.partitions_created.join(", "),
             ],
             vec!["prune lag".into(), format!("{:.0} s", report.lag_secs)],
+            vec!["http keys deleted".into(), http_keys.to_string()],
             vec!["took".into(), format!("{:.2} s", report.elapsed_secs)],
         ];
         print_table(&["", ""], &rows);
     }
     metrics.hold().await;
     Ok(true)
+}
+
+/// Deletes expired HTTP Idempotency-Key rows in batches (none without the table).
+async fn prune_http_keys(
+    ops: &oncely_ops::Ops,
+    batch: u32,
+    max_batches: Option<u64>,
+) -> Result<u64> {
+    let (mut deleted, mut batches) = (0, 0);
+    while max_batches.is_none_or(|max| batches < max) {
+        let n = oncely_http::prune_expired(ops.pool(), ops.tables(), batch).await?;
+        deleted += n;
+        batches += 1;
+        if n < u64::from(batch.max(1)) {
+            break;
+        }
+    }
+    Ok(deleted)
 }
