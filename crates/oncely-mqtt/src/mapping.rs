@@ -86,6 +86,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn trace_context_round_trips_as_user_properties() {
+        let mut raw = RawEnvelope::new("m-1", "x");
+        raw.meta.headers.insert(
+            "traceparent".into(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+        );
+        raw.meta
+            .headers
+            .insert("tracestate".into(), "vendor=1".into());
+        let props = properties_of(&raw).unwrap();
+        assert_eq!(envelope_of(Some(&props), b"x"), raw);
+    }
+
+    #[test]
     fn mqtt311_id_from_json_payload() {
         let p = br#"{"message_id":"m-9","account":"acct-17","amount":5}"#;
         assert_eq!(envelope_of(None, p).id.as_deref(), Some(&b"m-9"[..]));

@@ -81,6 +81,14 @@ mod tests {
         raw.meta.entity_key = Some("acct-17".into());
         raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
         raw.meta.headers.insert("trace".into(), "t".into());
+        // W3C trace context passes through as plain headers (docs/tracing.md)
+        raw.meta.headers.insert(
+            "traceparent".into(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+        );
+        raw.meta
+            .headers
+            .insert("tracestate".into(), "vendor=1".into());
         let h = headers_of(&raw).unwrap();
         assert_eq!(envelope_of(Some(&h), &raw.payload, NONE), raw);
         assert!(headers_of(&RawEnvelope::new("a\nb", "x")).is_err());

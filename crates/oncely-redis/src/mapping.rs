@@ -88,6 +88,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn trace_context_round_trips_as_fields() {
+        let mut raw = RawEnvelope::new("m-1", "x");
+        raw.meta.headers.insert(
+            "traceparent".into(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+        );
+        raw.meta
+            .headers
+            .insert("tracestate".into(), "vendor=1".into());
+        let map = fields_of(&raw)
+            .into_iter()
+            .map(|(k, v)| (k, Value::BulkString(v)))
+            .collect();
+        assert_eq!(envelope_of("1-0", &map).meta.headers, raw.meta.headers);
+    }
+
+    #[test]
     fn no_id_field_means_no_id() {
         let map = HashMap::from([(PAYLOAD_FIELD.to_owned(), Value::BulkString(b"x".to_vec()))]);
         let raw = envelope_of("1700000000123-4", &map);

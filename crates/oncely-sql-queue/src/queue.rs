@@ -360,6 +360,10 @@ mod tests {
             ..Meta::default()
         };
         meta.headers.insert("trace".into(), "t-1".into());
+        meta.headers.insert(
+            "traceparent".into(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+        );
         let column: std::collections::BTreeMap<&str, String> =
             oncely_core::wire::meta_headers(&meta).into_iter().collect();
         let column = serde_json::to_string(&column).unwrap();
