@@ -3,9 +3,9 @@
 //! - Galera: three consumer processes share one RabbitMQ queue, each with a multi-host store
 //!   URL starting at a different node; the Galera node of the first process is SIGKILLed mid-run
 //!   and that process fails over to a surviving node.
-//! - NATS: a stream with 3 replicas on the 3-node cluster; the stream's leader is SIGKILLed
-//!   mid-run while two consumer processes (connected to all three servers) consume into
-//!   PostgreSQL.
+//! - NATS: a stream with 3 replicas on the 3-node cluster; the durable consumer's leader is
+//!   placed on the stream's leader, and that server is SIGKILLed mid-run while two consumer
+//!   processes (connected to the two other servers) consume into PostgreSQL.
 //!
 //! Both end with 0 double, 0 lost, counted in the database's own ledger rows; the killed node
 //! is restarted afterwards and rejoins.
@@ -50,9 +50,10 @@ fn args(source: &str, consumer: &str, store: &str, schema: &str) -> Vec<String> 
         "--schema",
         schema,
         // Longer than a cluster's pause after a node loss (Galera evicts a dead node after
-        // about 6 s; commits wait meanwhile), so no process takes the pause for the end.
+        // about 6 s, commits wait meanwhile; a NATS pull stream notices a lost consumer
+        // leader after two missed 5 s heartbeats), so no process takes the pause for the end.
         "--idle-exit",
-        "20",
+        "30",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -147,7 +148,6 @@ async fn galera_node_killed_under_three_consumer_processes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "flaky under the full CI load (ledger stalled before the kill, issue 16 open): run with --ignored"]
 async fn nats_r3_stream_leader_killed_mid_run() {
     let test = "nats_r3_stream_leader_killed_mid_run";
     let nodes = nats_urls();
@@ -176,15 +176,39 @@ async fn nats_r3_stream_leader_killed_mid_run() {
     let mut info = js.get_stream(&stream).await.expect("stream");
     let info = info.info().await.expect("stream info");
     assert_eq!(info.config.num_replicas, 3, "the stream is replicated");
-    let leader = info
-        .cluster
-        .as_ref()
-        .and_then(|c| c.leader.clone())
-        .expect("a leader");
+    // The durable consumer exists before the processes start (they find it by name), so its
+    // leader can be placed on the stream's leader: the worst server to lose, as the pull
+    // requests waiting there die with it. The processes talk to the two other servers only,
+    // so no reconnect tells their clients that anything happened.
+    let durable = oncely_nats::durable_name("r3");
+    js.get_stream(&stream)
+        .await
+        .expect("stream")
+        .get_or_create_consumer(
+            &durable,
+            async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some(durable.clone()),
+                ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+                filter_subject: subject.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("durable consumer");
+    let leader = colocate_leaders(&js, &stream, &durable).await;
     let node = leader.trim_start_matches('n').to_owned();
-
+    let port = format!(":{}", 14221 + node.parse::<u16>().expect("node number"));
+    let survivors: Vec<&str> = nodes
+        .iter()
+        .filter(|n| !n.ends_with(&port))
+        .map(String::as_str)
+        .collect();
+    let consumer_source = format!(
+        "{}?stream={stream}&subject={subject}&replicas=3",
+        survivors.join(",")
+    );
     let procs: Vec<Vec<String>> = (0..2)
-        .map(|_| args(&source, "r3", PG_URL, &schema))
+        .map(|_| args(&consumer_source, "r3", PG_URL, &schema))
         .collect();
     let children: Vec<Child> = procs.iter().map(|a| spawn(a)).collect();
     until_rows(&db, 5_000, Duration::from_secs(120)).await;
@@ -213,4 +237,43 @@ async fn nats_r3_stream_leader_killed_mid_run() {
         .execute(store.pool())
         .await;
     }
+}
+
+/// Steps the stream's leader down until the durable consumer's leader and the stream's are
+/// the same server (the worst node to lose); returns that server's name (`n1`..`n3`).
+async fn colocate_leaders(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    durable: &str,
+) -> String {
+    use async_nats::jetstream::consumer::pull;
+    let leaders = || async {
+        let mut s = js.get_stream(stream).await.expect("stream");
+        let sl = s.info().await.expect("stream info").cluster.clone();
+        let mut c = s
+            .get_consumer::<pull::Config>(durable)
+            .await
+            .expect("durable consumer");
+        let cl = c.info().await.expect("consumer info").cluster.clone();
+        (
+            sl.and_then(|c| c.leader).unwrap_or_default(),
+            cl.and_then(|c| c.leader).unwrap_or_default(),
+        )
+    };
+    for attempt in 0..20 {
+        let (stream_leader, consumer_leader) = leaders().await;
+        if !stream_leader.is_empty() && stream_leader == consumer_leader {
+            return stream_leader;
+        }
+        let stepdown = if attempt % 2 == 0 {
+            format!("STREAM.LEADER.STEPDOWN.{stream}")
+        } else {
+            format!("CONSUMER.LEADER.STEPDOWN.{stream}.{durable}")
+        };
+        let answer: Result<serde_json::Value, _> =
+            js.request(stepdown.clone(), &serde_json::json!({})).await;
+        eprintln!("leaders {stream_leader:?}/{consumer_leader:?}; {stepdown}: {answer:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    panic!("the stream's and the consumer's leaders never met on one server");
 }

@@ -109,7 +109,7 @@ pub(crate) async fn ensure_stream(js: &Context, o: &NatsOptions) -> Result<strea
 /// the commit; a nack (or a delivery dropped unsettled) sends `-NAK` for a prompt
 /// redelivery; an ack that never arrives leads to a redelivery after `ack_wait`.
 /// `attempt` is JetStream's delivery count. The client reconnects by itself; the pull
-/// stream is re-opened when it ends.
+/// stream is re-opened when it ends or falls silent (two idle heartbeats missed: 10 s).
 pub struct NatsSource {
     client: async_nats::Client,
     consumer: PullConsumer,
@@ -210,9 +210,17 @@ impl Source for NatsSource {
                         ),
                     }));
                 }
+                Some(Err(e)) if e.kind() == pull::MessagesErrorKind::MissingHeartbeat => {
+                    // Two heartbeats missed: the server holding our pull request is gone (a
+                    // consumer leader lost in a cluster, while our own connection to another
+                    // server stays up and no reconnect re-issues the request). The stream
+                    // alone would wait for the request to expire; open a new one now.
+                    warn!(error = %e, "NATS: pull stream silent; re-opening it");
+                    self.messages = None;
+                }
                 Some(Err(e)) => {
-                    // Missed heartbeats during a reconnect are reported here and recovered by
-                    // the stream itself; if errors persist, re-open the pull stream.
+                    // Other errors (e.g. during a reconnect) are recovered by the stream
+                    // itself; if they persist, re-open the pull stream.
                     errors += 1;
                     warn!(error = %e, errors, "NATS: pull stream error");
                     if errors >= 5 {
