@@ -16,8 +16,9 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 /// The layer commits after the handler returns (or rolls back on a 5xx / error): never commit
 /// it yourself.
 ///
-/// An axum extractor (rejected with 500 when the route has no [`IdempotencyLayer`]
-/// (crate::IdempotencyLayer)); for other tower stacks it is a request extension.
+/// An axum extractor (rejected with 500 when the route has no
+/// [`IdempotencyLayer`](crate::IdempotencyLayer)); for other tower stacks it is a request
+/// extension.
 ///
 /// ```no_run
 /// use oncely_http::{IdempotentTx, TxError};
