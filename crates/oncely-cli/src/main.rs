@@ -3,6 +3,8 @@
 
 mod demo;
 mod http_demo;
+#[cfg(feature = "otlp")]
+mod otlp;
 
 use clap::{Parser, Subcommand};
 use demo::credits::{CreditTables, Credits};
@@ -38,13 +40,19 @@ fn admin() -> Admin {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    use tracing_subscriber::prelude::*;
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(
             tracing_subscriber::EnvFilter::try_from_env("ONCELY_LOG")
                 .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+        );
+    // Spans to an OpenTelemetry collector (feature `otlp`, docs/tracing.md).
+    #[cfg(feature = "otlp")]
+    let (otel, _flush) = otlp::layer();
+    #[cfg(not(feature = "otlp"))]
+    let otel: Option<tracing_subscriber::layer::Identity> = None;
+    tracing_subscriber::registry().with(log).with(otel).init();
     let cli = Cli::parse();
     exit_code(match cli.command {
         Command::Demo(args) => demo::run(args).await,
