@@ -10,16 +10,19 @@
 //!   database against the workload, never the consumer's own counters.
 //! - [`brokers`]: one URL-driven entry over the four broker crates.
 //! - [`runner`]: runs a consumer until it has been idle for a while.
+//! - [`procs`]: consumer child processes (start, wait for the summary line).
 //! - [`services`]: skip-or-fail when a server is missing.
 //! - [`store_faults`]: store outages under a real broker, deliveries counted at the source.
 //!
-//! The binary `oncely-broker-consumer` is the child process of the SIGKILL crash and
-//! scale-out tests.
+//! The binary `oncely-broker-consumer` is the child process of the SIGKILL crash, scale-out
+//! and node-loss tests; `oncely-scale-bench` measures throughput with 1 and 3 processes, 1 and
+//! 3 Galera nodes, and consumers sharded over two databases (see docs/distributed.md).
 
 pub mod brokers;
 pub mod check;
 pub mod faults;
 pub mod ledger;
+pub mod procs;
 pub mod runner;
 pub mod services;
 pub mod store_faults;

@@ -12,52 +12,29 @@
 
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::procs;
 use oncely_broker_tests::services::{AMQP_URL, PG_URL, available, unique};
 use oncely_broker_tests::workload::Workload;
 use oncely_testkit::cluster::{self, galera_urls, host_port, nats_urls};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
+
+const CONSUMER: &str = env!("CARGO_BIN_EXE_oncely-broker-consumer");
 
 fn spawn(args: &[String]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_oncely-broker-consumer"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("consumer starts")
+    procs::spawn(CONSUMER, args)
 }
 
 async fn finish(child: Child, who: &str) {
-    let out = child.wait_with_output().await.expect("consumer runs");
-    eprintln!(
-        "{who}: {} ({:?})",
-        String::from_utf8_lossy(&out.stdout).trim(),
-        out.status
-    );
-    assert!(out.status.success(), "{who} failed");
+    procs::finish(child, who).await;
 }
 
+/// A consumer process's arguments. The idle exit (30 s) is longer than a cluster's pause after
+/// a node loss (Galera evicts a dead node after about 6 s, commits wait meanwhile; a NATS pull
+/// stream notices a lost consumer leader after two missed 5 s heartbeats), so no process takes
+/// the pause for the end.
 fn args(source: &str, consumer: &str, store: &str, schema: &str) -> Vec<String> {
-    [
-        "--source",
-        source,
-        "--consumer",
-        consumer,
-        "--store",
-        store,
-        "--schema",
-        schema,
-        // Longer than a cluster's pause after a node loss (Galera evicts a dead node after
-        // about 6 s, commits wait meanwhile; a NATS pull stream notices a lost consumer
-        // leader after two missed 5 s heartbeats), so no process takes the pause for the end.
-        "--idle-exit",
-        "30",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    procs::consumer_args(source, consumer, store, schema, 30)
 }
 
 /// Waits until the ledger holds at least `rows` rows; returns how long that took.

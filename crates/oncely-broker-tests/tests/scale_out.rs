@@ -3,30 +3,20 @@
 
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::procs;
 use oncely_broker_tests::services::{AMQP_URL, PG_URL, available, unique};
 use oncely_broker_tests::workload::Workload;
-use std::process::Stdio;
 use std::time::Duration;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
+
+const CONSUMER: &str = env!("CARGO_BIN_EXE_oncely-broker-consumer");
 
 fn spawn(args: &[String]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_oncely-broker-consumer"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("consumer starts")
+    procs::spawn(CONSUMER, args)
 }
 
 async fn finish(child: Child, who: &str) {
-    let out = child.wait_with_output().await.expect("consumer runs");
-    eprintln!(
-        "{who}: {} ({:?})",
-        String::from_utf8_lossy(&out.stdout).trim(),
-        out.status
-    );
-    assert!(out.status.success(), "{who} failed");
+    procs::finish(child, who).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
