@@ -48,9 +48,7 @@ pub fn missing(server: &str, test: &str, error: &oncely_core::Error) {
 /// Checks within 3 s that something listens at the URL's host and port, so a missing server
 /// is reported at once instead of after the pool's 30 s acquire timeout.
 pub async fn probe(url: &str) -> Result<()> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?']).next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host_port = oncely_testkit::cluster::host_port(url);
     let default = if url.starts_with("postgres") {
         5432
     } else {
