@@ -2,7 +2,7 @@
 //! `traceparent` / `tracestate` (with OpenTelemetry's [`TraceContextPropagator`]).
 //!
 //! - The consumer runtime continues the trace a message carries in its headers
-//!   ([`Meta::headers`]): the `oncely.delivery` span's parent is the producer's span, so the
+//!   ([`Meta::headers`](crate::Meta::headers)): the `oncely.delivery` span's parent is the producer's span, so the
 //!   handler's and the effect's spans sit in the producer's trace.
 //! - oncely's producers and the outbox call [`inject_current`] (through [`traced`] for a
 //!   whole message): a message that carries no `traceparent` gets the current span's.
