@@ -6,7 +6,7 @@ use common::suite;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_retries_make_one_order() {
-    let db = match common::mysql("retries_make_one_ord").await {
+    let db = match common::mysql("mysql_retries_make_one_order").await {
         Some(db) => db,
         None => return,
     };
@@ -15,7 +15,7 @@ async fn mysql_retries_make_one_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_concurrent_requests_make_one_order() {
-    let db = match common::mysql("concurrent_requests_").await {
+    let db = match common::mysql("mysql_concurrent_requests_make_one_order").await {
         Some(db) => db,
         None => return,
     };
@@ -24,7 +24,7 @@ async fn mysql_concurrent_requests_make_one_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_in_flight_key_is_409() {
-    let db = match common::mysql("in_flight_key_is_409").await {
+    let db = match common::mysql("mysql_in_flight_key_is_409").await {
         Some(db) => db,
         None => return,
     };
@@ -33,7 +33,7 @@ async fn mysql_in_flight_key_is_409() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_reuse_is_422_and_missing_key_is_400() {
-    let db = match common::mysql("reuse_is_422_and_mis").await {
+    let db = match common::mysql("mysql_reuse_is_422_and_missing_key_is_400").await {
         Some(db) => db,
         None => return,
     };
@@ -42,7 +42,7 @@ async fn mysql_reuse_is_422_and_missing_key_is_400() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_server_error_keeps_no_key() {
-    let db = match common::mysql("server_error_keeps_n").await {
+    let db = match common::mysql("mysql_server_error_keeps_no_key").await {
         Some(db) => db,
         None => return,
     };
@@ -51,7 +51,7 @@ async fn mysql_server_error_keeps_no_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_expired_keys_are_free_and_pruned() {
-    let db = match common::mysql("expired_keys_are_fre").await {
+    let db = match common::mysql("mysql_expired_keys_are_free_and_pruned").await {
         Some(db) => db,
         None => return,
     };

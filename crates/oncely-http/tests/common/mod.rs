@@ -28,7 +28,12 @@ fn missing<T>(what: &str, test: &str, error: &dyn std::fmt::Display) -> Option<T
     if must_have_services() {
         panic!("{what} is required (CI / ONCELY_REQUIRE_SERVICES set) but unreachable: {error}");
     }
-    eprintln!("\n!!!!!!!! SKIPPED {test}: {what} unreachable ({error}) !!!!!!!!\n");
+    // Written to stderr directly, so the test harness's output capture doesn't hide it.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** SKIPPED {test}: {what} unreachable ({error}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
+    );
     None
 }
 
@@ -38,7 +43,8 @@ pub fn unique(test: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    format!("t_{test}_{}_{:06x}", std::process::id(), nanos & 0xff_ffff)
+    let short: String = test.chars().take(24).collect();
+    format!("t_{short}_{}_{:06x}", std::process::id(), nanos & 0xff_ffff)
 }
 
 /// A store with the demo's tables, and what to clean up afterwards.
