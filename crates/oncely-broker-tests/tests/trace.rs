@@ -13,6 +13,10 @@
 //! delivery are siblings under it. A re-published copy continues the same trace and ends as
 //! `Duplicate` (one ledger row); a malformed `traceparent` starts a fresh trace and is
 //! applied as usual.
+//!
+//! The same from an HTTP request: the `Idempotency-Key` layer's `idempotency` span continues
+//! the client's `traceparent`, the handler enqueues inside it, and the relay's publish and the
+//! delivery hang under the request span, in the client's trace.
 
 use oncely_amqp::AmqpProducer;
 use oncely_broker_tests::services::{AMQP_URL, REDIS_URL, available, unique};
@@ -22,7 +26,8 @@ use oncely_core::{
     Source,
 };
 use oncely_effects::{OutboxMessage, Outgoing, Publisher, Relay};
-use oncely_sql::SqliteStore;
+use oncely_http::{IdempotencyLayer, demo};
+use oncely_sql::{AnyStore, SqliteStore};
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use sqlx::{Sqlite, Transaction};
@@ -51,6 +56,20 @@ fn finished() -> Vec<SpanData> {
     let (exporter, provider) = otel();
     drop(provider.force_flush());
     exporter.get_finished_spans().expect("spans")
+}
+
+/// The finished spans once `done` holds of them (at most 5 s): a span ends when its last
+/// handle drops, which on a server or runtime thread may come just after the test saw the
+/// response.
+async fn finished_when(done: impl Fn(&[SpanData]) -> bool) -> Vec<SpanData> {
+    for _ in 0..100 {
+        let all = finished();
+        if done(&all) {
+            return all;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    finished()
 }
 
 fn attr(span: &SpanData, key: &str) -> Option<String> {
@@ -314,7 +333,11 @@ async fn redis_fields_carry_the_trace() {
     assert_eq!(seen, [("r-1".to_owned(), "applied".to_owned())]);
     assert_eq!(ledger_rows(&store, "r-1").await, 1);
 
-    let all = finished();
+    let all = finished_when(|all| {
+        !spans(all, "oncely.delivery", "message_id", "r-1").is_empty()
+            && !spans(all, "ledger.effect", "message_id", "r-1").is_empty()
+    })
+    .await;
     let producer = all
         .iter()
         .find(|s| s.name == "redis.producer")
@@ -328,4 +351,177 @@ async fn redis_fields_carry_the_trace() {
     assert_eq!(delivery[0].parent_span_id, producer.span_context.span_id());
     let effect = spans(&all, "ledger.effect", "message_id", "r-1");
     assert_eq!(effect[0].parent_span_id, delivery[0].span_context.span_id());
+}
+
+/// `POST {base}/orders` of the demo app with an `Idempotency-Key` and a `traceparent`.
+async fn post_order(base: &str, key: &str, traceparent: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/orders"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .header(TRACEPARENT, traceparent)
+        .body(r#"{"item":"book","quantity":2}"#)
+        .send()
+        .await
+        .expect("request")
+}
+
+async fn outbox_messages(store: &SqliteStore) -> Vec<OutboxMessage> {
+    let mut conn = store.pool().acquire().await.unwrap();
+    oncely_effects::outbox_rows::<Sqlite>(&mut conn, store.tables())
+        .await
+        .unwrap()
+}
+
+/// A client's HTTP request → the Idempotency-Key layer → the demo's `POST /orders` (order row
+/// and outbox message in the key's SQLite transaction) → relay → RabbitMQ → an oncely consumer
+/// → effect: one trace, the client's, with the layer's `idempotency` span under the client's
+/// span. A retry with the same key is a replay (no second outbox message); a request with a
+/// malformed `traceparent` is served as usual in a fresh trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_request_outbox_rabbitmq_consumer_is_one_trace() {
+    if !available(
+        "http_request_outbox_rabbitmq_consumer_is_one_trace",
+        "RabbitMQ",
+        "127.0.0.1:5672",
+    ) {
+        return;
+    }
+    otel();
+    let (store, _dir) = sqlite().await;
+    let any = AnyStore::Sqlite(store.clone());
+    oncely_http::demo::setup(&any).await.expect("demo tables");
+    let app = demo::router(
+        demo::Orders::new(any.clone()),
+        IdempotencyLayer::new(any).require_key(true),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    // 1. The client's trace: a known trace id, the client's span as the parent.
+    let trace_hex = uuid::Uuid::new_v4().simple().to_string();
+    let client_hex = &uuid::Uuid::new_v4().simple().to_string()[..16];
+    let retry_hex = &uuid::Uuid::new_v4().simple().to_string()[..16];
+    let trace = TraceId::from_hex(&trace_hex).unwrap();
+    let client = SpanId::from_hex(client_hex).unwrap();
+    let key = unique("order");
+    let first = post_order(&base, &key, &format!("00-{trace_hex}-{client_hex}-01")).await;
+    assert_eq!(first.status(), reqwest::StatusCode::CREATED);
+    let body = first.text().await.unwrap();
+    let rows = outbox_messages(&store).await;
+    assert_eq!(rows.len(), 1, "one outbox message");
+    let sent = rows[0].id.as_str().to_owned();
+    assert!(
+        rows[0].headers[TRACEPARENT].contains(&trace_hex),
+        "the outbox row stores the request's trace: {:?}",
+        rows[0].headers
+    );
+
+    // 2. The client retries (a new client span in the same trace): the stored response.
+    let retry = post_order(&base, &key, &format!("00-{trace_hex}-{retry_hex}-01")).await;
+    assert_eq!(retry.status(), reqwest::StatusCode::CREATED);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(retry.text().await.unwrap(), body);
+    assert_eq!(
+        outbox_messages(&store).await.len(),
+        1,
+        "the replay adds none"
+    );
+
+    // 3. The relay publishes the row to RabbitMQ; an oncely consumer applies it.
+    let queue = unique("trace_http");
+    let producer = AmqpProducer::connect(AMQP_URL, &queue, "quorum")
+        .await
+        .expect("producer");
+    let relay = Relay::new(
+        store.pool().clone(),
+        store.tables().clone(),
+        Rabbit(producer),
+    );
+    assert_eq!(relay.dispatch_once().await.expect("dispatch").dispatched, 1);
+    let consumer = Consumer::new(
+        ConsumerName::new("ledger").unwrap(),
+        store.clone(),
+        LedgerEffect,
+    );
+    let url = format!("{AMQP_URL}?queue={queue}");
+    let mut source = oncely_amqp::connect_source(&url, "ledger")
+        .await
+        .expect("source");
+    let seen = consume(&consumer, &mut source, 1).await;
+    assert_eq!(seen, [(sent.clone(), "applied".to_owned())]);
+    assert_eq!(
+        ledger_rows(&store, &sent).await,
+        1,
+        "the effect happened once"
+    );
+
+    // 4. A malformed traceparent changes nothing but the trace: served, in a fresh trace.
+    let other = unique("order");
+    let bad = post_order(&base, &other, "00-not-a-trace-id-zz").await;
+    assert_eq!(bad.status(), reqwest::StatusCode::CREATED);
+
+    // 5. The spans: the client's trace from the request to the effect.
+    let all = finished_when(|all| {
+        let n = all.iter().filter(|s| s.span_context.trace_id() == trace);
+        n.count() >= 5 && !spans(all, "idempotency", "key", &other).is_empty()
+    })
+    .await;
+    let mine: Vec<&SpanData> = all
+        .iter()
+        .filter(|s| s.span_context.trace_id() == trace)
+        .collect();
+    eprintln!("span tree of trace {trace} (client span {client}, retry span {retry_hex}):");
+    for s in &mine {
+        eprintln!(
+            "  {} outcome={}",
+            show(s),
+            attr(s, "outcome").unwrap_or_default()
+        );
+    }
+    let requests = spans(&all, "idempotency", "key", &key);
+    assert_eq!(requests.len(), 2, "the request and its retry");
+    let request = requests
+        .iter()
+        .find(|s| attr(s, "outcome").as_deref() == Some("stored"))
+        .expect("the first request's span");
+    assert_eq!(request.span_context.trace_id(), trace);
+    assert_eq!(request.parent_span_id, client, "under the client's span");
+    let replayed = requests
+        .iter()
+        .find(|s| attr(s, "outcome").as_deref() == Some("replayed"))
+        .expect("the retry's span");
+    assert_eq!(replayed.span_context.trace_id(), trace);
+    assert_eq!(
+        replayed.parent_span_id,
+        SpanId::from_hex(retry_hex).unwrap()
+    );
+    let request_id = request.span_context.span_id();
+
+    let publish = spans(&all, "oncely.outbox.publish", "message_id", &sent);
+    assert_eq!(publish.len(), 1, "{publish:?}");
+    assert_eq!(publish[0].span_context.trace_id(), trace);
+    assert_eq!(
+        publish[0].parent_span_id, request_id,
+        "relay under the request"
+    );
+    let delivery = spans(&all, "oncely.delivery", "message_id", &sent);
+    assert_eq!(delivery.len(), 1, "{delivery:?}");
+    assert_eq!(delivery[0].span_context.trace_id(), trace);
+    assert_eq!(
+        delivery[0].parent_span_id, request_id,
+        "delivery under the request"
+    );
+    let effect = spans(&all, "ledger.effect", "message_id", &sent);
+    assert_eq!(effect.len(), 1, "{effect:?}");
+    assert_eq!(effect[0].span_context.trace_id(), trace);
+    assert_eq!(effect[0].parent_span_id, delivery[0].span_context.span_id());
+    assert_eq!(mine.len(), 5, "request, retry, publish, delivery, effect");
+
+    let fresh = spans(&all, "idempotency", "key", &other);
+    assert_eq!(fresh.len(), 1);
+    assert_eq!(fresh[0].parent_span_id, SpanId::INVALID, "a fresh trace");
+    assert_ne!(fresh[0].span_context.trace_id(), trace);
+    source.close_connection().await;
 }

@@ -76,6 +76,9 @@ where
             key = field::Empty,
             outcome = field::Empty,
         );
+        // The request's W3C trace context (if valid) parents the span, so an outbox message
+        // the handler enqueues carries the caller's trace; otherwise nothing changes.
+        oncely_core::trace::continue_trace(&span, |name| req.headers().get(name)?.to_str().ok());
         Box::pin(handle(config, inner, req).instrument(span))
     }
 }
