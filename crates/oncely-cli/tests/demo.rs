@@ -1,6 +1,7 @@
 //! The demo end to end, through the real binary: its checker reads the database back, so
 //! these tests assert on independently counted effects.
 
+use oncely_testkit::services;
 use serde_json::Value;
 use std::process::Command;
 
@@ -84,19 +85,10 @@ fn the_same_seed_reproduces_a_single_worker_run() {
     assert_eq!(strip(a), strip(b));
 }
 
-fn required() -> bool {
-    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
-}
-
-fn server_demo(url: &str, schema: &str) {
-    let port = if url.starts_with("postgres") {
-        5432
-    } else {
-        3306
-    };
-    if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(!required(), "{url} is not answering and CI requires it");
-        eprintln!("SKIPPED: no server on 127.0.0.1:{port} (set CI=1 to make this a failure)");
+/// The demo on a server ([`services`]' rule: SKIPPED when it does not answer, a failure
+/// under CI).
+fn server_demo(test: &str, server: &str, url: &str, schema: &str) {
+    if !services::available_blocking(test, server, url) {
         return;
     }
     let (code, r) = demo(&["--messages", "2000", "--store", url, "--schema", schema]);
@@ -105,10 +97,20 @@ fn server_demo(url: &str, schema: &str) {
 
 #[test]
 fn demo_on_postgres_applies_each_message_once() {
-    server_demo("postgres://postgres@127.0.0.1/test", "oncely_demo_test_pg");
+    server_demo(
+        "demo_on_postgres_applies_each_message_once",
+        "PostgreSQL",
+        &services::pg_url(),
+        "oncely_demo_test_pg",
+    );
 }
 
 #[test]
 fn demo_on_mariadb_applies_each_message_once() {
-    server_demo("mysql://root@127.0.0.1/test", "oncely_demo_test_my");
+    server_demo(
+        "demo_on_mariadb_applies_each_message_once",
+        "MariaDB",
+        &services::mysql_url(),
+        "oncely_demo_test_my",
+    );
 }

@@ -3,21 +3,13 @@
 //! and its checker reads the effects back from the database.
 //!
 //! A broker that does not answer fails the test under `CI` / `ONCELY_REQUIRE_SERVICES`, and
-//! is reported as SKIPPED otherwise.
+//! is reported as SKIPPED otherwise (`oncely_testkit::services`).
 
 mod admin_support;
 
-use admin_support::{oncely, required, unique};
+use admin_support::{oncely, unique};
+use oncely_testkit::services;
 use serde_json::Value;
-use std::net::TcpStream;
-use std::time::Duration;
-
-fn answers(addr: &str) -> bool {
-    let Ok(addr) = addr.parse() else {
-        return false;
-    };
-    TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
-}
 
 fn n(report: &Value, key: &str) -> i64 {
     report[key]
@@ -28,12 +20,7 @@ fn n(report: &Value, key: &str) -> i64 {
 /// Runs the demo through `source` and checks the report: 0 double, 0 lost, totals equal,
 /// every conflict caught (by the consumer, or dropped by a broker that dedups itself).
 fn broker_demo(name: &str, addr: &str, source: &str, messages: u32) {
-    if !answers(addr) {
-        assert!(
-            !required(),
-            "{name} is not answering on {addr} and CI requires it"
-        );
-        eprintln!("=== SKIPPED demo via {name}: nothing answers on {addr} (set CI=1 to fail) ===");
+    if !services::available_blocking(&format!("demo via {name}"), name, addr) {
         return;
     }
     let messages_arg = messages.to_string();
@@ -125,12 +112,12 @@ fn demo_via_mqtt() {
 fn demo_via_mqtt_10k_test_owned_mosquitto() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/mosquitto.sh");
     let addr = "127.0.0.1:18830";
-    if !answers(addr) {
+    if services::probe_blocking(addr).is_err() {
         let started = std::process::Command::new("bash")
             .args([script, "start"])
             .status()
             .is_ok_and(|s| s.success());
-        assert!(started || !required(), "{script} start failed");
+        assert!(started || !services::required(), "{script} start failed");
     }
     let name = unique("demo");
     let url = format!("mqtt://{addr}?topic=oncely-demo/{name}&client_id={name}&session_expiry=600");

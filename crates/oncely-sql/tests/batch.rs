@@ -1,5 +1,6 @@
-//! Batch mode on SQLite, PostgreSQL and MariaDB (the servers' tests skip loudly when the
-//! server is missing, and fail under CI / ONCELY_REQUIRE_SERVICES). The `claim_batch` rules
+//! Batch mode on SQLite, PostgreSQL and MariaDB (the servers' tests follow
+//! `oncely_testkit::services`: a loud SKIPPED line when the server is missing, a failure under
+//! CI / ONCELY_REQUIRE_SERVICES). The `claim_batch` rules
 //! themselves are a case of the testkit's store suite (`claim_batch_rules`), run by the
 //! conformance tests.
 

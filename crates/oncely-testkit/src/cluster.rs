@@ -53,34 +53,35 @@ pub fn script(args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// True when every node of `urls` accepts TCP connections within 2 s each.
+/// True when every node of `urls` accepts TCP connections (each within
+/// [`services::PROBE_TIMEOUT`](crate::services::PROBE_TIMEOUT)).
 pub async fn answers(urls: &[String]) -> bool {
     for url in urls {
-        let connect = tokio::net::TcpStream::connect(host_port(url));
-        if !matches!(
-            tokio::time::timeout(std::time::Duration::from_secs(2), connect).await,
-            Ok(Ok(_))
-        ) {
+        if crate::services::probe(url).await.is_err() {
             return false;
         }
     }
     true
 }
 
-/// Whether a cluster test may run: true when the cluster answers; otherwise fails under `CI`
-/// or `ONCELY_REQUIRE_SERVICES` and prints a loud SKIPPED line elsewhere.
+/// Whether a cluster test may run: true when the cluster answers; otherwise
+/// [`services::unavailable`](crate::services::unavailable): fails under `CI` or
+/// `ONCELY_REQUIRE_SERVICES`, prints the loud SKIPPED banner elsewhere.
+///
+/// ```no_run
+/// # async fn example() {
+/// use oncely_testkit::cluster;
+/// if !cluster::available("galera_node_kill", "galera", &cluster::galera_urls()).await {
+///     return;
+/// }
+/// # }
+/// ```
 pub async fn available(test: &str, cluster: &str, urls: &[String]) -> bool {
     if answers(urls).await {
         return true;
     }
-    let hint = format!("start it with `bash scripts/cluster.sh start {cluster}`");
-    if std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some() {
-        panic!(
-            "{test}: the {cluster} cluster is required (CI) but does not answer at {urls:?}; {hint}"
-        );
-    }
-    eprintln!(
-        "\n*** SKIPPED {test}: the {cluster} cluster does not answer at {urls:?}; {hint} ***\n"
-    );
+    let why =
+        format!("no answer at {urls:?}; start it with `bash scripts/cluster.sh start {cluster}`");
+    crate::services::unavailable(test, &format!("the {cluster} cluster"), &why);
     false
 }

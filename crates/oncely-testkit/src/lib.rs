@@ -14,6 +14,9 @@
 //!
 //! Every check counts effects independently, from the ledger rows the harness reads back,
 //! never from the consumer's own counters.
+//!
+//! [`services`] holds the one rule for tests that need a server (fail under `CI` /
+//! `ONCELY_REQUIRE_SERVICES`, a loud SKIPPED banner otherwise) and the test database URLs.
 
 pub mod chaos;
 mod check;
@@ -22,6 +25,7 @@ mod fault_proxy;
 mod harness;
 mod ledger;
 mod memory_store;
+pub mod services;
 pub mod source_suite;
 pub mod store_suite;
 

@@ -8,6 +8,7 @@ mod quickstart;
 
 use oncely::sql::{AnyPool, Tables, sqlx, with_pool};
 use oncely::{ConnectOptions, MemorySource, RawEnvelope, SourceFaults};
+use oncely_testkit::services;
 
 const MESSAGES: usize = 200;
 
@@ -78,18 +79,13 @@ async fn quick_start_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_start_on_postgres() {
-    let base = std::env::var("ONCELY_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let base = services::pg_url();
     let admin = match AnyPool::connect(&base, &ConnectOptions::default()).await {
         Ok(pool) => pool,
-        Err(e)
-            if std::env::var_os("CI").is_none()
-                && std::env::var_os("ONCELY_REQUIRE_SERVICES").is_none() =>
-        {
-            eprintln!("SKIPPED quick_start_on_postgres: PostgreSQL not reachable: {e}");
+        Err(e) => {
+            services::unavailable("quick_start_on_postgres", "PostgreSQL", &e);
             return;
         }
-        Err(e) => panic!("PostgreSQL required: {e}"),
     };
     // A schema of its own, first on the search path: the quick start's unqualified tables
     // (accounts, inbox, dead_letters) land there.

@@ -2,6 +2,7 @@
 //! servers, seed data.
 #![allow(dead_code)]
 
+use oncely_testkit::services;
 use serde_json::Value;
 use std::process::{Command, Output};
 
@@ -36,42 +37,34 @@ pub fn unique(tag: &str) -> String {
     format!("{tag}_{}_{nanos:x}", std::process::id())
 }
 
-/// True when a missing server must fail the test (`CI` or `ONCELY_REQUIRE_SERVICES` set).
-pub fn required() -> bool {
-    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
-}
-
-/// The PostgreSQL URL, or None (after a loud SKIPPED line) when the server is missing.
+/// The PostgreSQL URL ([`services::pg_url`]), or None (after the loud SKIPPED banner of
+/// [`services::unavailable`]; a failure under CI) when the server is missing.
 pub async fn pg_url(test: &str) -> Option<String> {
-    let url = std::env::var("ONCELY_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let url = services::pg_url();
+    if let Err(why) = services::probe(&url).await {
+        services::unavailable(test, "PostgreSQL", &why);
+        return None;
+    }
     match oncely_sql::PgStore::connect(&url).await {
         Ok(_) => Some(url),
-        Err(e) if required() => {
-            panic!("PostgreSQL is required (CI / ONCELY_REQUIRE_SERVICES) but unavailable: {e}")
-        }
         Err(e) => {
-            eprintln!(
-                "\n*** SKIPPED {test}: PostgreSQL unavailable ({e}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
-            );
+            services::unavailable(test, "PostgreSQL", &e);
             None
         }
     }
 }
 
-/// The MariaDB/MySQL URL, or None (after a loud SKIPPED line).
+/// The MariaDB/MySQL URL ([`services::mysql_url`]), or None (after the SKIPPED banner).
 pub async fn mysql_url(test: &str) -> Option<String> {
-    let url = std::env::var("ONCELY_TEST_MYSQL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let url = services::mysql_url();
+    if let Err(why) = services::probe(&url).await {
+        services::unavailable(test, "MariaDB", &why);
+        return None;
+    }
     match oncely_sql::MySqlStore::connect(&url).await {
         Ok(_) => Some(url),
-        Err(e) if required() => {
-            panic!("MariaDB is required (CI / ONCELY_REQUIRE_SERVICES) but unavailable: {e}")
-        }
         Err(e) => {
-            eprintln!(
-                "\n*** SKIPPED {test}: MariaDB unavailable ({e}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
-            );
+            services::unavailable(test, "MariaDB", &e);
             None
         }
     }

@@ -1,28 +1,16 @@
 //! Test support: databases per test (SQLite temp file, a PostgreSQL schema, a MariaDB
-//! database), skipping loudly when a server is missing unless `CI` / `ONCELY_REQUIRE_SERVICES`.
+//! database), skipping loudly when a server is missing unless `CI` / `ONCELY_REQUIRE_SERVICES`
+//! (the rule and the URLs of `oncely_testkit::services`).
 #![allow(dead_code)]
 
 use oncely_sql::{MySqlStore, PgStore, SqliteStore, Tables};
 use std::time::Duration;
 
-pub fn pg_url() -> String {
-    std::env::var("ONCELY_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
+pub use oncely_testkit::services::{mysql_url, pg_url};
 
-pub fn mysql_url() -> String {
-    std::env::var("ONCELY_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
-}
-
-fn must_have_services() -> bool {
-    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
-}
-
+/// The testkit's rule ([`oncely_testkit::services::unavailable`]), as the `None` to return.
 fn missing<T>(what: &str, test: &str, error: &dyn std::fmt::Display) -> Option<T> {
-    if must_have_services() {
-        panic!("{what} is required (CI / ONCELY_REQUIRE_SERVICES set) but unreachable: {error}");
-    }
-    eprintln!("\n!!!!!!!! SKIPPED {test}: {what} unreachable ({error}) !!!!!!!!\n");
+    oncely_testkit::services::unavailable(test, what, error);
     None
 }
 
@@ -68,6 +56,9 @@ pub async fn postgres(test: &str) -> Option<PgStore> {
         max_connections: 12,
         ..Default::default()
     };
+    if let Err(why) = oncely_testkit::services::probe(&pg_url()).await {
+        return missing("PostgreSQL", test, &why);
+    }
     let store = match tokio::time::timeout(
         Duration::from_secs(10),
         PgStore::connect_with(&pg_url(), &options),
@@ -93,6 +84,9 @@ pub async fn mysql(test: &str) -> Option<MySqlStore> {
         max_connections: 12,
         ..Default::default()
     };
+    if let Err(why) = oncely_testkit::services::probe(&mysql_url()).await {
+        return missing("MariaDB/MySQL", test, &why);
+    }
     let store = match tokio::time::timeout(
         Duration::from_secs(10),
         MySqlStore::connect_with(&mysql_url(), &options),

@@ -15,11 +15,16 @@ pub fn brokers() -> String {
 }
 
 /// True if the broker answers; else fails under CI / ONCELY_REQUIRE_SERVICES, or prints
-/// a loud SKIPPED line.
+/// a loud SKIPPED line (`oncely_testkit::services`).
 pub fn up(test: &str) -> bool {
     let brokers = brokers();
-    let first = brokers.split(',').next().unwrap_or_default().to_owned();
-    oncely_broker_tests::services::available(
+    let first = brokers
+        .split(',')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    oncely_testkit::services::available_blocking(
         test,
         "Kafka (start it with scripts/kafka-broker.sh start)",
         &first,

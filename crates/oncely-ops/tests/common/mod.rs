@@ -1,22 +1,11 @@
-//! Shared helpers: databases for the tests (SKIPPED loudly when a server is missing).
+//! Shared helpers: databases for the tests (SKIPPED loudly when a server is missing, failing
+//! under CI: `oncely_testkit::services`).
 #![allow(dead_code)]
 
 use oncely_ops::Ops;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables};
-
-fn required() -> bool {
-    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
-}
-
-fn skip(test: &str, server: &str, e: impl std::fmt::Display) {
-    if required() {
-        panic!("{server} is required (CI / ONCELY_REQUIRE_SERVICES) but unavailable: {e}");
-    }
-    eprintln!(
-        "\n*** SKIPPED {test}: {server} unavailable ({e}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
-    );
-}
+use oncely_testkit::services;
 
 /// A unique schema name for this test.
 pub fn unique(tag: &str) -> String {
@@ -38,8 +27,11 @@ pub async fn sqlite(dir: &tempfile::TempDir) -> (SqliteStore, Ops) {
 
 /// A PostgreSQL store in a fresh schema (not migrated), or None when the server is missing.
 pub async fn postgres(test: &str, tag: &str) -> Option<(PgStore, Ops, String)> {
-    let url = std::env::var("ONCELY_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = services::pg_url();
+    if let Err(why) = services::probe(&url).await {
+        services::unavailable(test, "PostgreSQL", &why);
+        return None;
+    }
     let schema = unique(tag);
     let options = ConnectOptions {
         tables: Tables::default().with_schema(&schema).unwrap(),
@@ -51,7 +43,7 @@ pub async fn postgres(test: &str, tag: &str) -> Option<(PgStore, Ops, String)> {
             Some((store, ops, schema))
         }
         Err(e) => {
-            skip(test, "PostgreSQL", e);
+            services::unavailable(test, "PostgreSQL", &e);
             None
         }
     }
@@ -59,8 +51,11 @@ pub async fn postgres(test: &str, tag: &str) -> Option<(PgStore, Ops, String)> {
 
 /// A migrated MariaDB store in a fresh database, or None when the server is missing.
 pub async fn mysql(test: &str, tag: &str) -> Option<(MySqlStore, Ops, String)> {
-    let url = std::env::var("ONCELY_TEST_MYSQL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
+    let url = services::mysql_url();
+    if let Err(why) = services::probe(&url).await {
+        services::unavailable(test, "MariaDB", &why);
+        return None;
+    }
     let schema = unique(tag);
     let options = ConnectOptions {
         tables: Tables::default().with_schema(&schema).unwrap(),
@@ -73,7 +68,7 @@ pub async fn mysql(test: &str, tag: &str) -> Option<(MySqlStore, Ops, String)> {
             Some((store, ops, schema))
         }
         Err(e) => {
-            skip(test, "MariaDB", e);
+            services::unavailable(test, "MariaDB", &e);
             None
         }
     }

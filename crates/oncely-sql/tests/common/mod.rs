@@ -11,63 +11,32 @@ pub use ledger::{Gate, Ledger};
 use oncely_core::Result;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{AnyStore, ConnectOptions, Dialect, MySqlStore, PgStore, SqliteStore, Tables};
+use oncely_testkit::services;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-/// PostgreSQL URL for tests (trust auth on loopback).
+/// PostgreSQL URL for tests ([`services::pg_url`]: `ONCELY_TEST_PG_URL`).
 pub fn pg_url() -> String {
-    std::env::var("ONCELY_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+    services::pg_url()
 }
 
-/// MariaDB / MySQL URL for tests.
+/// MariaDB / MySQL URL for tests ([`services::mysql_url`]: `ONCELY_TEST_MYSQL_URL`).
 pub fn mysql_url() -> String {
-    std::env::var("ONCELY_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+    services::mysql_url()
 }
 
-/// True when a missing server must fail the test instead of skipping it.
-pub fn services_required() -> bool {
-    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
-}
-
-/// Fails (CI) or prints a loud SKIPPED line (written to stderr directly, so the test
-/// harness's output capture doesn't hide it).
+/// The testkit's rule ([`services::unavailable`]): fails under CI, else a loud SKIPPED line.
 pub fn missing(server: &str, test: &str, error: &oncely_core::Error) {
-    use std::io::Write;
-    if services_required() {
-        panic!("{server} is required (CI / ONCELY_REQUIRE_SERVICES set) but unavailable: {error}");
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n*** SKIPPED {test}: {server} unavailable ({error}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
-    );
+    services::unavailable(test, server, error);
 }
 
 /// Checks within 3 s that something listens at the URL's host and port, so a missing server
 /// is reported at once instead of after the pool's 30 s acquire timeout.
 pub async fn probe(url: &str) -> Result<()> {
-    let host_port = oncely_testkit::cluster::host_port(url);
-    let default = if url.starts_with("postgres") {
-        5432
-    } else {
-        3306
-    };
-    let addr = match host_port.rsplit_once(':') {
-        Some((host, port)) if port.parse::<u16>().is_ok() => format!("{host}:{port}"),
-        _ => format!("{host_port}:{default}"),
-    };
-    let connect = tokio::net::TcpStream::connect(addr.clone());
-    match tokio::time::timeout(Duration::from_secs(3), connect).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(oncely_core::Error::transient(format!(
-            "nothing listens at {addr}: {e}"
-        ))),
-        Err(_) => Err(oncely_core::Error::transient(format!(
-            "{addr} did not answer within 3 s"
-        ))),
-    }
+    services::probe(url)
+        .await
+        .map_err(oncely_core::Error::transient)
 }
 
 /// A fresh identifier `t_<test>_<pid>_<n>` (lower case, ≤ 48 bytes).
