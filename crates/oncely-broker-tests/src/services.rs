@@ -1,8 +1,5 @@
 //! Skipping (or failing, under CI) when a server is not running.
 
-use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
-
 /// RabbitMQ's AMQP URL on this machine.
 pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 /// NATS (JetStream enabled).
@@ -12,31 +9,14 @@ pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Mosquitto.
 pub const MQTT_URL: &str = "mqtt://127.0.0.1:1883";
 /// PostgreSQL (trust auth, database `test`).
-pub const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+pub const PG_URL: &str = oncely_testkit::services::DEFAULT_PG_URL;
 
-/// True when services are required (env `CI` or `ONCELY_REQUIRE_SERVICES` set).
-pub fn required() -> bool {
-    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
-}
+pub use oncely_testkit::services::required;
 
 /// True if something listens on `addr`. When not: panics if services are required,
-/// else prints a loud SKIPPED line for `test` and returns false.
+/// else prints a loud SKIPPED line for `test` and returns false (`oncely_testkit::services`).
 pub fn available(test: &str, service: &str, addr: &str) -> bool {
-    let up = addr
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok());
-    if up {
-        return true;
-    }
-    if required() {
-        panic!(
-            "{test}: {service} is not reachable at {addr}, and CI/ONCELY_REQUIRE_SERVICES is set"
-        );
-    }
-    eprintln!("=== SKIPPED {test}: {service} is not reachable at {addr} ===");
-    false
+    oncely_testkit::services::available_blocking(test, service, addr)
 }
 
 /// A short random suffix for per-test names.

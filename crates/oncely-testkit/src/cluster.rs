@@ -34,12 +34,7 @@ fn urls(var: &str, default: impl Fn(u16) -> String) -> Vec<String> {
 
 /// `host:port` of a URL (for a TCP probe).
 pub fn host_port(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?']).next().unwrap_or("");
-    authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, h)| h)
-        .to_owned()
+    crate::services::address(url)
 }
 
 /// Runs `scripts/cluster.sh ARGS…` (e.g. `["kill", "galera", "1"]`), from the workspace root;

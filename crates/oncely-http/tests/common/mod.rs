@@ -1,7 +1,7 @@
 //! Test support: a database per test (SQLite temp file, a PostgreSQL schema, a MariaDB
 //! database) with the demo's tables, a real server on loopback, counts read straight from the
 //! database. A missing server fails under `CI` / `ONCELY_REQUIRE_SERVICES` and is a loud
-//! SKIPPED line otherwise (the pattern of oncely-effects' tests).
+//! SKIPPED line otherwise (`oncely_testkit::services`).
 #![allow(dead_code)]
 
 pub mod suite;
@@ -11,29 +11,10 @@ use oncely_sql::{AnyStore, ConnectOptions, Tables, with_pool};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub fn pg_url() -> String {
-    std::env::var("ONCELY_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-pub fn mysql_url() -> String {
-    std::env::var("ONCELY_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
-}
-
-fn must_have_services() -> bool {
-    std::env::var_os("CI").is_some() || std::env::var_os("ONCELY_REQUIRE_SERVICES").is_some()
-}
+pub use oncely_testkit::services::{mysql_url, pg_url};
 
 fn missing<T>(what: &str, test: &str, error: &dyn std::fmt::Display) -> Option<T> {
-    if must_have_services() {
-        panic!("{what} is required (CI / ONCELY_REQUIRE_SERVICES set) but unreachable: {error}");
-    }
-    // Written to stderr directly, so the test harness's output capture doesn't hide it.
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n*** SKIPPED {test}: {what} unreachable ({error}); set ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n"
-    );
+    oncely_testkit::services::unavailable(test, what, error);
     None
 }
 
