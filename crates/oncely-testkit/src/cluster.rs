@@ -33,6 +33,11 @@ fn urls(var: &str, default: impl Fn(u16) -> String) -> Vec<String> {
 }
 
 /// `host:port` of a URL (for a TCP probe).
+///
+/// ```
+/// let url = "mysql://root@127.0.0.1:23306/test";
+/// assert_eq!(oncely_testkit::cluster::host_port(url), "127.0.0.1:23306");
+/// ```
 pub fn host_port(url: &str) -> String {
     crate::services::address(url)
 }

@@ -131,7 +131,12 @@ fn banner(test: &str, what: &str, why: &dyn Display) -> String {
 /// assert_eq!(address("127.0.0.1:9092"), "127.0.0.1:9092");
 /// ```
 pub fn address(target: &str) -> String {
-    let authority = crate::cluster::host_port(target);
+    let rest = target.split_once("://").map_or(target, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, h)| h)
+        .to_owned();
     let has_port = match authority.rsplit_once(':') {
         // `[::1]:5432` has a port; a bare `[::1]` does not.
         Some((host, port)) => {
