@@ -250,7 +250,19 @@ async fn failing_dead_letter_insert_is_held_then_stored_once() {
         .collect();
     check_once(&store, &applied);
     assert_eq!(store.inner.ledger().len(), MESSAGES - 1);
-    assert_eq!((health.outages(), health.recoveries()), (1, 1));
+    // The store's probe succeeds while only dead-letter inserts fail, so the held message may
+    // be retried, fail again and open another outage before the heal: each ends in a
+    // recovery, and the retries stay few (backoff, no hot loop).
+    let (outages, recoveries) = (health.outages(), health.recoveries());
+    assert!(
+        outages >= 1 && outages == recoveries,
+        "{outages} outages, {recoveries} recoveries"
+    );
+    assert!(
+        stats.store_retries <= 20,
+        "{} store retries in the outage",
+        stats.store_retries
+    );
 }
 
 /// Shutdown while the store is down: held deliveries are handed back (nothing lost) and
