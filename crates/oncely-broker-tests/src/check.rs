@@ -41,16 +41,16 @@ impl Report {
         );
         type Dl = (Option<String>, String, Vec<u8>);
         let pool = db.store().pool();
-        let (ledger, dead): (Vec<String>, Vec<Dl>) = oncely_sql::with_pool!(&pool, p => (
-            sqlx::query_scalar(AssertSqlSafe(ledger_q))
-                .fetch_all(p)
+        let (ledger, dead): (Vec<String>, Vec<Dl>) = oncely_sql::with_autocommit!(&pool, c => (
+            oncely_sql::query_scalar(AssertSqlSafe(ledger_q))
+                .fetch_all(&mut *c)
                 .await
                 .map_err(db_err)?,
-            sqlx::query_as(AssertSqlSafe(dl_q))
-                .fetch_all(p)
+            oncely_sql::query_as(AssertSqlSafe(dl_q))
+                .fetch_all(&mut *c)
                 .await
                 .map_err(db_err)?,
-        ));
+        ))?;
         let expected: HashSet<&str> = workload.unique.iter().map(|(id, _)| id.as_str()).collect();
         let mut per_id: HashMap<&str, usize> = HashMap::new();
         for id in &ledger {

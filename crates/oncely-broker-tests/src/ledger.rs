@@ -42,7 +42,7 @@ impl Db {
         with_store!(&store, s => {
             let mut tx = s.pool().begin().await.map_err(db_err)?;
             if let Some(lock) = dialect.ddl_lock_sql(4242) {
-                sqlx::query(AssertSqlSafe(lock)).execute(&mut *tx).await.map_err(db_err)?;
+                oncely_sql::query(AssertSqlSafe(lock)).execute(&mut *tx).await.map_err(db_err)?;
             }
             sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&mut *tx).await.map_err(db_err)?;
             tx.commit().await.map_err(db_err)?;
@@ -79,10 +79,10 @@ impl Db {
         let q1 = format!("SELECT COUNT(*) FROM {}", self.ledger());
         let q2 = format!("SELECT COUNT(*) FROM {}", self.dead_letters());
         let pool = self.store.pool();
-        Ok(with_pool!(&pool, p => (
-            sqlx::query_scalar(AssertSqlSafe(q1)).fetch_one(p).await.map_err(db_err)?,
-            sqlx::query_scalar(AssertSqlSafe(q2)).fetch_one(p).await.map_err(db_err)?,
-        )))
+        oncely_sql::with_autocommit!(&pool, c => (
+            oncely_sql::query_scalar(AssertSqlSafe(q1)).fetch_one(&mut *c).await.map_err(db_err)?,
+            oncely_sql::query_scalar(AssertSqlSafe(q2)).fetch_one(&mut *c).await.map_err(db_err)?,
+        ))
     }
 }
 

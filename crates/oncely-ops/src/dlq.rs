@@ -6,8 +6,9 @@
 
 use crate::db::Ops;
 use oncely_core::{RawEnvelope, Result, StoredDeadLetter};
-use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{db, dead_letter_columns, decode_dead_letter, now_ms, to_ms, with_pool};
+use oncely_sql::sqlx::AssertSqlSafe;
+use oncely_sql::with_autocommit;
+use oncely_sql::{db, dead_letter_columns, decode_dead_letter, now_ms, to_ms};
 use std::time::Duration;
 
 /// A [`StoredDeadLetter`] as JSON: times in unix ms, the raw id in hex, the payload as
@@ -149,22 +150,22 @@ async fn select(
         dead_letter_columns(ops.dialect()),
         ops.tables().dead_letters()
     );
-    with_pool!(ops.pool(), p => {
-        let mut q = sqlx::query(AssertSqlSafe(sql));
+    with_autocommit!(ops.pool(), c => {
+        let mut q = oncely_sql::query(AssertSqlSafe(sql));
         for b in &binds {
             q = q.bind(b.clone());
         }
         if let Some(ms) = before {
             q = q.bind(ms);
         }
-        q.fetch_all(p)
+        q.fetch_all(&mut *c)
             .await
             .map_err(|e| db(what, e))?
             .iter()
             .map(decode_dead_letter)
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| db("decoding dead letters", e))
-    })
+    })?
 }
 
 /// The ids of the rows matching `filter`, oldest first (no payloads read).
@@ -174,16 +175,16 @@ pub async fn ids(ops: &Ops, filter: &Filter) -> Result<Vec<i64>> {
         "SELECT id FROM {} WHERE {condition} ORDER BY id",
         ops.tables().dead_letters()
     );
-    with_pool!(ops.pool(), p => {
-        let mut q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
+    with_autocommit!(ops.pool(), c => {
+        let mut q = oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql));
         for b in &binds {
             q = q.bind(b.clone());
         }
         if let Some(ms) = before {
             q = q.bind(ms);
         }
-        q.fetch_all(p).await.map_err(|e| db("listing dead letters", e))
-    })
+        q.fetch_all(&mut *c).await.map_err(|e| db("listing dead letters", e))
+    })?
 }
 
 /// The WHERE clause and its string binds for a filter.
@@ -244,8 +245,8 @@ pub async fn delete(ops: &Ops, id: i64) -> Result<bool> {
         ops.tables().dead_letters(),
         ops.dialect().param(1)
     );
-    let n = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql)).bind(id).execute(p).await
-        .map_err(|e| db("deleting a dead letter", e))?.rows_affected());
+    let n = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql)).bind(id).execute(&mut *c).await
+        .map_err(|e| db("deleting a dead letter", e))?.rows_affected())?;
     Ok(n == 1)
 }
 
@@ -266,13 +267,13 @@ pub async fn purge(
     let sql = ops.dialect().delete_batch(&dl, "id", &condition, "1000");
     let mut total = 0;
     loop {
-        let n = with_pool!(ops.pool(), p => {
-            let mut q = sqlx::query(AssertSqlSafe(sql.clone()));
+        let n = with_autocommit!(ops.pool(), c => {
+            let mut q = oncely_sql::query(AssertSqlSafe(sql.clone()));
             for b in &binds {
                 q = q.bind(b.clone());
             }
-            q.bind(before).execute(p).await.map_err(|e| db("purging dead letters", e))?.rows_affected()
-        });
+            q.bind(before).execute(&mut *c).await.map_err(|e| db("purging dead letters", e))?.rows_affected()
+        })?;
         total += n;
         progress(total);
         if n < 1000 {

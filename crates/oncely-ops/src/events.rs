@@ -14,6 +14,7 @@
 use crate::db::Ops;
 use oncely_core::Result;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::with_autocommit;
 use oncely_sql::{db, now_ms, with_pool};
 
 /// Creates `{prefix}ops_events` if it does not exist.
@@ -50,15 +51,15 @@ pub async fn record(
         ops.dialect().param(3),
         ops.dialect().param(4)
     );
-    with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql))
+    with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql))
         .bind(kind.to_owned())
         .bind(now_ms())
         .bind(cutoff_ms)
         .bind(detail.to_string())
-        .execute(p)
+        .execute(&mut *c)
         .await
         .map(drop)
-        .map_err(|e| db("recording an operations event", e))?);
+        .map_err(|e| db("recording an operations event", e))?)?;
     Ok(())
 }
 
@@ -70,9 +71,9 @@ pub async fn prune_watermark(ops: &Ops) -> Result<Option<i64>> {
         "SELECT MAX(cutoff) FROM {} WHERE kind = 'prune'",
         ops.tables().ops_events()
     );
-    let mark: Option<i64> = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
-        .fetch_one(p)
+    let mark: Option<i64> = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql))
+        .fetch_one(&mut *c)
         .await
-        .map_err(|e| db("reading the prune watermark", e))?);
+        .map_err(|e| db("reading the prune watermark", e))?)?;
     Ok(mark)
 }

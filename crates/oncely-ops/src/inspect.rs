@@ -6,7 +6,8 @@ use crate::dlq::{self, serialize_rows};
 use oncely_core::{ConsumerName, MessageId};
 use oncely_core::{Result, StoredDeadLetter};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use oncely_sql::{db, is_missing_table, with_pool};
+use oncely_sql::with_autocommit;
+use oncely_sql::{db, is_missing_table};
 
 /// One inbox row.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -69,9 +70,9 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
         ops.tables().inbox(),
         ops.dialect().param(1)
     );
-    let claimed = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(inbox_sql))
+    let claimed = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(inbox_sql))
         .bind(message_id)
-        .fetch_all(p)
+        .fetch_all(&mut *c)
         .await
         .map_err(|e| db("reading the inbox", e))?
         .iter()
@@ -81,7 +82,7 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
             received_at: r.try_get("received_at")?,
         }))
         .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
-        .map_err(|e| db("decoding inbox rows", e))?);
+        .map_err(|e| db("decoding inbox rows", e))?)?;
     let dead_letters = dlq::of_message(ops, message_id).await?;
     let consumers: Vec<String> = claimed
         .iter()
@@ -138,12 +139,12 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
         state = ops.dialect().text("state"),
     );
     let end = |p: &str| format!("{};", &p[..p.len() - 1]);
-    let rows = with_pool!(ops.pool(), p => {
-        let mut q = sqlx::query(AssertSqlSafe(sql));
+    let rows = with_autocommit!(ops.pool(), c => {
+        let mut q = oncely_sql::query(AssertSqlSafe(sql));
         for prefix in &prefixes {
             q = q.bind(prefix.clone()).bind(end(prefix));
         }
-        q.fetch_all(p)
+        q.fetch_all(&mut *c)
         .await
         .map(|rows| rows.iter().map(|r| Ok(JournalRow {
             effect_key: r.try_get("effect_key")?,
@@ -151,7 +152,7 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
             state: r.try_get("state")?,
             updated_at: r.try_get("updated_at")?,
         })).collect::<std::result::Result<Vec<_>, sqlx::Error>>())
-    });
+    })?;
     match rows {
         Ok(decoded) => decoded
             .map(Some)
@@ -168,16 +169,16 @@ async fn outbox(ops: &Ops, id: &str) -> Result<Option<Vec<OutboxRow>>> {
         ops.tables().outbox(),
         ops.dialect().param(1)
     );
-    let rows = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql))
+    let rows = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql))
         .bind(id)
-        .fetch_all(p)
+        .fetch_all(&mut *c)
         .await
         .map(|rows| rows.iter().map(|r| Ok(OutboxRow {
             id: r.try_get("id")?,
             destination: r.try_get("destination")?,
             created_at: r.try_get("created_at")?,
             dispatched_at: r.try_get("dispatched_at")?,
-        })).collect::<std::result::Result<Vec<_>, sqlx::Error>>()));
+        })).collect::<std::result::Result<Vec<_>, sqlx::Error>>()))?;
     match rows {
         Ok(decoded) => decoded.map(Some).map_err(|e| db("decoding outbox rows", e)),
         Err(e) if is_missing_table(&e) => Ok(None),

@@ -21,7 +21,8 @@
 use crate::db::Ops;
 use crate::partition;
 use oncely_core::Result;
-use oncely_sql::sqlx::{self, AssertSqlSafe, Pool};
+use oncely_sql::sqlx::{AssertSqlSafe, Pool};
+use oncely_sql::with_autocommit;
 use oncely_sql::{Column, DbLock, SqlDatabase, Value, resolve_tables};
 use oncely_sql::{db, now_ms, with_pool};
 use std::time::{Duration, Instant};
@@ -168,12 +169,12 @@ async fn run(
             let (deleted, keys) = with_pool!(ops.pool(), p => key_range_batch(p, &table, batch, report.cutoff_ms, &mut after).await?);
             (deleted, keys == u64::from(batch))
         } else {
-            let deleted = with_pool!(ops.pool(), p => sqlx::query(AssertSqlSafe(sql.clone()))
+            let deleted = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql.clone()))
                 .bind(report.cutoff_ms)
-                .execute(p)
+                .execute(&mut *c)
                 .await
                 .map_err(|e| db("deleting a batch of expired ids", e))?
-                .rows_affected());
+                .rows_affected())?;
             (deleted, deleted >= u64::from(batch))
         };
         report.batches += 1;
@@ -243,20 +244,20 @@ async fn count_expired(ops: &Ops, table: &str, cutoff_ms: i64) -> Result<u64> {
         "SELECT COUNT(*) FROM {table} WHERE received_at < {}",
         ops.dialect().param(1)
     );
-    let n: i64 = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
+    let n: i64 = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql))
         .bind(cutoff_ms)
-        .fetch_one(p)
+        .fetch_one(&mut *c)
         .await
-        .map_err(|e| db("counting expired ids", e))?);
+        .map_err(|e| db("counting expired ids", e))?)?;
     Ok(n.max(0) as u64)
 }
 
 /// `received_at` of the oldest id in the inbox (unix ms), if any.
 pub async fn oldest_received(ops: &Ops) -> Result<Option<i64>> {
     let sql = format!("SELECT MIN(received_at) FROM {}", ops.tables().inbox());
-    let oldest: Option<i64> = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
-        .fetch_one(p)
+    let oldest: Option<i64> = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql))
+        .fetch_one(&mut *c)
         .await
-        .map_err(|e| db("reading the oldest id", e))?);
+        .map_err(|e| db("reading the oldest id", e))?)?;
     Ok(oldest)
 }

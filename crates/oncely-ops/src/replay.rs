@@ -24,8 +24,9 @@ use oncely_core::{
     Acker, Consumer, ConsumerName, Delivery, Error, Handler, Inspect, MessageId, Outcome,
     PayloadHash, Result, StoredDeadLetter,
 };
-use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{db, now_ms, to_ms, with_pool};
+use oncely_sql::sqlx::AssertSqlSafe;
+use oncely_sql::with_autocommit;
+use oncely_sql::{db, now_ms, to_ms};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -263,8 +264,8 @@ async fn newest_id(ops: &Ops) -> Result<i64> {
         "SELECT COALESCE(MAX(id), 0) FROM {}",
         ops.tables().dead_letters()
     );
-    with_pool!(ops.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).fetch_one(p).await
-        .map_err(|e| db("reading dead letters", e)))
+    with_autocommit!(ops.pool(), c => oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql)).fetch_one(&mut *c).await
+        .map_err(|e| db("reading dead letters", e)))?
 }
 
 /// True when a row newer than `newest_before` holds the same consumer, id and payload.
@@ -277,14 +278,14 @@ async fn superseded(ops: &Ops, row: &StoredDeadLetter, newest_before: i64) -> Re
         ops.dialect().param(3),
         ops.dialect().param(4)
     );
-    let n: i64 = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql))
+    let n: i64 = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql))
         .bind(newest_before)
         .bind(row.consumer.clone())
         .bind(row.raw_id.clone())
         .bind(row.payload_hash.clone())
-        .fetch_one(p)
+        .fetch_one(&mut *c)
         .await
-        .map_err(|e| db("reading dead letters", e))?);
+        .map_err(|e| db("reading dead letters", e))?)?;
     Ok(n > 0)
 }
 

@@ -2,8 +2,9 @@
 
 use crate::db::Ops;
 use oncely_core::Result;
+use oncely_sql::db;
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use oncely_sql::{db, with_pool};
+use oncely_sql::with_autocommit;
 use std::collections::BTreeMap;
 
 /// One consumer's numbers.
@@ -60,15 +61,15 @@ pub async fn stats(ops: &Ops) -> Result<InboxStats> {
         "SELECT {consumer} AS consumer, reason, COUNT(*) AS n FROM {dl} GROUP BY consumer, reason"
     );
     let mut by_name: BTreeMap<String, ConsumerStats> = BTreeMap::new();
-    let (held, letters) = with_pool!(ops.pool(), p => {
-        let held = sqlx::query(AssertSqlSafe(inbox_sql)).fetch_all(p).await
+    let (held, letters) = with_autocommit!(ops.pool(), c => {
+        let held = oncely_sql::query(AssertSqlSafe(inbox_sql)).fetch_all(&mut *c).await
             .map_err(|e| db("reading the inbox", e))?
             .iter()
             .map(|r| Ok((r.try_get::<String, _>("consumer")?, r.try_get::<i64, _>("n")?,
                 r.try_get::<Option<i64>, _>("oldest")?, r.try_get::<Option<i64>, _>("newest")?)))
             .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
             .map_err(|e| db("decoding inbox stats", e))?;
-        let letters = sqlx::query(AssertSqlSafe(dl_sql)).fetch_all(p).await
+        let letters = oncely_sql::query(AssertSqlSafe(dl_sql)).fetch_all(&mut *c).await
             .map_err(|e| db("reading dead letters", e))?
             .iter()
             .map(|r| Ok((r.try_get::<String, _>("consumer")?, r.try_get::<String, _>("reason")?,
@@ -76,7 +77,7 @@ pub async fn stats(ops: &Ops) -> Result<InboxStats> {
             .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
             .map_err(|e| db("decoding dead-letter stats", e))?;
         (held, letters)
-    });
+    })?;
     for (name, n, oldest, newest) in held {
         let s = by_name.entry(name.clone()).or_default();
         s.consumer = name;
@@ -128,7 +129,7 @@ pub async fn inbox_rows_estimate(ops: &Ops) -> Result<u64> {
         return Ok(n as u64);
     }
     let sql = format!("SELECT COUNT(*) FROM {inbox}");
-    let n: i64 = with_pool!(ops.pool(), p => sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(p).await
-        .map_err(|e| db("counting the inbox", e))?);
+    let n: i64 = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql)).fetch_one(&mut *c).await
+        .map_err(|e| db("counting the inbox", e))?)?;
     Ok(n.max(0) as u64)
 }

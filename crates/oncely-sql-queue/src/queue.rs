@@ -6,7 +6,9 @@ use oncely_core::{
     Acker, Delivery, Envelope, Error, Handled, Handler, Meta, RawEnvelope, Result, Source,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
-use oncely_sql::{Adopt, AnyTx, Dialect, MigrationSet, PgStore, Tables, now_ms, run_migrations};
+use oncely_sql::{
+    Adopt, AnyTx, Autocommit, Dialect, MigrationSet, PgStore, Tables, now_ms, run_migrations,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -131,7 +133,7 @@ impl SqlQueue {
         let traced = oncely_core::trace::traced(m); // the current trace, unless `m` names one
         let headers: BTreeMap<&str, String> = meta_headers(&traced.meta).into_iter().collect();
         let headers = serde_json::to_string(&headers).unwrap_or_else(|_| "{}".into());
-        sqlx::query(AssertSqlSafe(format!(
+        oncely_sql::query(AssertSqlSafe(format!(
             "INSERT INTO {} (message_id, raw_id, payload, headers, enqueued_at) VALUES ($1, $2, $3, $4, $5)",
             self.table
         )))
@@ -147,13 +149,18 @@ impl SqlQueue {
 
     /// Rows in the table (delivered or not).
     pub async fn len(&self) -> Result<i64> {
-        sqlx::query_scalar(AssertSqlSafe(format!(
+        let mut conn = Autocommit::begin(&self.pool)
+            .await
+            .map_err(|e| db("count", e))?;
+        let n = oncely_sql::query_scalar(AssertSqlSafe(format!(
             "SELECT COUNT(*) FROM {}",
             self.table
         )))
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *conn)
         .await
-        .map_err(|e| db("count", e))
+        .map_err(|e| db("count", e))?;
+        conn.commit().await.map_err(|e| db("count", e))?;
+        Ok(n)
     }
 
     /// A source leasing rows for `lease` at a time (redelivered when it expires).
@@ -189,7 +196,10 @@ impl Source for SqlQueueSource {
         let t = &self.queue.table;
         loop {
             let now = now_ms();
-            let row = sqlx::query(AssertSqlSafe(format!(
+            let mut conn = Autocommit::begin(&self.queue.pool)
+                .await
+                .map_err(|e| db("lease", e))?;
+            let row = oncely_sql::query(AssertSqlSafe(format!(
                 "UPDATE {t} SET leased_until = $1, deliveries = deliveries + 1
                  WHERE id = (SELECT id FROM {t} WHERE leased_until IS NULL OR leased_until < $2
                              ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
@@ -197,9 +207,10 @@ impl Source for SqlQueueSource {
             )))
             .bind(now + self.lease.as_millis() as i64)
             .bind(now)
-            .fetch_optional(&self.queue.pool)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(|e| db("lease", e))?;
+            conn.commit().await.map_err(|e| db("lease", e))?;
             if let Some(row) = row {
                 let get = |e| db("decode", e);
                 let id: i64 = row.try_get("id").map_err(get)?;
@@ -241,12 +252,15 @@ impl QueueAcker {
     /// Runs `statement` (`{table}` and the row id as `$1`) for this delivery's row.
     async fn settle(self, statement: &str, doing: &str) -> Result<()> {
         let sql = statement.replace("{table}", &self.queue.table);
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(self.row)
-            .execute(&self.queue.pool)
+        let mut conn = Autocommit::begin(&self.queue.pool)
             .await
-            .map(|_| ())
-            .map_err(|e| db(doing, e))
+            .map_err(|e| db(doing, e))?;
+        oncely_sql::query(AssertSqlSafe(sql))
+            .bind(self.row)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db(doing, e))?;
+        conn.commit().await.map_err(|e| db(doing, e))
     }
 }
 
@@ -292,7 +306,7 @@ impl<H: Handler<Transaction<'static, Postgres>>> Handler<Transaction<'static, Po
         message: &Envelope,
     ) -> Result<Handled> {
         if let Some(row) = queue_row(message) {
-            sqlx::query(AssertSqlSafe(self.delete.clone()))
+            oncely_sql::query(AssertSqlSafe(self.delete.clone()))
                 .bind(row)
                 .execute(&mut **tx)
                 .await

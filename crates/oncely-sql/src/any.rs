@@ -7,6 +7,7 @@
 
 use crate::connect::ConnectOptions;
 use crate::dialect::Dialect;
+use crate::pooler::Autocommit;
 use crate::store::{MySqlStore, PgStore, SqliteStore};
 use crate::tables::Tables;
 use crate::url::redact_url;
@@ -196,13 +197,18 @@ impl AnyPool {
     pub async fn table_bytes(&self, tables: &Tables, name: &str) -> Option<i64> {
         let (table, bare) = (tables.table(name), format!("{}{name}", tables.prefix()));
         match self {
-            Self::Postgres(p) => sqlx::query_scalar(
-                "SELECT (pg_total_relation_size(to_regclass($1)) + COALESCE((SELECT SUM(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = to_regclass($1)), 0))::bigint",
-            )
-            .bind(&table)
-            .fetch_one(p)
-            .await
-            .ok(),
+            Self::Postgres(p) => {
+                let mut c = Autocommit::begin(p).await.ok()?;
+                let n = crate::pooler::query_scalar(
+                    "SELECT (pg_total_relation_size(to_regclass($1)) + COALESCE((SELECT SUM(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = to_regclass($1)), 0))::bigint",
+                )
+                .bind(&table)
+                .fetch_one(&mut *c)
+                .await
+                .ok();
+                c.commit().await.ok()?;
+                n
+            }
             Self::MySql(p) => sqlx::query_scalar(
                 "SELECT CAST(DATA_LENGTH + INDEX_LENGTH AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
             )
@@ -227,13 +233,18 @@ impl AnyPool {
     /// without scanning it; `None` where there is none (SQLite) or on error.
     pub async fn estimated_rows(&self, tables: &Tables, name: &str) -> Option<i64> {
         match self {
-            Self::Postgres(p) => sqlx::query_scalar(
-                "SELECT COALESCE(SUM(GREATEST(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1) OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1))",
-            )
-            .bind(tables.table(name))
-            .fetch_one(p)
-            .await
-            .ok(),
+            Self::Postgres(p) => {
+                let mut c = Autocommit::begin(p).await.ok()?;
+                let n = crate::pooler::query_scalar(
+                    "SELECT COALESCE(SUM(GREATEST(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1) OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1))",
+                )
+                .bind(tables.table(name))
+                .fetch_one(&mut *c)
+                .await
+                .ok();
+                c.commit().await.ok()?;
+                n
+            }
             Self::MySql(p) => sqlx::query_scalar(
                 "SELECT CAST(TABLE_ROWS AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
             )

@@ -2,17 +2,20 @@
 
 use crate::error::db;
 use crate::failover::{FAILOVER_ACQUIRE_TIMEOUT, Failover, labelled};
+use crate::pooler::{PoolerOption, take_pooler_option};
 use crate::store::{MySqlStore, PgStore, SqliteStore};
 use crate::tables::Tables;
 use crate::url::split_hosts;
 use oncely_core::Result;
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::pool::PoolOptions;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, Database, Pool};
 use std::str::FromStr;
 use std::time::Duration;
+
+type Options<DB> = <<DB as Database>::Connection as Connection>::Options;
 
 /// SQLite durability. `Full` (default) syncs the WAL on every commit, so no ack can precede a
 /// durable commit. `Normal` is faster but a power loss may undo the last commits after they
@@ -84,10 +87,29 @@ impl PgStore {
     }
 
     /// Connects with options.
+    ///
+    /// Behind a transaction pooler (PgBouncer `pool_mode = transaction`) add
+    /// `?pooler=transaction` to the URL, or let the store find out at connect (see
+    /// [`crate::pooler`]); `?pooler=none` skips the check.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
+        let (url, pooler) = take_pooler_option(url)?;
         let pool = PgPoolOptions::new().max_connections(options.max_connections);
-        let (pool, failover) = open(url, pool, "PostgreSQL").await?;
-        // Portable mode when forced or when the server is a distributed engine.
+        // Not sent: PostgreSQL 12+ already prints floats exactly, and PgBouncer as shipped
+        // refuses unknown startup parameters ("unsupported startup parameter").
+        let adjust = |o: PgConnectOptions| o.extra_float_digits(None);
+        let (pool, failover) = open(&url, pool, "PostgreSQL", adjust).await?;
+        let behind = match pooler {
+            PoolerOption::Transaction => true,
+            PoolerOption::None => false,
+            PoolerOption::Detect => crate::pooler::detect(&pool.connect_options())
+                .await
+                .map_err(|e| db("checking for a connection pooler", e))?,
+        };
+        if behind {
+            crate::pooler::mark_transaction_pooler();
+        }
+        // Portable mode when forced, behind a transaction pooler, or when the server is a
+        // distributed engine.
         let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
         Ok(Self::with_tables(pool, tables).with_failover(failover))
     }
@@ -105,7 +127,7 @@ impl MySqlStore {
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .after_connect(|conn, _| Box::pin(galera_sync_wait(conn)));
-        let (pool, failover) = open(&url, pool, "MySQL").await?;
+        let (pool, failover) = open(&url, pool, "MySQL", |o| o).await?;
         // Portable mode when forced or when the server is a distributed engine.
         let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
         Ok(Self::with_tables(pool, tables).with_failover(failover))
@@ -114,29 +136,34 @@ impl MySqlStore {
 
 /// Opens a pool on the first host of `url` that answers; for a multi-host URL, also the
 /// [`Failover`] that moves the pool to the next host when the one in use fails.
+/// `adjust` changes each host's connect options parsed from the URL.
 async fn open<DB: Database>(
     url: &str,
     pool: PoolOptions<DB>,
     server: &str,
+    adjust: impl Fn(Options<DB>) -> Options<DB>,
 ) -> Result<(Pool<DB>, Option<Failover<DB>>)>
 where
-    <DB::Connection as Connection>::Options: FromStr<Err = sqlx::Error>,
+    Options<DB>: FromStr<Err = sqlx::Error>,
 {
     let urls = split_hosts(url)?;
     if urls.len() == 1 {
+        let options: Options<DB> = url
+            .parse()
+            .map_err(|e| db(&format!("parsing the {server} URL"), e))?;
         let pool = pool
             .acquire_timeout(Duration::from_secs(30))
-            .connect(url)
+            .connect_with(adjust(options))
             .await
             .map_err(|e| db(&format!("connecting to {server}"), e))?;
         return Ok((pool, None));
     }
     let mut hosts = Vec::with_capacity(urls.len());
     for (label, url) in labelled(&urls) {
-        let options: <DB::Connection as Connection>::Options = url
+        let options: Options<DB> = url
             .parse()
             .map_err(|e| db(&format!("parsing the {server} URL of {label}"), e))?;
-        hosts.push((label, options));
+        hosts.push((label, adjust(options)));
     }
     let pool = pool.acquire_timeout(FAILOVER_ACQUIRE_TIMEOUT);
     let mut last = None;

@@ -10,7 +10,7 @@ use crate::any::AnyPool;
 use crate::error::db;
 use crate::tables::Tables;
 use oncely_core::Result;
-use sqlx::{MySqlPool, PgPool};
+use sqlx::{MySqlPool, PgPool, Row};
 
 /// The distributed engine a `version()` / `VERSION()` string names, if any:
 /// `CockroachDB`, `YugabyteDB` (its versions contain `-YB-`) or `TiDB`.
@@ -41,7 +41,8 @@ fn wsrep_on(value: Option<&str>) -> bool {
 }
 
 /// Whether the database behind `pool` needs portable mode: CockroachDB, YugabyteDB, a
-/// PostgreSQL with the `citus` extension, TiDB, or MariaDB with Galera replication on
+/// PostgreSQL with the `citus` extension or behind a transaction pooler
+/// ([`behind_transaction_pooler`](crate::behind_transaction_pooler)), TiDB, or MariaDB with Galera replication on
 /// (`@@wsrep_on`). SQLite never does. One query per call (plus a simpler one if the engine
 /// rejects the first, e.g. `@@wsrep_on` on a MySQL without Galera).
 ///
@@ -65,23 +66,31 @@ pub async fn detect_portable(pool: &AnyPool) -> Result<bool> {
 }
 
 async fn postgres_engine(pool: &PgPool) -> Result<Option<&'static str>> {
-    let both = sqlx::query_as::<_, (String, i64)>(
-        "SELECT version(), (SELECT count(*) FROM pg_catalog.pg_extension WHERE extname = 'citus')",
+    if crate::pooler::behind_transaction_pooler() {
+        // Not an engine, but the same want: no session state between statements.
+        return Ok(Some("a transaction pooler"));
+    }
+    // Simple protocol (no prepared statement): safe through any pooler.
+    let first = |sql: &'static str| async move {
+        let row = sqlx::raw_sql(sql).fetch_one(pool).await?;
+        Ok::<_, sqlx::Error>((
+            row.try_get::<String, _>(0)?,
+            row.try_get::<Option<String>, _>(1).ok().flatten(),
+        ))
+    };
+    let both = first(
+        "SELECT version(), (SELECT count(*) FROM pg_catalog.pg_extension WHERE extname = 'citus')::text",
     )
-    .fetch_one(pool)
     .await;
     let (version, citus) = match both {
         Ok(row) => row,
         // An engine without pg_extension: the version alone decides.
-        Err(_) => (
-            sqlx::query_scalar::<_, String>("SELECT version()")
-                .fetch_one(pool)
-                .await
-                .map_err(|e| db("reading the server version", e))?,
-            0,
-        ),
+        Err(_) => first("SELECT version()")
+            .await
+            .map_err(|e| db("reading the server version", e))?,
     };
-    Ok(engine_of_version(&version).or((citus > 0).then_some("Citus")))
+    let citus = citus.is_some_and(|n| n != "0");
+    Ok(engine_of_version(&version).or(citus.then_some("Citus")))
 }
 
 async fn mysql_engine(pool: &MySqlPool) -> Result<Option<&'static str>> {

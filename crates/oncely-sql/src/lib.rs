@@ -30,6 +30,7 @@ mod failover;
 mod letter;
 mod lock;
 mod migrate;
+pub mod pooler;
 mod query;
 mod store;
 mod tables;
@@ -48,6 +49,7 @@ pub use migrate::{
     Adopt, INBOX, MigrateDb, MigrationSet, migrate_url, print_migration_sets, run_migrations,
 };
 pub use migrate::{Migration, migrations, print_migrations};
+pub use pooler::{Autocommit, behind_transaction_pooler, query, query_as, query_scalar};
 pub use query::{Column, Done, SqlDatabase, Value};
 pub use sqlx;
 pub use store::{MySqlStore, PgStore, SqlStore, SqliteStore};

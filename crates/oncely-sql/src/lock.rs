@@ -168,7 +168,7 @@ impl DbLock {
                 } else {
                     "SELECT pg_try_advisory_lock($1, $2)"
                 };
-                let got: bool = sqlx::query_scalar(sql)
+                let got: bool = crate::pooler::query_scalar(sql)
                     .bind(PG_CLASS)
                     .bind(hash as u32 as i32)
                     .fetch_one(&mut conn)
@@ -188,7 +188,7 @@ impl DbLock {
                     .detach();
                 let key = format!("oncely_{purpose}_{hash:016x}");
                 loop {
-                    let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+                    let got: Option<i64> = crate::pooler::query_scalar("SELECT GET_LOCK(?, ?)")
                         .bind(&key)
                         .bind(if wait { 10 } else { 0 })
                         .fetch_one(&mut conn)

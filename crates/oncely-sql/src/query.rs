@@ -257,9 +257,15 @@ macro_rules! sql_database {
                 args: &'c [Value],
             ) -> BoxFuture<'c, Result<Done, sqlx::Error>> {
                 Box::pin(async move {
+                    if must_pin::<Self>(conn) {
+                        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                        let done = Self::execute(&mut *tx, sql, args).await?;
+                        tx.commit().await?;
+                        return Ok(done);
+                    }
                     let (sql, order) = Self::DIALECT.rewrite_params(sql);
                     let q = bind_all!(
-                        sqlx::query(AssertSqlSafe(sql.into_owned())),
+                        crate::pooler::query(AssertSqlSafe(sql.into_owned())),
                         ordered(args, order.as_deref())
                     );
                     let r = q.execute(&mut *conn).await?;
@@ -286,9 +292,15 @@ macro_rules! sql_database {
                 cols: &'c [Column],
             ) -> BoxFuture<'c, Result<Vec<Vec<Value>>, sqlx::Error>> {
                 Box::pin(async move {
+                    if must_pin::<Self>(conn) {
+                        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                        let rows = Self::fetch(&mut *tx, sql, args, cols).await?;
+                        tx.commit().await?;
+                        return Ok(rows);
+                    }
                     let (sql, order) = Self::DIALECT.rewrite_params(sql);
                     let q = bind_all!(
-                        sqlx::query(AssertSqlSafe(sql.into_owned())),
+                        crate::pooler::query(AssertSqlSafe(sql.into_owned())),
                         ordered(args, order.as_deref())
                     );
                     let rows = q.fetch_all(&mut *conn).await?;
@@ -316,6 +328,15 @@ macro_rules! sql_database {
             }
         }
     };
+}
+
+/// Whether a statement on `conn` must get a transaction of its own first: behind a
+/// transaction pooler, on a PostgreSQL connection outside a transaction (see
+/// [`crate::pooler`]: the pooler could hand the statement's `Bind` to another server).
+fn must_pin<DB: SqlDatabase>(conn: &DB::Connection) -> bool {
+    DB::DIALECT == Dialect::Postgres
+        && crate::pooler::behind_transaction_pooler()
+        && !sqlx::Connection::is_in_transaction(conn)
 }
 
 fn done_of<R: QueryResultExt>(r: &R) -> Done {

@@ -4,6 +4,7 @@ use crate::dialect::{Dialect, Isolation, Queries};
 use crate::error::db;
 use crate::failover::Failover;
 use crate::letter::LetterRow;
+use crate::pooler::Autocommit;
 use crate::query::SqlDatabase;
 use crate::tables::Tables;
 use oncely_core::{
@@ -167,7 +168,7 @@ impl SqlStore<MySql> {
         let limit = self
             .packet_limit
             .get_or_try_init(|| async {
-                sqlx::query_scalar::<_, i64>("SELECT CAST(@@max_allowed_packet AS SIGNED)")
+                crate::pooler::query_scalar::<_, i64>("SELECT CAST(@@max_allowed_packet AS SIGNED)")
                     .fetch_one(&self.pool)
                     .await
                     .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
@@ -234,13 +235,19 @@ macro_rules! sql_store {
             ) -> Result<Vec<bool>> {
                 let unique = crate::batch::unique_sorted(items);
                 let mut stored = std::collections::HashMap::new();
+                let mut conn = Autocommit::begin(&self.pool)
+                    .await
+                    .map_err(|e| db("reading claimed payload hashes", e))?;
                 for chunk in unique.chunks(crate::batch::CHUNK) {
                     let ids: Vec<&str> = chunk.iter().map(|(id, _)| *id).collect();
-                    // Rows read outside a transaction are committed ones.
-                    for (id, hash) in self.stored_hashes(&self.pool, consumer, &ids).await? {
+                    // Rows read outside the store's transactions are committed ones.
+                    for (id, hash) in self.stored_hashes(&mut *conn, consumer, &ids).await? {
                         stored.insert(id, stored_hash_of(&hash)?);
                     }
                 }
+                conn.commit()
+                    .await
+                    .map_err(|e| db("reading claimed payload hashes", e))?;
                 Ok(items
                     .iter()
                     .map(|(id, hash)| stored.get(id.as_str()) == Some(hash))
@@ -254,7 +261,7 @@ macro_rules! sql_store {
                 id: &MessageId,
                 hash: PayloadHash,
             ) -> Result<Claim> {
-                let inserted = sqlx::query(self.queries.claim.clone())
+                let inserted = crate::pooler::query(self.queries.claim.clone())
                     .bind(consumer.as_str())
                     .bind(id.as_str())
                     .bind(hash.to_hex())
@@ -265,7 +272,7 @@ macro_rules! sql_store {
                 if inserted == 1 {
                     return Ok(Claim::Fresh);
                 }
-                let stored: String = sqlx::query_scalar(self.queries.claim_hash.clone())
+                let stored: String = crate::pooler::query_scalar(self.queries.claim_hash.clone())
                     .bind(consumer.as_str())
                     .bind(id.as_str())
                     .fetch_one(&mut **tx)
@@ -308,7 +315,9 @@ macro_rules! sql_store {
             async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
                 let limit = self.packet_limit().await?;
                 let row = LetterRow::new(letter, <$db as SqlDatabase>::DIALECT, limit);
-                sqlx::query(self.queries.upsert_dead_letter.clone())
+                let failed = |e| db("storing a dead letter", e);
+                let mut conn = Autocommit::begin(&self.pool).await.map_err(failed)?;
+                crate::pooler::query(self.queries.upsert_dead_letter.clone())
                     .bind(row.consumer)
                     .bind(row.message_id)
                     .bind(row.raw_id.as_deref())
@@ -323,10 +332,11 @@ macro_rules! sql_store {
                     .bind(row.source_time)
                     .bind(row.headers)
                     .bind(row.id_hash)
-                    .execute(&self.pool)
+                    .execute(&mut *conn)
                     .await
-                    .map_err(|e| db("storing a dead letter", e))?;
-                Ok(())
+                    .map_err(failed)?;
+                // The runtime acks after this returns: the row must be committed by then.
+                conn.commit().await.map_err(failed)
             }
         }
 
@@ -336,12 +346,16 @@ macro_rules! sql_store {
                 consumer: &ConsumerName,
                 id: &str,
             ) -> Result<Option<PayloadHash>> {
-                let stored: Option<String> = sqlx::query_scalar(self.queries.stored_hash.clone())
-                    .bind(consumer.as_str())
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(|e| db("reading the inbox", e))?;
+                let failed = |e| db("reading the inbox", e);
+                let mut conn = Autocommit::begin(&self.pool).await.map_err(failed)?;
+                let stored: Option<String> =
+                    crate::pooler::query_scalar(self.queries.stored_hash.clone())
+                        .bind(consumer.as_str())
+                        .bind(id)
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map_err(failed)?;
+                conn.commit().await.map_err(failed)?;
                 stored.as_deref().map(stored_hash_of).transpose()
             }
 
@@ -349,20 +363,23 @@ macro_rules! sql_store {
                 &self,
                 consumer: Option<&ConsumerName>,
             ) -> Result<Vec<StoredDeadLetter>> {
+                let failed = |e| db("reading dead letters", e);
+                let mut conn = Autocommit::begin(&self.pool).await.map_err(failed)?;
                 let rows = match consumer {
                     Some(c) => {
-                        sqlx::query(self.queries.dead_letters_of.clone())
+                        crate::pooler::query(self.queries.dead_letters_of.clone())
                             .bind(c.as_str())
-                            .fetch_all(&self.pool)
+                            .fetch_all(&mut *conn)
                             .await
                     }
                     None => {
-                        sqlx::query(self.queries.dead_letters.clone())
-                            .fetch_all(&self.pool)
+                        crate::pooler::query(self.queries.dead_letters.clone())
+                            .fetch_all(&mut *conn)
                             .await
                     }
                 }
-                .map_err(|e| db("reading dead letters", e))?;
+                .map_err(failed)?;
+                conn.commit().await.map_err(failed)?;
                 rows.iter()
                     .map(crate::letter::decode_dead_letter)
                     .collect::<std::result::Result<Vec<_>, _>>()

@@ -7,7 +7,7 @@ use super::publish::Published;
 use anyhow::{Context, Result};
 use oncely_core::{ConsumerName, Inspect, PayloadHash};
 use oncely_sql::AnyStore;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::sqlx::AssertSqlSafe;
 use oncely_sql::with_store;
 use std::collections::{BTreeMap, HashMap};
 
@@ -68,12 +68,14 @@ async fn read(store: &AnyStore, tables: &CreditTables, consumer: &str) -> Result
     let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
     let balance_sql = format!("SELECT balance FROM {}", tables.accounts);
     let readings = with_store!(store, s => {
-        let inbox: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(inbox_sql))
-            .fetch_all(s.pool()).await.context("reading the inbox")?;
-        let ledger: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(ledger_sql))
-            .fetch_all(s.pool()).await.context("reading the ledger")?;
-        let balances: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(balance_sql))
-            .fetch_all(s.pool()).await.context("reading balances")?;
+        let mut c = oncely_sql::Autocommit::begin(s.pool()).await.context("connecting")?;
+        let inbox: Vec<(String, String)> = oncely_sql::query_as(AssertSqlSafe(inbox_sql))
+            .fetch_all(&mut *c).await.context("reading the inbox")?;
+        let ledger: Vec<(String, i64)> = oncely_sql::query_as(AssertSqlSafe(ledger_sql))
+            .fetch_all(&mut *c).await.context("reading the ledger")?;
+        let balances: Vec<i64> = oncely_sql::query_scalar(AssertSqlSafe(balance_sql))
+            .fetch_all(&mut *c).await.context("reading balances")?;
+        c.commit().await.context("reading")?;
         Readings { inbox: inbox.into_iter().collect(), ledger, balances }
     });
     Ok(readings)

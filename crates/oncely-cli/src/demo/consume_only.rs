@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use oncely::brokers::connect_source;
 use oncely_core::{ConsumerName, Inspect, StopWhenIdle};
 use oncely_sql::AnyStore;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::sqlx::AssertSqlSafe;
 use oncely_sql::with_store;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -50,10 +50,12 @@ pub async fn run(args: &DemoArgs, store: &AnyStore, tables: &CreditTables) -> Re
     let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
     let balance_sql = format!("SELECT account, balance FROM {}", tables.accounts);
     let (ledger, balances) = with_store!(store, s => {
-        let ledger: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(ledger_sql))
-            .fetch_all(s.pool()).await.context("reading the ledger")?;
-        let balances: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(balance_sql))
-            .fetch_all(s.pool()).await.context("reading balances")?;
+        let mut c = oncely_sql::Autocommit::begin(s.pool()).await.context("connecting")?;
+        let ledger: Vec<(String, i64)> = oncely_sql::query_as(AssertSqlSafe(ledger_sql))
+            .fetch_all(&mut *c).await.context("reading the ledger")?;
+        let balances: Vec<(String, i64)> = oncely_sql::query_as(AssertSqlSafe(balance_sql))
+            .fetch_all(&mut *c).await.context("reading balances")?;
+        c.commit().await.context("reading")?;
         (ledger, balances)
     });
     let letters = with_store!(store, s => s.dead_letters(Some(&name)).await?);

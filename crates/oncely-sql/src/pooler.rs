@@ -1,0 +1,339 @@
+//! PostgreSQL behind a transaction pooler: PgBouncer with `pool_mode = transaction` (or
+//! `statement`), and the hosted poolers that behave like it (Supavisor, PgCat, RDS Proxy
+//! when it multiplexes).
+//!
+//! Such a pooler lends a server connection to a client for one transaction and then to
+//! another client. Whatever lives in the server *session* outlives the transaction and
+//! reaches the next client. What changes, and why (the one table of these facts):
+//!
+//! | session state | what would go wrong | what oncely does behind a transaction pooler |
+//! |---|---|---|
+//! | named prepared statements (sqlx caches `sqlx_s_N` per client connection) | another client's `Parse` of the same name fails `already exists`; worse, a cached `Bind sqlx_s_N` lands on a server where another client prepared a *different* `sqlx_s_N`: that client's SQL runs with this client's values | every statement is unnamed ([`query`], [`query_as`], [`query_scalar`], and the erased layer) |
+//! | the unnamed statement between `Parse` and `Bind` (sqlx sends them in two round trips) | outside a transaction the pooler may hand the `Bind` to another server, whose unnamed statement another client prepared | every statement runs inside a transaction: the store's own, or a short one of its own ([`Autocommit`], and the erased layer by itself) |
+//! | session advisory locks (`pg_advisory_lock`), `LISTEN` | held or listening on a server another client now uses; released or deaf at random | portable mode (see [`Tables::with_portable`](crate::Tables::with_portable)): lease-table locks, a polling outbox relay; the migration lock is transaction-scoped anyway |
+//! | `SET` (session settings) | leaks to other clients | oncely sets nothing per session on PostgreSQL; per-transaction settings use `SET LOCAL` |
+//!
+//! **How oncely knows.** The URL option `pooler=transaction` says so; `pooler=none` says
+//! there is none (no check). Without the option oncely checks once at connect, before any
+//! prepared statement: two fresh connections each ask `SELECT pg_backend_pid()` over the
+//! simple protocol, three times. Directly connected, or through a *session* pooler, two
+//! client connections are always two server sessions; a transaction pooler hands the server
+//! connection the first one just released to the second (PgBouncer reuses the most
+//! recently used one first by default), so the same backend pid answering both means a
+//! transaction pooler. A pooler set up with `server_round_robin = 1`, or one that always
+//! has more idle server connections than clients, may escape the check: name it in the URL.
+//!
+//! Once any pool of the process runs behind a transaction pooler, the process prepares no
+//! named statement on any PostgreSQL connection ([`behind_transaction_pooler`]): cheaper to
+//! reason about than a flag per pool, and only ever errs on the safe side.
+
+use oncely_core::{Error, Result};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, Database, Pool, Row};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static TRANSACTION_POOLER: AtomicBool = AtomicBool::new(false);
+
+/// Whether a PostgreSQL pool of this process was opened behind a transaction pooler: then
+/// oncely prepares only unnamed statements and runs each inside a transaction (see the
+/// module docs). Your own queries on [`SqlStore::pool`](crate::SqlStore::pool) need the same
+/// care: use [`query`] (or `.persistent(false)`) inside a transaction.
+///
+/// ```
+/// // Direct connections (and every process that opened none through a pooler):
+/// assert!(!oncely_sql::behind_transaction_pooler());
+/// ```
+pub fn behind_transaction_pooler() -> bool {
+    TRANSACTION_POOLER.load(Ordering::Acquire)
+}
+
+/// Records that a pool of this process runs behind a transaction pooler (never undone).
+pub(crate) fn mark_transaction_pooler() {
+    if !TRANSACTION_POOLER.swap(true, Ordering::AcqRel) {
+        tracing::info!(
+            "PostgreSQL behind a transaction pooler: unnamed statements, each inside a transaction; lease locks; a polling outbox relay"
+        );
+    }
+}
+
+/// Whether statements may be prepared by name and cached (not behind a transaction pooler).
+pub(crate) fn persistent() -> bool {
+    !behind_transaction_pooler()
+}
+
+/// What the URL option `pooler=` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PoolerOption {
+    /// No option: check at connect.
+    Detect,
+    /// `pooler=transaction` (or `statement`).
+    Transaction,
+    /// `pooler=none` (or `session`): no transaction pooler; no check.
+    None,
+}
+
+/// Removes the `pooler=` option from a PostgreSQL URL (sqlx would warn about it), returning
+/// the URL without it and what it said. An unknown value is a configuration error.
+///
+/// ```text
+/// postgres://u@h:6432/app?pooler=transaction&sslmode=disable → (postgres://u@h:6432/app?sslmode=disable, Transaction)
+/// ```
+pub(crate) fn take_pooler_option(url: &str) -> Result<(String, PoolerOption)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), PoolerOption::Detect));
+    };
+    let mut option = PoolerOption::Detect;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("pooler", value)) => {
+                option = match value {
+                    "transaction" | "statement" => PoolerOption::Transaction,
+                    "none" | "session" => PoolerOption::None,
+                    other => {
+                        return Err(Error::config(format!(
+                            "pooler={other} is not a pooler mode: use pooler=transaction (PgBouncer pool_mode = transaction or statement), or pooler=none"
+                        )));
+                    }
+                }
+            }
+            _ if pair.is_empty() => {}
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, option))
+}
+
+/// Whether the PostgreSQL `url` leads to a transaction pooler, by the check the stores run
+/// at connect (module docs); the `pooler=` option is ignored here. Two short connections.
+///
+/// ```no_run
+/// # async fn f() -> oncely_core::Result<()> {
+/// if oncely_sql::pooler::detect_transaction_pooler("postgres://app@127.0.0.1:6432/app").await? {
+///     println!("PgBouncer in transaction mode (or alike)");
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn detect_transaction_pooler(url: &str) -> Result<bool> {
+    let (url, _) = take_pooler_option(url)?;
+    let options: PgConnectOptions = url
+        .parse()
+        .map_err(|e| crate::db("parsing the PostgreSQL URL", e))?;
+    detect(&options.extra_float_digits(None))
+        .await
+        .map_err(|e| crate::db("checking for a connection pooler", e))
+}
+
+/// Whether `options` lead to a transaction pooler: two fresh connections answered by the
+/// same backend (see the module docs). Simple-protocol statements only, which are safe
+/// through any pooler.
+pub(crate) async fn detect(options: &PgConnectOptions) -> std::result::Result<bool, sqlx::Error> {
+    let mut a = sqlx::PgConnection::connect_with(options).await?;
+    let mut b = sqlx::PgConnection::connect_with(options).await?;
+    let mut shared = false;
+    for _ in 0..3 {
+        let (pa, pb) = (backend_pid(&mut a).await?, backend_pid(&mut b).await?);
+        shared |= pa == pb;
+    }
+    let _ = a.close().await;
+    let _ = b.close().await;
+    Ok(shared)
+}
+
+async fn backend_pid(conn: &mut sqlx::PgConnection) -> std::result::Result<i32, sqlx::Error> {
+    sqlx::raw_sql("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get(0)
+}
+
+/// `sqlx::query`, prepared unnamed behind a transaction pooler. oncely's own statements
+/// use it (or the erased layer, which does the same); so can yours.
+///
+/// ```no_run
+/// # async fn f(tx: &mut oncely_sql::sqlx::Transaction<'static, oncely_sql::sqlx::Postgres>) -> Result<(), oncely_sql::sqlx::Error> {
+/// oncely_sql::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
+///     .bind(5_i64)
+///     .bind("acct-17")
+///     .execute(&mut **tx)
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub fn query<'q, DB: Database + sqlx::database::HasStatementCache>(
+    sql: impl sqlx::SqlSafeStr,
+) -> sqlx::query::Query<'q, DB, <DB as Database>::Arguments> {
+    sqlx::query(sql).persistent(persistent())
+}
+
+/// `sqlx::query_as`, prepared unnamed behind a transaction pooler (see [`query`]).
+///
+/// ```no_run
+/// # async fn f(pool: oncely_sql::sqlx::PgPool) -> Result<(), oncely_sql::sqlx::Error> {
+/// let mut tx = pool.begin().await?;
+/// let rows: Vec<(String, i64)> = oncely_sql::query_as("SELECT id, balance FROM accounts")
+///     .fetch_all(&mut *tx)
+///     .await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+pub fn query_as<'q, DB: Database + sqlx::database::HasStatementCache, O>(
+    sql: impl sqlx::SqlSafeStr,
+) -> sqlx::query::QueryAs<'q, DB, O, <DB as Database>::Arguments>
+where
+    O: for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    sqlx::query_as(sql).persistent(persistent())
+}
+
+/// `sqlx::query_scalar`, prepared unnamed behind a transaction pooler (see [`query`]).
+///
+/// ```no_run
+/// # async fn f(pool: oncely_sql::sqlx::PgPool) -> Result<(), oncely_sql::sqlx::Error> {
+/// let mut conn = oncely_sql::Autocommit::begin(&pool).await?;
+/// let n: i64 = oncely_sql::query_scalar("SELECT count(*) FROM oncely_inbox")
+///     .fetch_one(&mut *conn)
+///     .await?;
+/// conn.commit().await?;
+/// # Ok(()) }
+/// ```
+pub fn query_scalar<'q, DB: Database + sqlx::database::HasStatementCache, O>(
+    sql: impl sqlx::SqlSafeStr,
+) -> sqlx::query::QueryScalar<'q, DB, O, <DB as Database>::Arguments>
+where
+    (O,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    sqlx::query_scalar(sql).persistent(persistent())
+}
+
+/// A connection for statements outside the store's transactions (reads of the inbox, dead
+/// letters, operator commands): behind a transaction pooler it is a transaction of its own,
+/// so that every statement stays on one server connection; elsewhere a plain pooled
+/// connection whose statements commit one by one. Call [`Autocommit::commit`] when done
+/// (dropping it rolls back behind a pooler: write nothing you want kept without it).
+///
+/// ```no_run
+/// # async fn f(pool: oncely_sql::sqlx::PgPool) -> Result<(), oncely_sql::sqlx::Error> {
+/// let mut conn = oncely_sql::Autocommit::begin(&pool).await?;
+/// oncely_sql::query("DELETE FROM oncely_dead_letters WHERE consumer = $1")
+///     .bind("billing")
+///     .execute(&mut *conn)
+///     .await?;
+/// conn.commit().await?;
+/// # Ok(()) }
+/// ```
+pub struct Autocommit<DB: Database> {
+    inner: Inner<DB>,
+}
+
+enum Inner<DB: Database> {
+    Plain(sqlx::pool::PoolConnection<DB>),
+    Pinned(sqlx::Transaction<'static, DB>),
+}
+
+impl<DB: Database> Autocommit<DB> {
+    /// Takes a connection of `pool` (beginning a transaction behind a transaction pooler).
+    pub async fn begin(pool: &Pool<DB>) -> std::result::Result<Self, sqlx::Error> {
+        let inner = if behind_transaction_pooler() && DB::NAME == "PostgreSQL" {
+            Inner::Pinned(pool.begin().await?)
+        } else {
+            Inner::Plain(pool.acquire().await?)
+        };
+        Ok(Self { inner })
+    }
+
+    /// Commits (behind a transaction pooler) and returns the connection to the pool.
+    pub async fn commit(self) -> std::result::Result<(), sqlx::Error> {
+        match self.inner {
+            Inner::Plain(_) => Ok(()),
+            Inner::Pinned(tx) => tx.commit().await,
+        }
+    }
+}
+
+impl<DB: Database> std::ops::Deref for Autocommit<DB> {
+    type Target = DB::Connection;
+    fn deref(&self) -> &Self::Target {
+        match &self.inner {
+            Inner::Plain(c) => c,
+            Inner::Pinned(t) => t,
+        }
+    }
+}
+
+impl<DB: Database> std::ops::DerefMut for Autocommit<DB> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match &mut self.inner {
+            Inner::Plain(c) => c,
+            Inner::Pinned(t) => t,
+        }
+    }
+}
+
+/// Runs `$body` with `$c` an [`Autocommit`] on the pool inside an
+/// [`AnyPool`](crate::AnyPool) (or a reference to one), then commits it. The body is
+/// compiled once per database, borrows the connection as `&mut *$c`, may use `?` on
+/// oncely errors, and gives the value; the macro evaluates to `oncely_core::Result<_>`.
+///
+/// ```no_run
+/// # async fn f(pool: &oncely_sql::AnyPool) -> oncely_core::Result<()> {
+/// let n: i64 = oncely_sql::with_autocommit!(pool, c => {
+///     oncely_sql::query_scalar("SELECT count(*) FROM oncely_inbox")
+///         .fetch_one(&mut *c)
+///         .await
+///         .map_err(|e| oncely_sql::db("counting the inbox", e))?
+/// })?;
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! with_autocommit {
+    ($any:expr, $c:ident => $body:expr) => {
+        $crate::with_pool!($any, pool => async {
+            #[allow(unused_mut)]
+            let mut $c = $crate::Autocommit::begin(pool)
+                .await
+                .map_err(|e| $crate::db("connecting", e))?;
+            let out = $body;
+            $c.commit().await.map_err(|e| $crate::db("committing", e))?;
+            $crate::pooler::ok(out)
+        }
+        .await)
+    };
+}
+
+/// `Ok(value)` as an oncely result (for [`with_autocommit!`]'s type inference).
+#[doc(hidden)]
+pub fn ok<T>(value: T) -> Result<T> {
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pooler_option_is_taken_out_of_the_url() {
+        let (url, o) = take_pooler_option("postgres://u@h:6432/app?pooler=transaction").unwrap();
+        assert_eq!(
+            (url.as_str(), o),
+            ("postgres://u@h:6432/app", PoolerOption::Transaction)
+        );
+        let (url, o) =
+            take_pooler_option("postgres://u@h/app?sslmode=disable&pooler=none&x=1").unwrap();
+        assert_eq!(
+            (url.as_str(), o),
+            ("postgres://u@h/app?sslmode=disable&x=1", PoolerOption::None)
+        );
+        let (url, o) = take_pooler_option("postgres://u@h/app").unwrap();
+        assert_eq!(
+            (url.as_str(), o),
+            ("postgres://u@h/app", PoolerOption::Detect)
+        );
+        let e = take_pooler_option("postgres://u@h/app?pooler=yes").unwrap_err();
+        assert!(e.to_string().contains("pooler=transaction"), "{e}");
+    }
+}

@@ -1,0 +1,278 @@
+//! PostgreSQL behind PgBouncer in transaction pooling mode (the test-owned PgBouncer of
+//! `scripts/pgbouncer.sh`, `ONCELY_TEST_PGBOUNCER_URL`): the check that finds the pooler,
+//! statements that never cross between clients, and the store conformance suite, all with
+//! the plain URL a user has (no `?pooler=` option).
+//!
+//! Everything runs in one test so that the process-wide pooler mode (set by the first store
+//! opened through PgBouncer) is on for exactly the parts that expect it: first the hazard is
+//! shown with sqlx's defaults, then oncely's statements run through the same pooler.
+
+mod common;
+
+use common::{pg_url, unique};
+use oncely_core::{Error, Result};
+use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Transaction};
+use oncely_sql::{AnyPool, ConnectOptions, PgStore, SqlDatabase, Value, with_autocommit};
+use oncely_testkit::{ExerciseOptions, StoreHarness, services};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The test-owned PgBouncer (transaction pooling) in front of the machine's PostgreSQL.
+fn bouncer_url(database: &str) -> String {
+    let base = std::env::var("ONCELY_TEST_PGBOUNCER_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:16432/test".to_owned());
+    match base.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{database}"),
+        None => base,
+    }
+}
+
+fn db(e: sqlx::Error) -> Error {
+    Error::transient("test query failed").with_source(e)
+}
+
+const CLIENTS: u64 = 24;
+const ROUNDS: u64 = 100;
+
+/// Each client runs its own statement (`SELECT $1 * 1000 + k`, one parameter like every other
+/// client's) `ROUNDS` times outside any transaction of its own, through `run`. Returns
+/// (right answers, wrong answers, errors): a wrong answer is another client's SQL run with
+/// this client's value.
+async fn crossing_load<F, Fut>(run: F) -> (u64, u64, u64)
+where
+    F: Fn(u64, i64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = std::result::Result<i64, String>> + Send,
+{
+    let (right, wrong, failed) = (
+        std::sync::Arc::new(AtomicU64::new(0)),
+        std::sync::Arc::new(AtomicU64::new(0)),
+        std::sync::Arc::new(AtomicU64::new(0)),
+    );
+    let mut tasks = Vec::new();
+    for k in 0..CLIENTS {
+        let (run, right, wrong, failed) =
+            (run.clone(), right.clone(), wrong.clone(), failed.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS as i64 {
+                match run(k, round).await {
+                    Ok(got) if got == round * 1000 + k as i64 => {
+                        right.fetch_add(1, Ordering::Relaxed)
+                    }
+                    Ok(_) => wrong.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (
+        right.load(Ordering::Relaxed),
+        wrong.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    )
+}
+
+/// One database per case (PgBouncer maps every database name to the server's), so the
+/// suite's static `add_effect` finds its ledger without a session `search_path`, which a
+/// transaction pooler cannot keep.
+struct BouncedHarness {
+    databases: Mutex<Vec<String>>,
+    admin: sqlx::PgPool,
+}
+
+impl StoreHarness for BouncedHarness {
+    type Store = PgStore;
+
+    async fn fresh(&self) -> Result<PgStore> {
+        let name = unique("pooled");
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&self.admin)
+            .await
+            .map_err(db)?;
+        self.databases.lock().unwrap().push(name.clone());
+        let options = ConnectOptions {
+            max_connections: 8,
+            ..ConnectOptions::default()
+        };
+        let store = PgStore::connect_with(&bouncer_url(&name), &options).await?;
+        store.migrate().await?;
+        // In portable mode (a transaction pooler is one reason) the migration lock is a lease.
+        let leases: i64 = with_autocommit!(&AnyPool::from(store.pool().clone()), c => {
+            oncely_sql::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {}", store.tables().ops_leases())))
+                .fetch_one(&mut *c)
+                .await
+                .map_err(db)?
+        })?;
+        assert_eq!(leases, 0, "the migration lease was released");
+        sqlx::raw_sql(
+            "CREATE TABLE ledger (seq BIGSERIAL PRIMARY KEY, message_id TEXT NOT NULL, amount BIGINT NOT NULL)",
+        )
+        .execute(store.pool())
+        .await
+        .map_err(db)?;
+        Ok(store)
+    }
+
+    async fn add_effect(
+        tx: &mut Transaction<'static, Postgres>,
+        message_id: &str,
+        amount: i64,
+    ) -> Result<()> {
+        Postgres::execute(
+            &mut **tx,
+            "INSERT INTO ledger (message_id, amount) VALUES ($1, $2)",
+            &[message_id.into(), amount.into()],
+        )
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    async fn effects(store: &PgStore) -> Result<Vec<(String, i64)>> {
+        let mut conn = store.pool().acquire().await.map_err(db)?;
+        let rows = Postgres::fetch(
+            &mut *conn,
+            "SELECT message_id, amount FROM ledger ORDER BY seq",
+            &[],
+            &[oncely_sql::Column::Text, oncely_sql::Column::I64],
+        )
+        .await
+        .map_err(db)?;
+        Ok(rows.iter().map(|r| (r[0].text(), r[1].i64())).collect())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn through_pgbouncer_in_transaction_mode() {
+    let test = "through_pgbouncer_in_transaction_mode";
+    if !services::available(
+        test,
+        "PgBouncer (scripts/pgbouncer.sh start)",
+        &bouncer_url("test"),
+    )
+    .await
+        || !services::available(test, "PostgreSQL", &pg_url()).await
+    {
+        return;
+    }
+
+    // 1. The check at connect: PgBouncer in transaction mode is found, a direct server is not.
+    assert!(
+        oncely_sql::pooler::detect_transaction_pooler(&bouncer_url("test"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !oncely_sql::pooler::detect_transaction_pooler(&pg_url())
+            .await
+            .unwrap()
+    );
+
+    // 2. The hazard, with sqlx's defaults (named, cached statements): through the pooler
+    //    statements fail ("prepared statement sqlx_s_1 already exists", "does not exist") or
+    //    run another client's SQL. If this ever stops failing, the test below proves nothing.
+    let raw = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(CLIENTS as u32)
+        .connect_with(
+            bouncer_url("test")
+                .parse::<sqlx::postgres::PgConnectOptions>()
+                .unwrap()
+                .extra_float_digits(None),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !oncely_sql::behind_transaction_pooler(),
+        "no store opened through a pooler yet"
+    );
+    let (right, wrong, failed) = crossing_load(move |k, round| {
+        let raw = raw.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!("SELECT $1::bigint * 1000 + {k}")))
+                .bind(round)
+                .fetch_one(&raw)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    eprintln!("sqlx defaults through PgBouncer: {right} right, {wrong} wrong, {failed} failed");
+    assert!(
+        wrong + failed > 0,
+        "named statements through a transaction pooler went unnoticed"
+    );
+
+    // 3. A store opened with the plain URL finds the pooler and turns the mode on.
+    let store = PgStore::connect(&bouncer_url("test")).await.unwrap();
+    assert!(oncely_sql::behind_transaction_pooler());
+    assert!(
+        store.tables().portable(),
+        "behind a transaction pooler oncely uses lease locks and polling"
+    );
+
+    // 4. oncely's statements through the same pooler: the erased layer on a bare pooled
+    //    connection, and the typed wrappers in an Autocommit. Not one wrong, not one failed.
+    let pool = store.pool().clone();
+    let (right, wrong, failed) = crossing_load(move |k, round| {
+        let pool = pool.clone();
+        async move {
+            let sql = format!("SELECT $1::bigint * 1000 + {k}");
+            if k % 2 == 0 {
+                let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+                let rows = Postgres::fetch(
+                    &mut *conn,
+                    &sql,
+                    &[Value::I64(round)],
+                    &[oncely_sql::Column::I64],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                Ok(rows[0][0].i64())
+            } else {
+                let mut conn = oncely_sql::Autocommit::begin(&pool)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let got = oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql))
+                    .bind(round)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                conn.commit().await.map_err(|e| e.to_string())?;
+                Ok(got)
+            }
+        }
+    })
+    .await;
+    eprintln!("oncely through PgBouncer: {right} right, {wrong} wrong, {failed} failed");
+    assert_eq!((right, wrong, failed), (CLIENTS * ROUNDS, 0, 0));
+
+    // 5. The store conformance suite (claims, duplicates, conflicts, crashes after every
+    //    step, concurrent copies, bad input, dead letters), effects counted from the ledger.
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&pg_url())
+        .await
+        .unwrap();
+    let harness = BouncedHarness {
+        databases: Mutex::new(vec![]),
+        admin: admin.clone(),
+    };
+    oncely_testkit::exercise_with(
+        &harness,
+        ExerciseOptions {
+            crash_seeds: 4,
+            crash_messages: 60,
+        },
+    )
+    .await;
+    let created = harness.databases.lock().unwrap().clone();
+    for name in created {
+        let _ = sqlx::raw_sql(AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&admin)
+        .await;
+    }
+}
