@@ -127,3 +127,50 @@ async fn amqp_sigkill_crash_10k() {
     .await;
     report.assert_exact("amqp SIGKILL crash test");
 }
+
+/// PostgreSQL behind PgBouncer in transaction pooling mode (the test-owned one of
+/// scripts/pgbouncer.sh, found by the store itself from the plain URL): RabbitMQ, a consumer
+/// with 8 deliveries in flight SIGKILLed 6 times, then clean runs; effects counted from the
+/// ledger against the published unique ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_sigkill_crash_through_pgbouncer() {
+    let test = "amqp_sigkill_crash_through_pgbouncer";
+    let bouncer = oncely_testkit::services::pgbouncer_url();
+    if !up(test) || !available(test, "PgBouncer (scripts/pgbouncer.sh start)", &bouncer) {
+        return;
+    }
+    let queue = unique("crash_bouncer");
+    let url = url(&queue);
+    let workload = Workload::new(&queue, 5_000, 0.2, 5, 7);
+    oncely_amqp::publish(&url, &workload.messages)
+        .await
+        .expect("publish");
+    let schema = queue.clone();
+    let db = Db::open(&bouncer, Some(&schema)).await.expect("db");
+    let args: Vec<String> = [
+        "--source",
+        &url,
+        "--consumer",
+        "crash",
+        "--store",
+        &bouncer,
+        "--schema",
+        &schema,
+        "--concurrency",
+        "8",
+        "--idle-exit",
+        "3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (report, _) = crash_loop(
+        env!("CARGO_BIN_EXE_oncely-broker-consumer"),
+        &args,
+        &db,
+        &workload,
+        6,
+    )
+    .await;
+    report.assert_exact("amqp SIGKILL crash test through PgBouncer");
+}

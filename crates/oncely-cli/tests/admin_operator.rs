@@ -12,7 +12,7 @@
 //! replay applies nothing. Counted from the demo's ledger (rows vs distinct ids).
 
 mod admin_support;
-use admin_support::{Target, mysql_url, n, pg_url};
+use admin_support::{Target, mysql_url, n, pg_url, pgbouncer_url};
 
 async fn ledger(t: &Target) -> (i64, i64) {
     let ledger = t.table("demo_ledger");
@@ -79,6 +79,18 @@ async fn operator_sequence_on_postgres() {
         return;
     };
     let t = Target::server(url, "opseq");
+    sequence(&t).await;
+    t.cleanup().await;
+}
+
+/// Through PgBouncer in transaction pooling mode, with the plain URL: the demo (its
+/// migrations and consumer), `dlq replay`, `prune` (its single-run lock) and `dlq replay`.
+#[tokio::test]
+async fn operator_sequence_through_pgbouncer() {
+    let Some(url) = pgbouncer_url("operator_sequence_through_pgbouncer").await else {
+        return;
+    };
+    let t = Target::server(url, "opseq_bouncer");
     sequence(&t).await;
     t.cleanup().await;
 }

@@ -105,6 +105,34 @@ fn demo_on_postgres_applies_each_message_once() {
     );
 }
 
+/// Through PgBouncer in transaction pooling mode with the plain URL (the pooler is found at
+/// connect), one message at a time and in groups: 10,000 messages each, 0 double, 0 lost.
+#[test]
+fn demo_through_pgbouncer_applies_each_message_once() {
+    let (test, url) = (
+        "demo_through_pgbouncer_applies_each_message_once",
+        services::pgbouncer_url(),
+    );
+    if !services::available_blocking(test, "PgBouncer (scripts/pgbouncer.sh start)", &url) {
+        return;
+    }
+    for group in ["1", "32"] {
+        let schema = format!("oncely_demo_bouncer_g{group}");
+        let args = [
+            "--messages",
+            "10000",
+            "--group",
+            group,
+            "--store",
+            &url,
+            "--schema",
+            &schema,
+        ];
+        let (code, r) = demo(&args);
+        assert_exactly_once(code, &r);
+    }
+}
+
 #[test]
 fn demo_on_mariadb_applies_each_message_once() {
     server_demo(

@@ -1,5 +1,5 @@
-//! PostgreSQL behind a transaction pooler: PgBouncer with `pool_mode = transaction` (or
-//! `statement`), and the hosted poolers that behave like it (Supavisor, PgCat, RDS Proxy
+//! PostgreSQL behind a transaction pooler: PgBouncer with `pool_mode = transaction`, and the
+//! hosted poolers that behave like it (Supavisor, PgCat, RDS Proxy
 //! when it multiplexes).
 //!
 //! Such a pooler lends a server connection to a client for one transaction and then to
@@ -66,7 +66,7 @@ pub(crate) fn persistent() -> bool {
 pub(crate) enum PoolerOption {
     /// No option: check at connect.
     Detect,
-    /// `pooler=transaction` (or `statement`).
+    /// `pooler=transaction`.
     Transaction,
     /// `pooler=none` (or `session`): no transaction pooler; no check.
     None,
@@ -88,7 +88,12 @@ pub(crate) fn take_pooler_option(url: &str) -> Result<(String, PoolerOption)> {
         match pair.split_once('=') {
             Some(("pooler", value)) => {
                 option = match value {
-                    "transaction" | "statement" => PoolerOption::Transaction,
+                    "transaction" => PoolerOption::Transaction,
+                    "statement" => {
+                        return Err(Error::config(
+                            "pooler=statement: a claim and its effect must share one transaction, which statement pooling forbids; use pool_mode = transaction (pooler=transaction) or session",
+                        ));
+                    }
                     "none" | "session" => PoolerOption::None,
                     other => {
                         return Err(Error::config(format!(
@@ -335,5 +340,7 @@ mod tests {
         );
         let e = take_pooler_option("postgres://u@h/app?pooler=yes").unwrap_err();
         assert!(e.to_string().contains("pooler=transaction"), "{e}");
+        let e = take_pooler_option("postgres://u@h/app?pooler=statement").unwrap_err();
+        assert!(e.to_string().contains("one transaction"), "{e}");
     }
 }

@@ -19,8 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The test-owned PgBouncer (transaction pooling) in front of the machine's PostgreSQL.
 fn bouncer_url(database: &str) -> String {
-    let base = std::env::var("ONCELY_TEST_PGBOUNCER_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:16432/test".to_owned());
+    let base = services::pgbouncer_url();
     match base.rsplit_once('/') {
         Some((server, _)) => format!("{server}/{database}"),
         None => base,

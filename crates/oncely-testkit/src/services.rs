@@ -36,6 +36,12 @@ pub const PG_URL_VAR: &str = "ONCELY_TEST_PG_URL";
 /// Environment variable naming the test MariaDB / MySQL server.
 pub const MYSQL_URL_VAR: &str = "ONCELY_TEST_MYSQL_URL";
 
+/// The test PgBouncer (transaction pooling, `scripts/pgbouncer.sh`) in front of the test
+/// PostgreSQL, when [`PGBOUNCER_URL_VAR`] is unset.
+pub const DEFAULT_PGBOUNCER_URL: &str = "postgres://postgres@127.0.0.1:16432/test";
+/// The variable naming the test PgBouncer URL.
+pub const PGBOUNCER_URL_VAR: &str = "ONCELY_TEST_PGBOUNCER_URL";
+
 /// How long [`probe`] and [`probe_blocking`] wait for a TCP connection.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -76,6 +82,16 @@ pub fn pg_url() -> String {
 /// ```
 pub fn mysql_url() -> String {
     url_or(std::env::var(MYSQL_URL_VAR).ok(), DEFAULT_MYSQL_URL)
+}
+
+/// The test PgBouncer URL: env `ONCELY_TEST_PGBOUNCER_URL`, else [`DEFAULT_PGBOUNCER_URL`].
+///
+/// ```
+/// let url = oncely_testkit::services::pgbouncer_url();
+/// assert!(url.starts_with("postgres"));
+/// ```
+pub fn pgbouncer_url() -> String {
+    url_or(std::env::var(PGBOUNCER_URL_VAR).ok(), DEFAULT_PGBOUNCER_URL)
 }
 
 fn url_or(set: Option<String>, default: &str) -> String {

@@ -54,6 +54,17 @@ pub async fn pg_url(test: &str) -> Option<String> {
     }
 }
 
+/// The test PgBouncer's URL ([`services::pgbouncer_url`], transaction pooling,
+/// `scripts/pgbouncer.sh`), or None (after the SKIPPED banner; a failure under CI).
+pub async fn pgbouncer_url(test: &str) -> Option<String> {
+    let url = services::pgbouncer_url();
+    if let Err(why) = services::probe(&url).await {
+        services::unavailable(test, "PgBouncer (scripts/pgbouncer.sh start)", &why);
+        return None;
+    }
+    Some(url)
+}
+
 /// The MariaDB/MySQL URL ([`services::mysql_url`]), or None (after the SKIPPED banner).
 pub async fn mysql_url(test: &str) -> Option<String> {
     let url = services::mysql_url();
@@ -171,12 +182,14 @@ impl Target {
 
     /// Runs one scalar SQL query (an i64) against the target.
     pub async fn scalar(&self, sql: &str) -> i64 {
-        use oncely_sql::sqlx::{self, AssertSqlSafe};
+        use oncely_sql::sqlx::AssertSqlSafe;
         let (pool, sql) = (self.pool().await, sql.to_owned());
-        let n = oncely_sql::with_pool!(&pool, p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
-            .fetch_one(p)
+        // An unnamed statement in a transaction of its own behind a pooler.
+        let n = oncely_sql::with_autocommit!(&pool, c => oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql))
+            .fetch_one(&mut *c)
             .await
-            .unwrap());
+            .unwrap())
+        .unwrap();
         pool.close().await;
         n
     }

@@ -50,24 +50,30 @@ pub async fn sqlite() -> (SqliteStore, tempfile::TempDir) {
 
 /// A PostgreSQL store in a fresh schema, or `None` (SKIPPED) without a server.
 pub async fn postgres(test: &str) -> Option<PgStore> {
+    postgres_at(test, &pg_url(), "PostgreSQL").await
+}
+
+/// [`postgres`] through the server at `url` (named `server` in messages), e.g. the test
+/// PgBouncer.
+pub async fn postgres_at(test: &str, url: &str, server: &str) -> Option<PgStore> {
     let tables = Tables::default().with_schema(&unique(test)).unwrap();
     let options = oncely_sql::ConnectOptions {
         tables,
         max_connections: 12,
         ..Default::default()
     };
-    if let Err(why) = oncely_testkit::services::probe(&pg_url()).await {
-        return missing("PostgreSQL", test, &why);
+    if let Err(why) = oncely_testkit::services::probe(url).await {
+        return missing(server, test, &why);
     }
     let store = match tokio::time::timeout(
         Duration::from_secs(10),
-        PgStore::connect_with(&pg_url(), &options),
+        PgStore::connect_with(url, &options),
     )
     .await
     {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return missing("PostgreSQL", test, &e),
-        Err(e) => return missing("PostgreSQL", test, &e),
+        Ok(Err(e)) => return missing(server, test, &e),
+        Err(e) => return missing(server, test, &e),
     };
     store.migrate().await.unwrap();
     oncely_effects::migrate(store.pool(), store.tables())
