@@ -106,6 +106,7 @@ impl PgStore {
                 .map_err(|e| db("checking for a connection pooler", e))?,
         };
         if behind {
+            crate::pooler::require_transactions(&pool).await?;
             crate::pooler::mark_transaction_pooler();
         }
         // Portable mode when forced, behind a transaction pooler, or when the server is a

@@ -56,6 +56,23 @@ pub(crate) fn mark_transaction_pooler() {
     }
 }
 
+/// Checks that the pooler lets a transaction span statements: PgBouncer's
+/// `pool_mode = statement` refuses every `BEGIN`, and a claim must share a transaction with
+/// its effect. A configuration error that names the setting.
+pub(crate) async fn require_transactions<DB: Database>(pool: &Pool<DB>) -> Result<()> {
+    let refused = |e: sqlx::Error| {
+        if e.to_string().contains("statement pooling") {
+            Error::config(format!(
+                "the connection pooler runs in statement mode (PgBouncer pool_mode = statement: {e}); oncely needs a transaction per claim and its effect: set pool_mode = transaction (or session)"
+            ))
+        } else {
+            crate::db("beginning a transaction through the pooler", e)
+        }
+    };
+    let tx = pool.begin().await.map_err(refused)?;
+    tx.commit().await.map_err(refused)
+}
+
 /// Whether statements may be prepared by name and cached (not behind a transaction pooler).
 pub(crate) fn persistent() -> bool {
     !behind_transaction_pooler()
