@@ -15,7 +15,8 @@ pub struct AmqpProducer {
 }
 
 impl AmqpProducer {
-    /// Connects and declares `queue` (durable, `x-queue-type` = `queue_type`, normally `quorum`).
+    /// Connects and attaches to `queue`, declaring it (durable, `x-queue-type` = `queue_type`,
+    /// normally `quorum`) only when it does not exist yet.
     pub async fn connect(url: &str, queue: &str, queue_type: &str) -> Result<Self> {
         let connection = Connection::connect(
             url,
@@ -31,7 +32,7 @@ impl AmqpProducer {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| amqp_err("confirm.select", e))?;
-        declare_queue(&channel, queue, queue_type).await?;
+        declare_queue(&connection, &channel, queue, queue_type).await?;
         Ok(Self {
             _connection: connection,
             channel,

@@ -150,7 +150,7 @@ async fn open(url: &str, options: &AmqpOptions) -> Result<Live> {
         .await
         .map_err(|e| amqp_err("basic.qos", e))?;
     if options.declare {
-        declare_queue(&channel, &options.queue, &options.queue_type).await?;
+        declare_queue(&connection, &channel, &options.queue, &options.queue_type).await?;
     }
     let consumer = channel
         .basic_consume(
@@ -168,8 +168,36 @@ async fn open(url: &str, options: &AmqpOptions) -> Result<Live> {
     })
 }
 
-/// Declares a durable queue of type `queue_type` (idempotent).
-pub(crate) async fn declare_queue(channel: &Channel, queue: &str, queue_type: &str) -> Result<()> {
+/// Attaches to `queue` if it exists, whatever its arguments (a passive `queue.declare` on a
+/// channel of its own: the broker closes a channel whose passive declare finds nothing);
+/// otherwise declares it durable with `x-queue-type` = `queue_type`. A queue someone else
+/// declared (classic, other arguments) is used as it is, never redeclared.
+pub(crate) async fn declare_queue(
+    connection: &Connection,
+    channel: &Channel,
+    queue: &str,
+    queue_type: &str,
+) -> Result<()> {
+    let probe = connection
+        .create_channel()
+        .await
+        .map_err(|e| amqp_err("open channel", e))?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    match probe
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await
+    {
+        Ok(_) => {
+            let _ = probe.close(200, "OK".into()).await;
+            info!(queue, "RabbitMQ: queue exists; attached to it as declared");
+            return Ok(());
+        }
+        Err(e) if not_found(&e) => {}
+        Err(e) => return Err(amqp_err("queue.declare (passive)", e)),
+    }
     let mut args = FieldTable::default();
     args.insert(
         "x-queue-type".into(),
@@ -186,7 +214,13 @@ pub(crate) async fn declare_queue(channel: &Channel, queue: &str, queue_type: &s
         )
         .await
         .map_err(|e| amqp_err("queue.declare", e))?;
+    info!(queue, queue_type, "RabbitMQ: declared the queue (durable)");
     Ok(())
+}
+
+/// Whether the broker answered 404 NOT_FOUND (the passive declare found no queue).
+fn not_found(e: &lapin::Error) -> bool {
+    e.to_string().contains("NOT_FOUND")
 }
 
 impl Source for AmqpSource {
