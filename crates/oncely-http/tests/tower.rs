@@ -6,7 +6,7 @@ mod common;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use oncely_http::{IdempotencyLayer, IdempotentTx};
+use oncely_http::{IdempotencyLayer, IdempotentTx, Scope};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -57,7 +57,8 @@ fn request(key: &str) -> Request<Full<Bytes>> {
 async fn a_plain_tower_stack_replays() {
     let db = common::sqlite().await;
     let table = oncely_http::demo::orders_table(db.store.tables());
-    let mut service = IdempotencyLayer::new(db.store.clone()).layer(Handler { table });
+    let mut service =
+        IdempotencyLayer::new(db.store.clone(), Scope::global()).layer(Handler { table });
     let first = service.call(request("pen-1")).await.unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
     assert!(!first.headers().contains_key("idempotent-replayed"));

@@ -119,12 +119,26 @@ pub async fn serve(app: axum::Router) -> String {
     format!("http://{addr}")
 }
 
-/// `POST {base}/orders` with an optional key and a JSON body.
+/// `POST {base}/orders` as alice (`Authorization: Bearer alice`) with an optional key and a
+/// JSON body.
 pub async fn post(base: &str, key: Option<&str>, body: &str) -> reqwest::Response {
+    post_as(base, Some("Bearer alice"), key, body).await
+}
+
+/// `POST {base}/orders` with an optional `Authorization`, an optional key and a JSON body.
+pub async fn post_as(
+    base: &str,
+    auth: Option<&str>,
+    key: Option<&str>,
+    body: &str,
+) -> reqwest::Response {
     let mut req = reqwest::Client::new()
         .post(format!("{base}/orders"))
         .header("content-type", "application/json")
         .body(body.to_owned());
+    if let Some(auth) = auth {
+        req = req.header("authorization", auth);
+    }
     if let Some(key) = key {
         req = req.header("idempotency-key", format!("\"{key}\""));
     }
