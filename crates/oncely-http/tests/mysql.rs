@@ -93,3 +93,12 @@ async fn mysql_which_answers_are_stored() {
     };
     suite::which_answers_are_stored(db).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_migration_keeps_old_keys_global() {
+    let db = match common::mysql("mysql_migration_keeps_old_keys_global").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::migration_keeps_old_keys_global(db).await;
+}

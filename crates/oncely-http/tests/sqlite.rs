@@ -63,3 +63,9 @@ async fn sqlite_which_answers_are_stored() {
     let db = common::sqlite().await;
     suite::which_answers_are_stored(db).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_migration_keeps_old_keys_global() {
+    let db = common::sqlite().await;
+    suite::migration_keeps_old_keys_global(db).await;
+}

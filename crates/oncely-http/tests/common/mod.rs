@@ -31,6 +31,8 @@ pub fn unique(test: &str) -> String {
 /// A store with the demo's tables, and what to clean up afterwards.
 pub struct Db {
     pub store: AnyStore,
+    /// The URL the store was opened with.
+    pub url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -49,7 +51,11 @@ impl Db {
             .await
             .map_err(|e| oncely_core::Error::unavailable(e.to_string()))??;
         oncely_http::demo::setup(&store).await.expect("setup");
-        Ok(Self { store, _dir: dir })
+        Ok(Self {
+            store,
+            url: url.to_owned(),
+            _dir: dir,
+        })
     }
 
     /// Rows of the table `name` (qualified), counted by the database.

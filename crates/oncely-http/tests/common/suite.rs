@@ -660,3 +660,118 @@ pub async fn which_answers_are_stored(db: Db) {
     );
     db.drop().await;
 }
+
+/// Migration `http` 2 on a key table of version 1 holding rows: the rows get the global scope
+/// `''` (a `Scope::global()` layer still replays them, a scoped layer sees a fresh key), the
+/// primary key becomes (scope, key) (the same key twice, in two scopes), and `prune_expired`
+/// still deletes exactly the expired rows. Run on a second set of tables (`legacy_` prefix)
+/// in the test's database.
+pub async fn migration_keeps_old_keys_global(db: Db) {
+    use oncely_sql::{AnyStore, Column, ConnectOptions, Dialect, MigrationSet, Value, with_store};
+    let tables = db.store.tables().clone().with_prefix("legacy_").unwrap();
+    let options = ConnectOptions {
+        tables: tables.clone(),
+        ..Default::default()
+    };
+    let old = AnyStore::connect(&db.url, &options).await.unwrap();
+    let m = &oncely_http::MIGRATIONS;
+    let v1 = MigrationSet::new("http")
+        .sqlite(&m.migrations(Dialect::Sqlite)[..1])
+        .postgres(&m.migrations(Dialect::Postgres)[..1])
+        .mysql(&m.migrations(Dialect::MySql)[..1]);
+    let applied = with_store!(&old, s => s.migrate_with(&[&v1]).await).unwrap();
+    assert_eq!(applied, 1, "version 1 only");
+    let mut json = http::HeaderMap::new();
+    json.insert("content-type", "application/json".parse().unwrap());
+    let print = oncely_http::fingerprint(
+        &http::Method::POST,
+        &"/orders".parse().unwrap(),
+        &json,
+        &[http::HeaderName::from_static("content-type")],
+        BOOK.as_bytes(),
+    );
+    let keys = tables.table("http_keys");
+    let insert = format!(
+        "INSERT INTO {keys} (idem_key, fingerprint, owner, status, headers, body, created_at, expires_at) \
+         VALUES ($1, $2, 'old-owner', 201, '[[\"content-type\",\"application/json\"]]', $3, 0, $4)"
+    );
+    let mut tx = old.begin().await.unwrap();
+    for (key, expires) in [("legacy-1", i64::MAX / 2), ("legacy-old", 1)] {
+        let args = [
+            key.into(),
+            print.as_str().into(),
+            Value::Bytes(br#"{"legacy":true}"#.to_vec()),
+            expires.into(),
+        ];
+        tx.execute(&insert, &args).await.unwrap();
+    }
+    old.commit(tx).await.unwrap();
+    assert_eq!(
+        oncely_http::migrate(&old).await.unwrap(),
+        1,
+        "version 2 ran"
+    );
+    oncely_http::demo::setup(&old).await.unwrap();
+    let scope_rows = |sql: String| {
+        let old = old.clone();
+        async move {
+            let mut tx = old.begin().await.unwrap();
+            let rows = tx
+                .fetch(&sql, &[], &[Column::Text, Column::Text])
+                .await
+                .unwrap();
+            old.rollback(tx).await.unwrap();
+            rows.into_iter()
+                .map(|r| (r[0].text(), r[1].text()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let d = old.dialect();
+    let list = format!(
+        "SELECT {}, {} FROM {keys} ORDER BY idem_key, scope",
+        d.text("scope"),
+        d.text("idem_key")
+    );
+    assert_eq!(
+        scope_rows(list.clone()).await,
+        [
+            (String::new(), "legacy-1".to_owned()),
+            (String::new(), "legacy-old".to_owned())
+        ],
+        "existing rows are global"
+    );
+    let global = IdempotencyLayer::new(old.clone(), oncely_http::Scope::global())
+        .require_key(true)
+        .fingerprint_headers(["content-type"]);
+    let base = serve(router(Orders::new(old.clone()), global)).await;
+    let replay = post(&base, Some("legacy-1"), BOOK).await;
+    assert_eq!(replay.status(), StatusCode::CREATED);
+    assert!(replayed(&replay), "a global layer replays the old row");
+    assert_eq!(replay.text().await.unwrap(), r#"{"legacy":true}"#);
+    let scoped = serve(router(
+        Orders::new(old.clone()),
+        oncely_http::demo::layer(old.clone()),
+    ))
+    .await;
+    let fresh = post(&scoped, Some("legacy-1"), BOOK).await;
+    assert_eq!(fresh.status(), StatusCode::CREATED);
+    assert!(!replayed(&fresh), "in alice's scope the key is fresh");
+    assert_eq!(
+        scope_rows(list.clone()).await,
+        [
+            (String::new(), "legacy-1".to_owned()),
+            (scope_of("alice"), "legacy-1".to_owned()),
+            (String::new(), "legacy-old".to_owned())
+        ],
+        "one key in two scopes"
+    );
+    let (pool, t) = (old.pool(), old.tables().clone());
+    assert_eq!(oncely_http::prune_expired(&pool, &t, 10).await.unwrap(), 1);
+    assert_eq!(oncely_http::prune_expired(&pool, &t, 10).await.unwrap(), 0);
+    assert_eq!(
+        scope_rows(list).await.len(),
+        2,
+        "only the expired row was pruned"
+    );
+    db.drop().await;
+}
