@@ -35,6 +35,15 @@ pub(crate) enum Reserved {
     Mismatch,
 }
 
+/// One request's key row: its scope, its key, and the random owner that tells whether this
+/// request inserted it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row<'a> {
+    pub scope: &'a str,
+    pub key: &'a str,
+    pub owner: &'a str,
+}
+
 /// The key row operations of one table.
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
@@ -51,18 +60,17 @@ impl Keys {
         }
     }
 
-    /// Reserves `key` for a request with `fingerprint` inside `tx`, waiting at most `wait`
-    /// for a running request with the same key (then a transient error: 409).
+    /// Reserves `row` for a request with `fingerprint` inside `tx`, waiting at most `wait`
+    /// for a running request with the same scope and key (then a transient error: 409).
     pub(crate) async fn reserve(
         &self,
         tx: &mut AnyTx,
-        scope: &str,
-        key: &str,
+        row: Row<'_>,
         fingerprint: &str,
-        owner: &str,
         ttl: Duration,
         wait: Duration,
     ) -> Result<Reserved> {
+        let Row { scope, key, owner } = row;
         let d = tx.dialect();
         let now = now_ms();
         let expires = now.saturating_add(ttl.as_millis() as i64);
@@ -149,15 +157,14 @@ impl Keys {
         }))
     }
 
-    /// Stores the response in the row `owner` reserved (same transaction).
+    /// Stores the response in the row this request reserved (same transaction).
     pub(crate) async fn complete(
         &self,
         tx: &mut AnyTx,
-        scope: &str,
-        key: &str,
-        owner: &str,
+        row: Row<'_>,
         stored: &Stored,
     ) -> Result<()> {
+        let Row { scope, key, owner } = row;
         let update = format!(
             "UPDATE {} SET status = $1, headers = $2, body = $3 WHERE scope = $4 AND idem_key = $5 AND owner = $6",
             self.table

@@ -3,7 +3,7 @@
 use crate::answer::{OmitBody, Rejected};
 use crate::extract::{IdempotencyKey, IdempotentTx};
 use crate::key::{BODY_OMITTED, REPLAYED, fingerprint, parse_key};
-use crate::keys::{Reserved, Stored};
+use crate::keys::{Reserved, Row, Stored};
 use crate::layer::Config;
 use crate::problem::Problem;
 use bytes::Bytes;
@@ -159,10 +159,12 @@ where
             .keys
             .reserve(
                 &mut tx,
-                scope.as_str(),
-                key.as_str(),
+                Row {
+                    scope: scope.as_str(),
+                    key: key.as_str(),
+                    owner: &owner,
+                },
                 &print,
-                &owner,
                 config.ttl,
                 config.in_flight_wait,
             )
@@ -253,7 +255,15 @@ where
         };
         let completed = config
             .keys
-            .complete(&mut tx, scope.as_str(), key.as_str(), &owner, &stored)
+            .complete(
+                &mut tx,
+                Row {
+                    scope: scope.as_str(),
+                    key: key.as_str(),
+                    owner: &owner,
+                },
+                &stored,
+            )
             .await;
         if let Err(e) = completed {
             return Ok(store_failed(&config, Some(tx), e).await);
