@@ -26,7 +26,7 @@ use oncely_core::{
     Source,
 };
 use oncely_effects::{OutboxMessage, Outgoing, Publisher, Relay};
-use oncely_http::{IdempotencyLayer, demo};
+use oncely_http::demo;
 use oncely_sql::{AnyStore, SqliteStore};
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -358,6 +358,7 @@ async fn post_order(base: &str, key: &str, traceparent: &str) -> reqwest::Respon
     reqwest::Client::new()
         .post(format!("{base}/orders"))
         .header("content-type", "application/json")
+        .header("authorization", "Bearer trace-test")
         .header("idempotency-key", key)
         .header(TRACEPARENT, traceparent)
         .body(r#"{"item":"book","quantity":2}"#)
@@ -391,10 +392,7 @@ async fn http_request_outbox_rabbitmq_consumer_is_one_trace() {
     let (store, _dir) = sqlite().await;
     let any = AnyStore::Sqlite(store.clone());
     oncely_http::demo::setup(&any).await.expect("demo tables");
-    let app = demo::router(
-        demo::Orders::new(any.clone()),
-        IdempotencyLayer::new(any).require_key(true),
-    );
+    let app = demo::router(demo::Orders::new(any.clone()), demo::layer(any));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

@@ -2,8 +2,7 @@
 //! served on `--addr` until Ctrl-C.
 
 use anyhow::{Context, Result};
-use oncely_http::IdempotencyLayer;
-use oncely_http::demo::{Orders, router, setup};
+use oncely_http::demo::{Orders, layer, router, setup};
 use oncely_sql::{AnyStore, ConnectOptions, Dialect, Tables, redact_url};
 use std::time::Duration;
 
@@ -52,11 +51,7 @@ pub async fn run(args: HttpDemoArgs) -> Result<bool> {
     };
     let store = AnyStore::connect(&url, &options).await?;
     setup(&store).await?;
-    let layer = IdempotencyLayer::new(store.clone())
-        .require_key(true)
-        .fingerprint_headers(["content-type"])
-        .replay_headers(["content-type", "location"])
-        .ttl(args.ttl);
+    let layer = layer(store.clone()).ttl(args.ttl);
     let orders =
         Orders::new(store.clone()).handler_delay(Duration::from_millis(args.handler_delay_ms));
     let app = router(orders, layer);
@@ -69,7 +64,7 @@ pub async fn run(args: HttpDemoArgs) -> Result<bool> {
         redact_url(&url)
     );
     println!(
-        "  POST /orders  (Idempotency-Key required; JSON {{\"item\":\"book\",\"quantity\":2}})"
+        "  POST /orders  (Authorization and Idempotency-Key required; keys belong to the Authorization value; JSON {{\"item\":\"book\",\"quantity\":2}})"
     );
     println!("  GET  /orders/{{id}}");
     axum::serve(listener, app)

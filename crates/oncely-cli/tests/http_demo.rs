@@ -95,13 +95,25 @@ impl Server {
 }
 
 async fn post(base: &str, key: &str, body: &str) -> reqwest::Result<reqwest::Response> {
-    reqwest::Client::new()
+    post_as(base, Some("Bearer alice"), key, body).await
+}
+
+/// `POST /orders` with an optional `Authorization` (the demo scopes keys by it).
+async fn post_as(
+    base: &str,
+    auth: Option<&str>,
+    key: &str,
+    body: &str,
+) -> reqwest::Result<reqwest::Response> {
+    let mut req = reqwest::Client::new()
         .post(format!("{base}/orders"))
         .header("content-type", "application/json")
         .header("idempotency-key", key)
-        .body(body.to_owned())
-        .send()
-        .await
+        .body(body.to_owned());
+    if let Some(auth) = auth {
+        req = req.header("authorization", auth);
+    }
+    req.send().await
 }
 
 fn replayed(r: &reqwest::Response) -> bool {
@@ -171,6 +183,28 @@ async fn killed_mid_request_then_retried(url: &str, schema: &str) {
     .unwrap();
     assert_eq!(reused.status(), 422);
     assert_eq!(counts(&store).await, (1, 1, 1), "exactly one order");
+    // Keys belong to the Authorization value: bob's same key and body is bob's own order.
+    let bob = post_as(&server.base, Some("Bearer bob"), "order-crash", BOOK)
+        .await
+        .unwrap();
+    assert_eq!(bob.status(), 201);
+    assert!(!replayed(&bob), "alice's response is not bob's");
+    let bob_body = bob.text().await.unwrap();
+    assert_ne!(bob_body, body);
+    let bob_again = post_as(&server.base, Some("Bearer bob"), "order-crash", BOOK)
+        .await
+        .unwrap();
+    assert!(replayed(&bob_again));
+    assert_eq!(bob_again.text().await.unwrap(), bob_body);
+    let anonymous = post_as(&server.base, None, "order-crash", BOOK)
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert_eq!(
+        anonymous.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert_eq!(counts(&store).await, (2, 2, 2), "one order per client");
     server.kill();
     if let Some(schema) = store.tables().schema() {
         let sql = match store.dialect() {

@@ -116,3 +116,43 @@ async fn partitioned_over_a_regular_inbox_is_refused_clearly() {
     );
     t.cleanup().await;
 }
+
+/// `--with http` over a key table of `http` version 1 that holds a key: version 2 adds the
+/// scope (the old key gets the global scope `''`) and the primary key (scope, idem_key).
+#[tokio::test]
+async fn with_http_migrates_old_keys_to_the_global_scope() {
+    use oncely_sql::{AnyStore, Dialect, MigrationSet};
+    let t = Target::sqlite();
+    let store = AnyStore::connect(&t.url, &Default::default())
+        .await
+        .unwrap();
+    let v1 =
+        MigrationSet::new("http").sqlite(&oncely_http::MIGRATIONS.migrations(Dialect::Sqlite)[..1]);
+    let applied = oncely_sql::with_store!(&store, s => s.migrate_with(&[&v1]).await).unwrap();
+    assert_eq!(applied, 1);
+    let keys = t.tables().table("http_keys");
+    let mut tx = oncely_core::Store::begin(&store).await.unwrap();
+    tx.execute(
+        &format!(
+            "INSERT INTO {keys} (idem_key, fingerprint, owner, status, headers, body, created_at, expires_at) \
+             VALUES ('old-key', 'f', 'o', 201, '[]', x'', 0, 1)"
+        ),
+        &[],
+    )
+    .await
+    .unwrap();
+    oncely_core::Store::commit(&store, tx).await.unwrap();
+    let (code, out, err) = migrate(&t, &["--with", "http"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("3 migration(s) applied"),
+        "inbox 1, 2 and http 2: {out}"
+    );
+    let global = format!("SELECT COUNT(*) FROM {keys} WHERE scope = '' AND idem_key = 'old-key'");
+    assert_eq!(t.scalar(&global).await, 1, "the old key is global");
+    let pk = format!("SELECT COUNT(*) FROM pragma_table_info('{keys}') WHERE pk > 0");
+    assert_eq!(t.scalar(&pk).await, 2, "primary key (scope, idem_key)");
+    let (code, out, _) = migrate(&t, &["--with", "http"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("0 migration(s) applied"), "{out}");
+}

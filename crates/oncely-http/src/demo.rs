@@ -1,19 +1,22 @@
 //! The orders app of `oncely http-demo`: `POST /orders` creates an order row and an outbox
 //! message in the transaction the layer reserved the key in; `GET /orders/{id}` reads one.
+//! Every request needs an `Authorization` header (any value: the demo authenticates no one),
+//! and keys are scoped by it: `Bearer alice` and `Bearer bob` never share a key. Without it
+//! the answer is 401, `application/problem+json`.
 //!
 //! ```no_run
 //! # async fn f() -> oncely_core::Result<()> {
-//! use oncely_http::{IdempotencyLayer, demo};
+//! use oncely_http::demo;
 //! let store = oncely_sql::AnyStore::connect("sqlite:demo.db", &Default::default()).await?;
 //! demo::setup(&store).await?;
-//! let layer = IdempotencyLayer::new(store.clone()).require_key(true);
-//! let app = demo::router(demo::Orders::new(store), layer);
+//! let app = demo::router(demo::Orders::new(store.clone()), demo::layer(store));
 //! # Ok(()) }
 //! ```
 
-use crate::{IdempotencyLayer, IdempotentTx, TxError};
-use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use crate::{IdempotencyLayer, IdempotentTx, Scope, TxError};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -85,12 +88,47 @@ impl Orders {
     }
 }
 
-/// `POST /orders` behind `layer`, `GET /orders/{id}`.
+/// The demo's layer on `store`: keys scoped by the `Authorization` header (hashed), required,
+/// `content-type` fingerprinted, `content-type` and `location` replayed.
+pub fn layer(store: AnyStore) -> IdempotencyLayer {
+    IdempotencyLayer::new(store, Scope::header("authorization"))
+        .require_key(true)
+        .fingerprint_headers(["content-type"])
+        .replay_headers(["content-type", "location"])
+}
+
+/// `POST /orders` behind `layer`, `GET /orders/{id}`; both answer 401 without an
+/// `Authorization` header.
 pub fn router(app: Orders, layer: IdempotencyLayer) -> Router {
     Router::new()
         .route("/orders", post(create).layer(layer))
         .route("/orders/{id}", get(show))
+        .layer(middleware::from_fn(authenticated))
         .with_state(app)
+}
+
+/// The demo's stand-in for an auth layer: a request needs an `Authorization` header.
+async fn authenticated(req: Request, next: Next) -> Response {
+    if req.headers().contains_key(header::AUTHORIZATION) {
+        return next.run(req).await;
+    }
+    let body = serde_json::json!({
+        "type": "urn:oncely:http:demo-unauthorized",
+        "title": "Authorization is missing",
+        "status": 401,
+        "detail": "send an Authorization header (any value, e.g. `Bearer alice`): Idempotency-Keys belong to it",
+    });
+    let mut response = (StatusCode::UNAUTHORIZED, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"oncely-http-demo\""),
+    );
+    response
 }
 
 async fn create(

@@ -9,6 +9,7 @@ use oncely_core::MessageId;
 use oncely_sql::AnyTx;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// The transaction in which the layer reserved the request's key: write the request's effects
@@ -28,8 +29,15 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 ///     Ok("reserved")
 /// }
 /// ```
+///
+/// Whether the handler locked it matters: a 4xx answered without ever locking the transaction
+/// (an extractor rejection, validation before any write) is not stored, so the key stays free
+/// for the corrected request ([`Rejected`](crate::Rejected) for 4xx answered later).
 #[derive(Clone)]
-pub struct IdempotentTx(Arc<Mutex<Option<AnyTx>>>);
+pub struct IdempotentTx {
+    tx: Arc<Mutex<Option<AnyTx>>>,
+    used: Arc<AtomicBool>,
+}
 
 impl std::fmt::Debug for IdempotentTx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,13 +94,17 @@ impl IntoResponse for TxError {
 
 impl IdempotentTx {
     pub(crate) fn new(tx: AnyTx) -> Self {
-        Self(Arc::new(Mutex::new(Some(tx))))
+        Self {
+            tx: Arc::new(Mutex::new(Some(tx))),
+            used: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// Waits for the transaction (one user at a time) and returns it; an error once the layer
     /// took it back (the response was already produced).
     pub async fn lock(&self) -> Result<TxGuard, TxError> {
-        let guard = self.0.clone().lock_owned().await;
+        self.used.store(true, Ordering::SeqCst);
+        let guard = self.tx.clone().lock_owned().await;
         if guard.is_none() {
             return Err(TxError(oncely_core::Error::permanent(
                 "the idempotent transaction is finished: the response was already produced",
@@ -103,7 +115,12 @@ impl IdempotentTx {
 
     /// Takes the transaction back for the commit or the rollback.
     pub(crate) async fn take(&self) -> Option<AnyTx> {
-        self.0.lock().await.take()
+        self.tx.lock().await.take()
+    }
+
+    /// Whether the handler ever locked the transaction (it may have written).
+    pub(crate) fn used(&self) -> bool {
+        self.used.load(Ordering::SeqCst)
     }
 }
 

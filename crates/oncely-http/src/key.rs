@@ -10,6 +10,10 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The response header marking a replayed response (`Idempotent-Replayed: true`).
 pub const REPLAYED: &str = "idempotent-replayed";
 
+/// The response header of a replay whose body was not stored (`Idempotent-Body: omitted`):
+/// [`OmitBody`](crate::OmitBody), [`IdempotencyLayer::store_body`](crate::IdempotencyLayer::store_body).
+pub const BODY_OMITTED: &str = "idempotent-body";
+
 /// Why a request's key is unusable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyError {

@@ -8,6 +8,9 @@
 //! (PostgreSQL `lock_timeout`, MySQL `innodb_lock_wait_timeout`), and its expiry is answered
 //! 409. SQLite has one writer: the second request waits at `BEGIN IMMEDIATE` (busy timeout)
 //! and then finds the completed row.
+//!
+//! Every statement names the row by `(scope, idem_key)`, the primary key since migration 2: a
+//! key of another scope is another row, never read, never a conflict.
 
 use oncely_core::Result;
 use oncely_sql::{AnyTx, Column, Dialect, Tables, Value, now_ms};
@@ -32,13 +35,23 @@ pub(crate) enum Reserved {
     Mismatch,
 }
 
+/// One request's key row: its scope, its key, and the random owner that tells whether this
+/// request inserted it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row<'a> {
+    pub scope: &'a str,
+    pub key: &'a str,
+    pub owner: &'a str,
+}
+
 /// The key row operations of one table.
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
     table: String,
 }
 
-const COLS: &str = "idem_key, fingerprint, owner, status, headers, body, created_at, expires_at";
+const COLS: &str =
+    "scope, idem_key, fingerprint, owner, status, headers, body, created_at, expires_at";
 
 impl Keys {
     pub(crate) fn new(tables: &Tables) -> Self {
@@ -47,27 +60,28 @@ impl Keys {
         }
     }
 
-    /// Reserves `key` for a request with `fingerprint` inside `tx`, waiting at most `wait`
-    /// for a running request with the same key (then a transient error: 409).
+    /// Reserves `row` for a request with `fingerprint` inside `tx`, waiting at most `wait`
+    /// for a running request with the same scope and key (then a transient error: 409).
     pub(crate) async fn reserve(
         &self,
         tx: &mut AnyTx,
-        key: &str,
+        row: Row<'_>,
         fingerprint: &str,
-        owner: &str,
         ttl: Duration,
         wait: Duration,
     ) -> Result<Reserved> {
+        let Row { scope, key, owner } = row;
         let d = tx.dialect();
         let now = now_ms();
         let expires = now.saturating_add(ttl.as_millis() as i64);
         let insert = format!(
             "INSERT INTO {} ({COLS}) VALUES ({}) {}",
             self.table,
-            d.params(1, 8),
-            d.on_conflict_do_nothing("idem_key")
+            d.params(1, 9),
+            d.on_conflict_do_nothing("scope, idem_key")
         );
         let args: Vec<Value> = vec![
+            scope.into(),
             key.into(),
             fingerprint.into(),
             owner.into(),
@@ -93,7 +107,7 @@ impl Keys {
             " FOR UPDATE"
         };
         let select = format!(
-            "SELECT fingerprint, owner, status, headers, body, expires_at FROM {} WHERE idem_key = $1{lock}",
+            "SELECT fingerprint, owner, status, headers, body, expires_at FROM {} WHERE scope = $1 AND idem_key = $2{lock}",
             self.table
         );
         let cols = [
@@ -104,7 +118,10 @@ impl Keys {
             Column::Bytes,
             Column::I64,
         ];
-        let Some(row) = tx.fetch_optional(&select, &[key.into()], &cols).await? else {
+        let Some(row) = tx
+            .fetch_optional(&select, &[scope.into(), key.into()], &cols)
+            .await?
+        else {
             return Err(oncely_core::Error::transient(
                 "the idempotency key row vanished during its reservation",
             ));
@@ -115,15 +132,15 @@ impl Keys {
         if row[5].i64() <= now {
             // Expired and not pruned yet: the key is free again.
             let delete = format!(
-                "DELETE FROM {} WHERE idem_key = $1 AND owner = $2",
+                "DELETE FROM {} WHERE scope = $1 AND idem_key = $2 AND owner = $3",
                 self.table
             );
-            tx.execute(&delete, &[key.into(), row[1].text().into()])
+            tx.execute(&delete, &[scope.into(), key.into(), row[1].text().into()])
                 .await?;
             let plain = format!(
                 "INSERT INTO {} ({COLS}) VALUES ({})",
                 self.table,
-                d.params(1, 8)
+                d.params(1, 9)
             );
             tx.execute(&plain, &args).await?;
             return Ok(Reserved::Fresh);
@@ -140,16 +157,16 @@ impl Keys {
         }))
     }
 
-    /// Stores the response in the row `owner` reserved (same transaction).
+    /// Stores the response in the row this request reserved (same transaction).
     pub(crate) async fn complete(
         &self,
         tx: &mut AnyTx,
-        key: &str,
-        owner: &str,
+        row: Row<'_>,
         stored: &Stored,
     ) -> Result<()> {
+        let Row { scope, key, owner } = row;
         let update = format!(
-            "UPDATE {} SET status = $1, headers = $2, body = $3 WHERE idem_key = $4 AND owner = $5",
+            "UPDATE {} SET status = $1, headers = $2, body = $3 WHERE scope = $4 AND idem_key = $5 AND owner = $6",
             self.table
         );
         let headers = serde_json::to_string(&stored.headers).unwrap_or_else(|_| "[]".into());
@@ -160,6 +177,7 @@ impl Keys {
                     i64::from(stored.status).into(),
                     headers.into(),
                     Value::Bytes(stored.body.clone()),
+                    scope.into(),
                     key.into(),
                     owner.into(),
                 ],

@@ -1,6 +1,7 @@
 //! [`IdempotencyLayer`]: the configuration of one route (or method) and the tower `Layer`.
 
 use crate::keys::Keys;
+use crate::scope::Scope;
 use crate::service::IdempotencyService;
 use http::{HeaderName, Method};
 use oncely_sql::AnyStore;
@@ -12,6 +13,7 @@ use std::time::Duration;
 pub(crate) struct Config {
     pub store: AnyStore,
     pub keys: Keys,
+    pub scope: Scope,
     pub require_key: bool,
     pub methods: Vec<Method>,
     pub fingerprint_headers: Vec<HeaderName>,
@@ -21,21 +23,24 @@ pub(crate) struct Config {
     pub retry_after: Duration,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
+    pub store_body: bool,
 }
 
 /// A tower [`Layer`](tower_layer::Layer) answering retried requests from stored responses,
-/// keyed by the `Idempotency-Key` header; apply it per route or per method (axum:
-/// `post(handler).layer(layer)`), each with its own settings.
+/// keyed by the request's [`Scope`] and its `Idempotency-Key` header; apply it per route or
+/// per method (axum: `post(handler).layer(layer)`), each with its own settings.
 ///
 /// Defaults: key optional, methods `POST` and `PATCH` (others pass through untouched), no
 /// fingerprinted headers beyond method, path and body, replayed headers `content-type` and
-/// `location`, TTL 24 hours, in-flight wait 1 s (then 409), `Retry-After: 1`, request and
-/// response bodies up to 1 MiB.
+/// `location`, bodies stored, TTL 24 hours, in-flight wait 1 s (then 409), `Retry-After: 1`,
+/// request and response bodies up to 1 MiB. The scope has no default: it is an argument of
+/// [`IdempotencyLayer::new`].
 ///
 /// ```no_run
 /// # async fn f(store: oncely_sql::AnyStore) {
+/// use oncely_http::{IdempotencyLayer, Scope};
 /// use std::time::Duration;
-/// let layer = oncely_http::IdempotencyLayer::new(store)
+/// let layer = IdempotencyLayer::new(store, Scope::header("authorization"))
 ///     .require_key(true)
 ///     .fingerprint_headers(["content-type"])
 ///     .replay_headers(["content-type", "location"])
@@ -52,6 +57,7 @@ impl std::fmt::Debug for IdempotencyLayer {
         let c = &self.config;
         f.debug_struct("IdempotencyLayer")
             .field("dialect", &c.store.dialect())
+            .field("scope", &c.scope)
             .field("require_key", &c.require_key)
             .field("methods", &c.methods)
             .field("ttl", &c.ttl)
@@ -60,14 +66,25 @@ impl std::fmt::Debug for IdempotencyLayer {
 }
 
 impl IdempotencyLayer {
-    /// A layer storing keys in `store`'s `{prefix}http_keys` table (create it with
-    /// [`crate::migrate`]).
-    pub fn new(store: AnyStore) -> Self {
+    /// A layer storing keys of `scope` in `store`'s `{prefix}http_keys` table (create it
+    /// with [`crate::migrate`]). The scope says whose keys they are: a key is only ever
+    /// replayed to requests of the scope that stored it ([`Scope`]).
+    ///
+    /// ```no_run
+    /// # async fn f(store: oncely_sql::AnyStore) {
+    /// use oncely_http::{IdempotencyLayer, Scope};
+    /// # #[derive(Clone)] struct Account { id: String }
+    /// // Behind an auth layer that inserts the `Account` into the request extensions:
+    /// let layer = IdempotencyLayer::new(store, Scope::extension(|a: &Account| a.id.clone()));
+    /// # }
+    /// ```
+    pub fn new(store: AnyStore, scope: Scope) -> Self {
         let keys = Keys::new(store.tables());
         Self {
             config: Arc::new(Config {
                 store,
                 keys,
+                scope,
                 require_key: false,
                 methods: vec![Method::POST, Method::PATCH],
                 fingerprint_headers: Vec::new(),
@@ -77,6 +94,7 @@ impl IdempotencyLayer {
                 retry_after: Duration::from_secs(1),
                 max_request_bytes: 1 << 20,
                 max_response_bytes: 1 << 20,
+                store_body: true,
             }),
         }
     }
@@ -141,6 +159,16 @@ impl IdempotencyLayer {
     /// Largest response body stored for replays (larger: rolled back, 500).
     pub fn max_response_bytes(self, bytes: usize) -> Self {
         self.with(|c| c.max_response_bytes = bytes)
+    }
+
+    /// Whether response bodies are stored for replays (the default) or only the status and
+    /// the [`replay_headers`](Self::replay_headers) (`false`: for routes whose answers carry
+    /// secrets, e.g. a created API token). A stored body is data at rest in the key table
+    /// until its TTL passes. A replay without its body is empty, without `content-type`, and
+    /// says so: `Idempotent-Body: omitted` ([`BODY_OMITTED`](crate::BODY_OMITTED)). One
+    /// response can ask for this itself with the [`OmitBody`](crate::OmitBody) extension.
+    pub fn store_body(self, store: bool) -> Self {
+        self.with(|c| c.store_body = store)
     }
 }
 

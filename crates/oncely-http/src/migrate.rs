@@ -4,15 +4,18 @@
 use oncely_core::Result;
 use oncely_sql::{AnyStore, Dialect, MigrationSet, Tables, with_store};
 
-/// The `http` migration set: the `{prefix}http_keys` table.
+/// The `http` migration set: the `{prefix}http_keys` table (version 1), keyed by
+/// `(scope, idem_key)` since version 2 (rows from before it get the global scope, `''`).
 ///
 /// ```
 /// use oncely_sql::{Dialect, Tables};
 /// let sql = oncely_http::MIGRATIONS.print(Dialect::Postgres, &Tables::default()).unwrap();
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS oncely_http_keys"));
+/// assert!(sql.contains("PRIMARY KEY (scope, idem_key)"));
 /// ```
 pub static MIGRATIONS: MigrationSet = oncely_sql::migration_set!("http", [sqlite, postgres, mysql], [
     1, "http_keys", "0001_http_keys.sql";
+    2, "http_key_scope", "0002_http_key_scope.sql";
 ]);
 
 /// Applies the pending `http` migrations on `store` (under oncely-sql's migration lock,

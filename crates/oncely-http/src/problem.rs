@@ -11,6 +11,10 @@ pub(crate) enum Problem {
     MissingKey,
     /// 400: the key is repeated or not a valid id.
     InvalidKey,
+    /// 400: the route scopes keys by something the request does not carry.
+    MissingScope,
+    /// 500: the scope's extension is missing (the layer runs outside the auth layer).
+    ScopeUnavailable,
     /// 422: the key was used for a different request.
     KeyReused,
     /// 409: the first request with this key is still running.
@@ -35,6 +39,16 @@ impl Problem {
                 StatusCode::BAD_REQUEST,
                 "idempotency-key-invalid",
                 "Idempotency-Key is invalid",
+            ),
+            Self::MissingScope => (
+                StatusCode::BAD_REQUEST,
+                "idempotency-scope-missing",
+                "The request has no scope for its Idempotency-Key",
+            ),
+            Self::ScopeUnavailable => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "idempotency-scope-unavailable",
+                "The server cannot tell whose Idempotency-Key this is",
             ),
             Self::KeyReused => (
                 StatusCode::UNPROCESSABLE_ENTITY,

@@ -22,7 +22,7 @@ pub async fn prune_expired(pool: &AnyPool, tables: &Tables, batch: u32) -> Resul
 async fn delete_batch<DB: SqlDatabase>(pool: &Pool<DB>, table: &str, batch: u32) -> Result<u64> {
     let d = DB::DIALECT;
     let condition = format!("expires_at <= {}", d.param(1));
-    let sql = d.delete_batch(table, "idem_key", &condition, &d.param(2));
+    let sql = d.delete_batch(table, "scope, idem_key", &condition, &d.param(2));
     let args = [Value::I64(now_ms()), Value::I64(i64::from(batch.max(1)))];
     let mut conn = pool
         .acquire()

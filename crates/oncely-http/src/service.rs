@@ -1,8 +1,9 @@
 //! [`IdempotencyService`]: one request through the key, the transaction and the handler.
 
+use crate::answer::{OmitBody, Rejected};
 use crate::extract::{IdempotencyKey, IdempotentTx};
-use crate::key::{REPLAYED, fingerprint, parse_key};
-use crate::keys::{Reserved, Stored};
+use crate::key::{BODY_OMITTED, REPLAYED, fingerprint, parse_key};
+use crate::keys::{Reserved, Row, Stored};
 use crate::layer::Config;
 use crate::problem::Problem;
 use bytes::Bytes;
@@ -117,6 +118,23 @@ where
         tracing::Span::current().record("key", key.as_str());
     }
     let (mut parts, body) = req.into_parts();
+    // Whose key it is: without a scope a keyed request is refused, never served globally.
+    let scope = match key
+        .as_ref()
+        .map(|_| config.scope.resolve(&parts))
+        .transpose()
+    {
+        Ok(scope) => scope,
+        Err(missing) => {
+            let p = if missing.server_side {
+                tracing::error!(scope = ?config.scope, "{missing}");
+                Problem::ScopeUnavailable
+            } else {
+                Problem::MissingScope
+            };
+            return Ok(problem(&config, p, &missing.detail));
+        }
+    };
     let bytes = match Limited::new(body, config.max_request_bytes).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) => {
@@ -136,14 +154,17 @@ where
         Ok(tx) => tx,
         Err(e) => return Ok(store_failed(&config, None, e).await),
     };
-    if let Some(key) = &key {
+    if let (Some(key), Some(scope)) = (&key, &scope) {
         let reserved = config
             .keys
             .reserve(
                 &mut tx,
-                key.as_str(),
+                Row {
+                    scope: scope.as_str(),
+                    key: key.as_str(),
+                    owner: &owner,
+                },
                 &print,
-                &owner,
                 config.ttl,
                 config.in_flight_wait,
             )
@@ -157,8 +178,7 @@ where
             }
             Ok(Reserved::Mismatch) => {
                 rollback(&config, tx).await;
-                let detail =
-                    "the key was used with a different method, path, body or fingerprinted header";
+                let detail = "the key was used in this scope with a different method, path, body or fingerprinted header";
                 return Ok(problem(&config, Problem::KeyReused, detail));
             }
             Err(e) if e.kind() == ErrorKind::Transient => {
@@ -208,15 +228,42 @@ where
         outcome("rolled_back");
         return Ok(Response::from_parts(rparts, ResB::from(body)));
     }
-    if let Some(key) = &key {
+    // A rejection leaves the key free: marked by the handler, or a 4xx answered before the
+    // handler ever took its transaction (an extractor's rejection, early validation), which
+    // therefore wrote nothing. The client corrects the request and retries with the same key.
+    let marked = rparts.extensions.get::<Rejected>().is_some();
+    if marked || (rparts.status.is_client_error() && !handle.used()) {
+        rollback(&config, tx).await;
+        outcome("rejected");
+        return Ok(Response::from_parts(rparts, ResB::from(body)));
+    }
+    if let (Some(key), Some(scope)) = (&key, &scope) {
+        let omit = !config.store_body || rparts.extensions.get::<OmitBody>().is_some();
+        let mut headers = allowed(&rparts.headers, &config.replay_headers);
+        let body = if omit {
+            // Nothing of the body at rest; the replay says it has none.
+            headers.retain(|(name, _)| name != "content-type");
+            headers.push((BODY_OMITTED.to_owned(), "omitted".to_owned()));
+            Vec::new()
+        } else {
+            body.to_vec()
+        };
         let stored = Stored {
             status: rparts.status.as_u16(),
-            headers: allowed(&rparts.headers, &config.replay_headers),
-            body: body.to_vec(),
+            headers,
+            body,
         };
         let completed = config
             .keys
-            .complete(&mut tx, key.as_str(), &owner, &stored)
+            .complete(
+                &mut tx,
+                Row {
+                    scope: scope.as_str(),
+                    key: key.as_str(),
+                    owner: &owner,
+                },
+                &stored,
+            )
             .await;
         if let Err(e) = completed {
             return Ok(store_failed(&config, Some(tx), e).await);

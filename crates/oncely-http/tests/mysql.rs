@@ -57,3 +57,48 @@ async fn mysql_expired_keys_are_free_and_pruned() {
     };
     suite::expired_keys_are_free_and_pruned(db).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_two_clients_one_key_two_orders() {
+    let db = match common::mysql("mysql_two_clients_one_key_two_orders").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::two_clients_one_key_two_orders(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_no_response_crosses_scopes() {
+    let db = match common::mysql("mysql_no_response_crosses_scopes").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::no_response_crosses_scopes(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_rejections_leave_the_key_free() {
+    let db = match common::mysql("mysql_rejections_leave_the_key_free").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::rejections_leave_the_key_free(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_which_answers_are_stored() {
+    let db = match common::mysql("mysql_which_answers_are_stored").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::which_answers_are_stored(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_migration_keeps_old_keys_global() {
+    let db = match common::mysql("mysql_migration_keeps_old_keys_global").await {
+        Some(db) => db,
+        None => return,
+    };
+    suite::migration_keeps_old_keys_global(db).await;
+}

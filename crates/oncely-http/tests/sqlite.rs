@@ -39,3 +39,33 @@ async fn sqlite_expired_keys_are_free_and_pruned() {
     let db = common::sqlite().await;
     suite::expired_keys_are_free_and_pruned(db).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_two_clients_one_key_two_orders() {
+    let db = common::sqlite().await;
+    suite::two_clients_one_key_two_orders(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_no_response_crosses_scopes() {
+    let db = common::sqlite().await;
+    suite::no_response_crosses_scopes(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_rejections_leave_the_key_free() {
+    let db = common::sqlite().await;
+    suite::rejections_leave_the_key_free(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_which_answers_are_stored() {
+    let db = common::sqlite().await;
+    suite::which_answers_are_stored(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_migration_keeps_old_keys_global() {
+    let db = common::sqlite().await;
+    suite::migration_keeps_old_keys_global(db).await;
+}

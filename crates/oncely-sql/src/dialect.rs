@@ -190,23 +190,30 @@ impl Dialect {
     }
 
     /// The clause that turns an `INSERT` into "insert unless a row with this unique `key`
-    /// (one column) exists": `ON CONFLICT (key) DO NOTHING`, or on MySQL a no-op
-    /// `ON DUPLICATE KEY UPDATE key = key` (unlike `INSERT IGNORE` it keeps other errors).
+    /// (one column, or a comma-separated composite key) exists": `ON CONFLICT (key) DO
+    /// NOTHING`, or on MySQL a no-op `ON DUPLICATE KEY UPDATE first = first` on the key's
+    /// first column (unlike `INSERT IGNORE` it keeps other errors).
     ///
     /// ```
     /// use oncely_sql::Dialect;
     /// assert_eq!(Dialect::Sqlite.on_conflict_do_nothing("id"), "ON CONFLICT (id) DO NOTHING");
     /// assert_eq!(Dialect::MySql.on_conflict_do_nothing("id"), "ON DUPLICATE KEY UPDATE id = id");
+    /// assert_eq!(Dialect::Postgres.on_conflict_do_nothing("a, b"), "ON CONFLICT (a, b) DO NOTHING");
+    /// assert_eq!(Dialect::MySql.on_conflict_do_nothing("a, b"), "ON DUPLICATE KEY UPDATE a = a");
     /// ```
     pub fn on_conflict_do_nothing(self, key: &str) -> String {
         match self {
-            Self::MySql => format!("ON DUPLICATE KEY UPDATE {key} = {key}"),
+            Self::MySql => {
+                let first = key.split(',').next().unwrap_or(key).trim();
+                format!("ON DUPLICATE KEY UPDATE {first} = {first}")
+            }
             _ => format!("ON CONFLICT ({key}) DO NOTHING"),
         }
     }
 
     /// A statement deleting at most `limit` rows of `table` matching `condition`, lowest
-    /// `key` first. `limit` is SQL text (a number or a placeholder). MySQL has
+    /// `key` first; `key` is one column or a comma-separated composite key (compared as a row
+    /// value). `limit` is SQL text (a number or a placeholder). MySQL has
     /// `DELETE … ORDER BY … LIMIT` but no `LIMIT` in an `IN` subquery; the others delete
     /// through a subquery.
     ///
@@ -220,15 +227,26 @@ impl Dialect {
     ///     Dialect::Sqlite.delete_batch("t", "id", "at < ?1", "100"),
     ///     "DELETE FROM t WHERE id IN (SELECT id FROM t WHERE at < ?1 ORDER BY id LIMIT 100)"
     /// );
+    /// assert_eq!(
+    ///     Dialect::Postgres.delete_batch("t", "a, b", "at < $1", "100"),
+    ///     "DELETE FROM t WHERE (a, b) IN (SELECT a, b FROM t WHERE at < $1 ORDER BY a, b LIMIT 100)"
+    /// );
     /// ```
     pub fn delete_batch(self, table: &str, key: &str, condition: &str, limit: &str) -> String {
         match self {
             Self::MySql => {
                 format!("DELETE FROM {table} WHERE {condition} ORDER BY {key} LIMIT {limit}")
             }
-            _ => format!(
-                "DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM {table} WHERE {condition} ORDER BY {key} LIMIT {limit})"
-            ),
+            _ => {
+                let row = if key.contains(',') {
+                    format!("({key})")
+                } else {
+                    key.to_owned()
+                };
+                format!(
+                    "DELETE FROM {table} WHERE {row} IN (SELECT {key} FROM {table} WHERE {condition} ORDER BY {key} LIMIT {limit})"
+                )
+            }
         }
     }
 

@@ -31,6 +31,8 @@ pub fn unique(test: &str) -> String {
 /// A store with the demo's tables, and what to clean up afterwards.
 pub struct Db {
     pub store: AnyStore,
+    /// The URL the store was opened with.
+    pub url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -49,7 +51,11 @@ impl Db {
             .await
             .map_err(|e| oncely_core::Error::unavailable(e.to_string()))??;
         oncely_http::demo::setup(&store).await.expect("setup");
-        Ok(Self { store, _dir: dir })
+        Ok(Self {
+            store,
+            url: url.to_owned(),
+            _dir: dir,
+        })
     }
 
     /// Rows of the table `name` (qualified), counted by the database.
@@ -119,12 +125,26 @@ pub async fn serve(app: axum::Router) -> String {
     format!("http://{addr}")
 }
 
-/// `POST {base}/orders` with an optional key and a JSON body.
+/// `POST {base}/orders` as alice (`Authorization: Bearer alice`) with an optional key and a
+/// JSON body.
 pub async fn post(base: &str, key: Option<&str>, body: &str) -> reqwest::Response {
+    post_as(base, Some("Bearer alice"), key, body).await
+}
+
+/// `POST {base}/orders` with an optional `Authorization`, an optional key and a JSON body.
+pub async fn post_as(
+    base: &str,
+    auth: Option<&str>,
+    key: Option<&str>,
+    body: &str,
+) -> reqwest::Response {
     let mut req = reqwest::Client::new()
         .post(format!("{base}/orders"))
         .header("content-type", "application/json")
         .body(body.to_owned());
+    if let Some(auth) = auth {
+        req = req.header("authorization", auth);
+    }
     if let Some(key) = key {
         req = req.header("idempotency-key", format!("\"{key}\""));
     }
