@@ -31,6 +31,7 @@ mod letter;
 mod lock;
 mod migrate;
 mod query;
+mod replication;
 mod store;
 mod tables;
 mod tx;
@@ -49,6 +50,7 @@ pub use migrate::{
 };
 pub use migrate::{Migration, migrations, print_migrations};
 pub use query::{Column, Done, SqlDatabase, Value};
+pub use replication::Replication;
 pub use sqlx;
 pub use store::{MySqlStore, PgStore, SqlStore, SqliteStore};
 pub use tables::{Tables, is_identifier};
