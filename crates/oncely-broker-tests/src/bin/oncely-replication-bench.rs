@@ -3,15 +3,16 @@
 //!
 //! ```text
 //! bash scripts/pg-ha.sh start
-//! cargo run --release -p oncely-broker-tests --bin oncely-replication-bench -- [--messages N] [--concurrency C]
+//! cargo run --release -p oncely-broker-tests --bin oncely-replication-bench -- [--messages N] [--concurrency C] [--rounds R]
 //! ```
 //!
 //! Each message is one transaction of the store: begin, claim, one effect row, commit. Three
 //! configurations, each at concurrency 1 (the latency a message pays) and at `--concurrency`
 //! (throughput): asynchronous replication with the default store (what most installations
 //! run), synchronous replication with the default store (the server already makes commits
-//! wait), synchronous replication with `Replication::Replicated`. Prints one line each; asserts
-//! no speed. Leaves the cluster in synchronous mode.
+//! wait), synchronous replication with `Replication::Replicated`. The configurations are
+//! interleaved over `--rounds` rounds and the median is printed, one line each; asserts no
+//! speed. Leaves the cluster in synchronous mode.
 
 use oncely_core::{ConsumerName, MessageId, PayloadHash, Store};
 use oncely_sql::sqlx::{self, AssertSqlSafe};
@@ -79,70 +80,79 @@ async fn run(store: &PgStore, ledger: &str, tag: &str, n: usize, concurrency: us
     start.elapsed()
 }
 
+async fn open(options: &ConnectOptions, ledger: &str) -> PgStore {
+    let store = PgStore::connect_with(URL, options).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE TABLE IF NOT EXISTS {ledger} (message_id text NOT NULL)"
+    )))
+    .execute(store.pool())
+    .await
+    .expect("ledger");
+    store
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
 #[tokio::main]
 async fn main() {
-    let n = arg("--messages", 3_000);
+    let n = arg("--messages", 2_000);
     let concurrency = arg("--concurrency", 8);
+    let rounds = arg("--rounds", 5);
     let schema = format!("bench_repl_{}", std::process::id());
     let tables = Tables::default().with_schema(&schema).expect("schema");
     let ledger = format!("{schema}.ledger");
-    let configs = [
-        (
-            "async",
-            Replication::AsConfigured,
-            "asynchronous replication, default store",
-        ),
-        (
-            "sync",
-            Replication::AsConfigured,
-            "synchronous replication, default store",
-        ),
-        (
-            "sync",
-            Replication::Replicated,
-            "synchronous replication, Replicated",
-        ),
+    let options = |replication| ConnectOptions {
+        tables: tables.clone(),
+        max_connections: concurrency as u32 + 2,
+        replication,
+        ..ConnectOptions::default()
+    };
+    // Replicated is refused at start without synchronous standbys: both open in sync mode.
+    ha("sync");
+    let default = open(&options(Replication::AsConfigured), &ledger).await;
+    let replicated = open(&options(Replication::Replicated), &ledger).await;
+    let configs: [(&str, &PgStore, &str); 3] = [
+        ("async", &default, "asynchronous replication, default store"),
+        ("sync", &default, "synchronous replication, default store"),
+        ("sync", &replicated, "synchronous replication, Replicated"),
     ];
-    let mut base = None;
-    println!("{n} messages (begin, claim, one effect row, commit) per cell");
-    for (k, (mode, replication, what)) in configs.into_iter().enumerate() {
-        ha(mode);
-        let options = ConnectOptions {
-            tables: tables.clone(),
-            max_connections: concurrency as u32 + 2,
-            replication,
-            ..ConnectOptions::default()
-        };
-        let store = PgStore::connect_with(URL, &options).await.expect("connect");
-        store.migrate().await.expect("migrate");
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "CREATE TABLE IF NOT EXISTS {ledger} (message_id text NOT NULL)"
-        )))
-        .execute(store.pool())
-        .await
-        .expect("ledger");
-        let mut cells = Vec::new();
-        for c in [1, concurrency] {
-            let elapsed = run(&store, &ledger, &format!("{k}-{c}"), n, c).await;
-            let per_msg = elapsed.as_secs_f64() * 1e6 / n as f64;
-            cells.push((c, per_msg, n as f64 / elapsed.as_secs_f64()));
+    // Rounds interleave the configurations, so a busy moment of the machine hits all three.
+    let mut cells: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); 2]; configs.len()];
+    for round in 0..rounds {
+        for (k, (mode, store, _)) in configs.iter().enumerate() {
+            ha(mode);
+            for (j, c) in [1, concurrency].into_iter().enumerate() {
+                let tag = format!("{round}-{k}-{c}");
+                let elapsed = run(store, &ledger, &tag, n, c).await;
+                cells[k][j].push(elapsed.as_secs_f64() * 1e6 / n as f64);
+            }
         }
-        let base = base.get_or_insert_with(|| cells.clone()).clone();
-        let line: Vec<String> = cells
+    }
+    println!(
+        "{n} messages per cell (begin, claim, one effect row, commit), median of {rounds} interleaved rounds"
+    );
+    let base: Vec<f64> = cells[0].iter().map(|v| median(v.clone())).collect();
+    for (k, (_, _, what)) in configs.iter().enumerate() {
+        let line: Vec<String> = [1, concurrency]
             .iter()
-            .zip(&base)
-            .map(|((c, us, rate), (_, base_us, _))| {
+            .enumerate()
+            .map(|(j, c)| {
+                let us = median(cells[k][j].clone());
                 format!(
-                    "concurrency {c}: {us:.0} µs/msg ({rate:.0} msgs/s, {:+.0} µs/msg)",
-                    us - base_us
+                    "concurrency {c}: {us:.0} µs/msg ({:.0} msgs/s, {:+.0} µs/msg)",
+                    1e6 / us,
+                    us - base[j]
                 )
             })
             .collect();
-        println!("{what:<46} {}", line.join("; "));
-        store.pool().close().await;
+        println!("{what:<42} {}", line.join("; "));
     }
-    let store = PgStore::connect(URL).await.expect("connect");
+    ha("sync");
     let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-        .execute(store.pool())
+        .execute(default.pool())
         .await;
 }
