@@ -24,6 +24,9 @@
 #                                        (a crashed machine, no shutdown checkpoint, no last WAL
 #                                        sent), then promote the replica and wait until it
 #                                        accepts writes
+#   scripts/pg-ha.sh start-node N        start node N as its data directory is (for a test reading
+#                                        what a killed primary had committed: it comes back as a
+#                                        diverged primary of its own; `start` rebuilds afterwards)
 #
 # Promotion is done by this script (`pg_ctl promote`), not by Patroni: Patroni needs etcd (or
 # Consul, ZooKeeper) running beside it, its leader election takes a TTL (30 s by default) to
@@ -232,11 +235,20 @@ cmd_kill_primary() {
   say "promoted node $s (127.0.0.1:$(port_of "$s")): it is the primary now"
 }
 
+cmd_start_node() {
+  local n=${1:-}
+  [ -n "$n" ] && [ -f "$(dir_of "$n")/PG_VERSION" ] || die "no node ${n:-?}"
+  answers "$n" || ctl "$n" -w -t 60 start || die "node $n did not start"
+  wait_for "node $n to answer" answers "$n"
+  say "node $n (127.0.0.1:$(port_of "$n")) is $(role "$n")"
+}
+
 case "${1:-}" in
   start) cmd_start "${2:-}" ;;
+  start-node) cmd_start_node "${2:-}" ;;
   stop) stop_all; say "stopped" ;;
   status) cmd_status ;;
   urls) cmd_urls ;;
   kill-primary) cmd_kill_primary ;;
-  *) die "usage: $0 start [sync|async] | stop | status | urls | kill-primary" ;;
+  *) die "usage: $0 start [sync|async] | stop | status | urls | kill-primary | start-node N" ;;
 esac
