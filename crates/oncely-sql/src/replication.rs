@@ -4,7 +4,8 @@
 //! - **The primary, never a standby.** Before the pool opens, every host of the URL is asked
 //!   `pg_is_in_recovery()`; the first that answers `false` is used (a multi-host URL is
 //!   rotated so that it comes first, keeping its order for [`crate::failover`]). A URL whose
-//!   hosts are all standbys is an [`ErrorKind::Unavailable`] error naming each. Every
+//!   hosts are all standbys is an [`ErrorKind::Unavailable`] error naming each (where a host
+//!   does not answer yet, the pool's connect waits for one as it always did). Every
 //!   connection the pool opens later is checked the same way ([`refuse_standby`]): after a
 //!   failover the pool's next host may still be a standby being promoted; its connections
 //!   wait for the promotion (up to 3 s) and are refused if it does not come (sqlx retries
@@ -201,6 +202,7 @@ async fn ask(url: &str) -> Result<Node> {
 pub(crate) async fn check(url: &str, replication: Replication) -> Result<String> {
     let urls = split_hosts(url)?;
     let mut seen = Vec::with_capacity(urls.len());
+    let mut unreachable = 0;
     for (i, one) in urls.iter().enumerate() {
         let host = host_of(one);
         match ask(one).await {
@@ -218,12 +220,18 @@ pub(crate) async fn check(url: &str, replication: Replication) -> Result<String>
             Ok(_) => seen.push(format!(
                 "{host} is a read-only standby (pg_is_in_recovery())"
             )),
-            // The host is down: the pool's own connect reports it if no host is better.
-            Err(e) if e.is_unavailable() && urls.len() > 1 => {
+            Err(e) if e.is_unavailable() => {
+                unreachable += 1;
                 seen.push(format!("{host}: {}", error_chain(&e)))
             }
             Err(e) => return Err(e),
         }
+    }
+    if unreachable > 0 && replication == Replication::AsConfigured {
+        // A host may be restarting or being promoted: the pool's own connect waits for it as
+        // it always did, and refuses its connections while it is a standby (`refuse_standby`).
+        tracing::debug!(hosts = %seen.join("; "), "no PostgreSQL primary answered yet; the pool waits for one");
+        return Ok(url.to_owned());
     }
     Err(Error::unavailable(format!(
         "no PostgreSQL host of the URL accepts writes: {}. oncely takes claims on the primary \
