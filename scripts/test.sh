@@ -9,13 +9,14 @@
 #
 # Groups: faults (store-fault tests), brokers (the other broker tests), cli (admin commands and
 # the demo through the binary), kafka, core (everything else), cluster (Galera and NATS
-# clusters of scripts/cluster.sh, node kills included), doc (doc tests).
+# clusters of scripts/cluster.sh, node kills included), ha (PostgreSQL primary killed and its
+# streaming replica promoted, scripts/pg-ha.sh), doc (doc tests).
 # Same tests as `cargo test --workspace`, which also works (one after another).
 # Environment: ONCELY_TEST_JOBS (groups at once, default 3), ONCELY_TEST_LOGS (log dir).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ORDER=(faults brokers cli kafka core cluster doc)
+ORDER=(faults brokers cli kafka core cluster ha doc)
 [ $# -gt 0 ] && ORDER=("$@")
 jobs_max=${ONCELY_TEST_JOBS:-3}
 logs=${ONCELY_TEST_LOGS:-$(mktemp -d)}
@@ -39,6 +40,8 @@ for line in open(sys.argv[1]):
     pkg, target = os.path.basename(pkg_dir), m["target"]["name"]
     if (pkg, target) in (("oncely-broker-tests", "cluster"), ("oncely-sql", "galera")):
         group = "cluster"
+    elif (pkg, target) == ("oncely-broker-tests", "failover"):
+        group = "ha"
     elif pkg == "oncely-broker-tests":
         group = "faults" if target == "store_faults" else "brokers"
     elif pkg in ("oncely-cli", "oncely-kafka"):
@@ -68,7 +71,7 @@ run_group() { # group: runs its executables one after another, or the doc tests
 declare -A STARTED
 ran=()
 for group in "${ORDER[@]}"; do
-  case $group in faults|brokers|cli|kafka|core|cluster|doc) ;; *) echo "test: no group named $group" >&2; exit 2 ;; esac
+  case $group in faults|brokers|cli|kafka|core|cluster|ha|doc) ;; *) echo "test: no group named $group" >&2; exit 2 ;; esac
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
   echo "test: group $group starts"
   STARTED[$group]=$SECONDS

@@ -185,6 +185,7 @@ fn server_options(args: &BenchArgs, schema: &str) -> Result<ConnectOptions> {
         tables: Tables::default().with_schema(schema)?,
         max_connections: args.pool.unwrap_or(max_concurrency(args) + 2),
         durability: Durability::Full,
+        ..ConnectOptions::default()
     })
 }
 
@@ -236,6 +237,7 @@ async fn sqlite(
         tables: Tables::default(),
         max_connections: args.sqlite_pool.max(1),
         durability,
+        ..ConnectOptions::default()
     };
     let store = SqliteStore::connect_with(&url, &options).await?;
     store.migrate().await?;

@@ -14,6 +14,7 @@ async fn sqlite_bed(dir: &std::path::Path) -> Bed<Sqlite> {
         tables: Tables::default(),
         max_connections: 1,
         durability: Durability::Normal,
+        ..ConnectOptions::default()
     };
     let store = SqliteStore::connect_with(&url, &options).await.unwrap();
     store.migrate().await.unwrap();

@@ -3,6 +3,7 @@
 use crate::error::db;
 use crate::failover::{FAILOVER_ACQUIRE_TIMEOUT, Failover, labelled};
 use crate::pooler::{PoolerOption, take_pooler_option};
+use crate::replication::{self, Replication};
 use crate::store::{MySqlStore, PgStore, SqliteStore};
 use crate::tables::Tables;
 use crate::url::split_hosts;
@@ -38,6 +39,9 @@ pub struct ConnectOptions {
     pub max_connections: u32,
     /// SQLite only.
     pub durability: Durability,
+    /// PostgreSQL only: what a commit waits for on a primary with streaming replicas
+    /// ([`Replication`]; the URL option `?replication=replicated` overrides it).
+    pub replication: Replication,
 }
 
 impl Default for ConnectOptions {
@@ -46,6 +50,7 @@ impl Default for ConnectOptions {
             tables: Tables::default(),
             max_connections: 16,
             durability: Durability::Full,
+            replication: Replication::AsConfigured,
         }
     }
 }
@@ -59,6 +64,7 @@ impl SqliteStore {
 
     /// Opens a SQLite database with options.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
+        options.replication.supported_on("SQLite")?;
         let sync = match options.durability {
             Durability::Full => SqliteSynchronous::Full,
             Durability::Normal => SqliteSynchronous::Normal,
@@ -86,14 +92,20 @@ impl PgStore {
         Self::connect_with(url, &ConnectOptions::default()).await
     }
 
-    /// Connects with options.
+    /// Connects with options. The store writes to the primary only: a multi-host URL is used
+    /// from its first host that is not a standby, and connections to standbys are refused
+    /// (see [`Replication`] for what is checked at start).
     ///
     /// Behind a transaction pooler (PgBouncer `pool_mode = transaction`) add
     /// `?pooler=transaction` to the URL, or let the store find out at connect (see
     /// [`crate::pooler`]); `?pooler=none` skips the check.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
         let (url, pooler) = take_pooler_option(url)?;
-        let pool = PgPoolOptions::new().max_connections(options.max_connections);
+        let (url, replication) = replication::from_url(&url, options.replication)?;
+        let url = replication::check(&url, replication).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .after_connect(|conn, _| Box::pin(replication::refuse_standby(conn)));
         // Not sent: PostgreSQL 12+ already prints floats exactly, and PgBouncer as shipped
         // refuses unknown startup parameters ("unsupported startup parameter").
         let adjust = |o: PgConnectOptions| o.extra_float_digits(None);
@@ -112,7 +124,9 @@ impl PgStore {
         // Portable mode when forced, behind a transaction pooler, or when the server is a
         // distributed engine.
         let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
-        Ok(Self::with_tables(pool, tables).with_failover(failover))
+        Ok(Self::with_tables(pool, tables)
+            .with_failover(failover)
+            .with_replication(replication))
     }
 }
 
@@ -124,6 +138,7 @@ impl MySqlStore {
 
     /// Connects with options.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
+        options.replication.supported_on("MySQL / MariaDB")?;
         let url = url.replacen("mariadb://", "mysql://", 1);
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)

@@ -32,6 +32,7 @@ mod lock;
 mod migrate;
 pub mod pooler;
 mod query;
+mod replication;
 mod store;
 mod tables;
 mod tx;
@@ -51,6 +52,7 @@ pub use migrate::{
 pub use migrate::{Migration, migrations, print_migrations};
 pub use pooler::{Autocommit, behind_transaction_pooler, query, query_as, query_scalar};
 pub use query::{Column, Done, SqlDatabase, Value};
+pub use replication::Replication;
 pub use sqlx;
 pub use store::{MySqlStore, PgStore, SqlStore, SqliteStore};
 pub use tables::{Tables, is_identifier};

@@ -6,6 +6,7 @@ use crate::failover::Failover;
 use crate::letter::LetterRow;
 use crate::pooler::Autocommit;
 use crate::query::SqlDatabase;
+use crate::replication::Replication;
 use crate::tables::Tables;
 use oncely_core::{
     Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, PayloadHash, Result, Store,
@@ -27,6 +28,8 @@ pub struct SqlStore<DB: Database> {
     packet_limit: Arc<tokio::sync::OnceCell<usize>>,
     /// The hosts of a multi-host URL (see [`crate::failover`]).
     failover: Option<Arc<Failover<DB>>>,
+    /// What a commit waits for (see [`crate::replication`]).
+    replication: Replication,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -38,6 +41,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
             isolation: self.isolation,
             packet_limit: self.packet_limit.clone(),
             failover: self.failover.clone(),
+            replication: self.replication,
         }
     }
 }
@@ -85,8 +89,16 @@ fn stored_hash_of(text: &str) -> Result<PayloadHash> {
 /// SQLSTATE 25P02, so one `SELECT 1` (simple protocol, one round trip) before the commit
 /// tells. sqlx keeps the server's transaction status (`ReadyForQuery`) private and reports
 /// `COMMIT`'s `ROLLBACK` tag as success, so there is no cheaper reliable check.
-async fn ensure_not_aborted(tx: &mut sqlx::Transaction<'static, Postgres>) -> Result<()> {
-    match sqlx::raw_sql("SELECT 1").execute(&mut **tx).await {
+///
+/// Under [`Replication::Replicated`] the statement is `SET LOCAL synchronous_commit = on`
+/// instead: it fails the same way in an aborted transaction, and makes the commit wait for a
+/// synchronous standby.
+async fn ensure_not_aborted(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    replication: Replication,
+) -> Result<()> {
+    let sql = AssertSqlSafe(replication.before_commit_sql());
+    match sqlx::raw_sql(sql).execute(&mut **tx).await {
         Ok(_) => Ok(()),
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
             Err(Error::transient(
@@ -116,12 +128,23 @@ impl<DB: SqlDatabase> SqlStore<DB> {
             isolation: None,
             packet_limit: Arc::default(),
             failover: None,
+            replication: Replication::AsConfigured,
         }
     }
 
     pub(crate) fn with_failover(mut self, failover: Option<Failover<DB>>) -> Self {
         self.failover = failover.map(Arc::new);
         self
+    }
+
+    pub(crate) fn with_replication(mut self, replication: Replication) -> Self {
+        self.replication = replication;
+        self
+    }
+
+    /// What the store's commits wait for ([`Replication`]).
+    pub fn replication(&self) -> Replication {
+        self.replication
     }
 
     /// The host in use, for [`SqlStore::failed_on`] (multi-host URLs only).
@@ -189,7 +212,7 @@ impl SqlStore<Postgres> {
     }
 
     async fn before_commit(&self, tx: &mut sqlx::Transaction<'static, Postgres>) -> Result<()> {
-        ensure_not_aborted(tx).await
+        ensure_not_aborted(tx, self.replication).await
     }
 }
 
@@ -315,9 +338,7 @@ macro_rules! sql_store {
             async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
                 let limit = self.packet_limit().await?;
                 let row = LetterRow::new(letter, <$db as SqlDatabase>::DIALECT, limit);
-                let failed = |e| db("storing a dead letter", e);
-                let mut conn = Autocommit::begin(&self.pool).await.map_err(failed)?;
-                crate::pooler::query(self.queries.upsert_dead_letter.clone())
+                let query = crate::pooler::query(self.queries.upsert_dead_letter.clone())
                     .bind(row.consumer)
                     .bind(row.message_id)
                     .bind(row.raw_id.as_deref())
@@ -331,12 +352,18 @@ macro_rules! sql_store {
                     .bind(row.version)
                     .bind(row.source_time)
                     .bind(row.headers)
-                    .bind(row.id_hash)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(failed)?;
-                // The runtime acks after this returns: the row must be committed by then.
-                conn.commit().await.map_err(failed)
+                    .bind(row.id_hash);
+                let failed = |e| db("storing a dead letter", e);
+                if self.replication == Replication::AsConfigured {
+                    let mut conn = Autocommit::begin(&self.pool).await.map_err(failed)?;
+                    query.execute(&mut *conn).await.map_err(failed)?;
+                    // The runtime acks after this returns: the row must be committed by then.
+                    return conn.commit().await.map_err(failed);
+                }
+                // Replicated: in a transaction of the store, whose commit waits for a standby.
+                let mut tx = self.begin().await?;
+                query.execute(&mut *tx).await.map_err(failed)?;
+                self.commit(tx).await
             }
         }
 

@@ -86,6 +86,19 @@ pub fn split_hosts(url: &str) -> Result<Vec<String>, Error> {
         .collect()
 }
 
+/// A multi-host URL with its host list rotated to start at host `first` (0-based), keeping
+/// the order after it: `h1,h2,h3` from 1 is `h2,h3,h1`. Other URLs come back as they are.
+pub(crate) fn rotate_hosts(url: &str, first: usize) -> String {
+    let Some(p) = parts(url).filter(|p| p.hosts.contains(',')) else {
+        return url.to_owned();
+    };
+    let mut hosts: Vec<&str> = p.hosts.split(',').collect();
+    let len = hosts.len();
+    hosts.rotate_left(first % len);
+    let user = p.userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+    format!("{}://{user}{}{}", p.scheme, hosts.join(","), p.tail)
+}
+
 /// The hosts of a URL (`host:port` as written), for messages; never the credentials.
 pub(crate) fn host_of(url: &str) -> String {
     parts(url).map_or_else(String::new, |p| p.hosts.to_owned())
@@ -111,5 +124,10 @@ mod tests {
         let e = split_hosts("mysql://a:secret@h1,,h2/x").unwrap_err();
         assert!(e.to_string().contains("a:***@h1,,h2") && !e.to_string().contains("secret"));
         assert_eq!(host_of("mysql://a:b@h1:3306/x"), "h1:3306");
+        assert_eq!(
+            rotate_hosts("postgres://a:b@h1:1,h2:2,h3:3/x?y=1", 1),
+            "postgres://a:b@h2:2,h3:3,h1:1/x?y=1"
+        );
+        assert_eq!(rotate_hosts("postgres://h/x", 1), "postgres://h/x");
     }
 }
