@@ -159,14 +159,17 @@ async fn in_recovery(conn: &mut PgConnection) -> std::result::Result<bool, sqlx:
 }
 
 async fn node(conn: &mut PgConnection) -> std::result::Result<Node, sqlx::Error> {
-    let row = sqlx::raw_sql(NODE_SQL).fetch_one(&mut *conn).await.and_then(|r| {
-        Ok((
-            r.try_get::<bool, _>(0)?,
-            r.try_get::<String, _>(1)?,
-            r.try_get::<String, _>(2)?,
-            r.try_get::<Option<String>, _>(3)?,
-        ))
-    });
+    let row = sqlx::raw_sql(NODE_SQL)
+        .fetch_one(&mut *conn)
+        .await
+        .and_then(|r| {
+            Ok((
+                r.try_get::<bool, _>(0)?,
+                r.try_get::<String, _>(1)?,
+                r.try_get::<String, _>(2)?,
+                r.try_get::<Option<String>, _>(3)?,
+            ))
+        });
     match row {
         Ok((in_recovery, names, commit, standbys)) => Ok(Node {
             in_recovery,

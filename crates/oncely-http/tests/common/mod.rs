@@ -61,10 +61,12 @@ impl Db {
     /// Rows of the table `name` (qualified), counted by the database.
     pub async fn count(&self, table: &str) -> i64 {
         let sql = format!("SELECT COUNT(*) FROM {table}");
-        with_pool!(&self.store.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
-            .fetch_one(p)
+        // An unnamed statement in a transaction of its own (safe behind a pooler).
+        oncely_sql::with_autocommit!(&self.store.pool(), c => oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql))
+            .fetch_one(&mut *c)
             .await
             .unwrap())
+        .unwrap()
     }
 
     pub async fn orders(&self) -> i64 {
@@ -106,6 +108,16 @@ pub async fn postgres(test: &str) -> Option<Db> {
     match Db::open(&pg_url(), tables, None).await {
         Ok(db) => Some(db),
         Err(e) => missing("PostgreSQL", test, &e),
+    }
+}
+
+/// PostgreSQL through the test PgBouncer (transaction pooling, `scripts/pgbouncer.sh`), with
+/// the plain URL.
+pub async fn pgbouncer(test: &str) -> Option<Db> {
+    let tables = Tables::default().with_schema(&unique(test)).unwrap();
+    match Db::open(&oncely_testkit::services::pgbouncer_url(), tables, None).await {
+        Ok(db) => Some(db),
+        Err(e) => missing("PgBouncer (scripts/pgbouncer.sh start)", test, &e),
     }
 }
 
