@@ -3,7 +3,7 @@
 use crate::ledger::{Db, db_err};
 use crate::workload::Workload;
 use oncely_core::Result;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::sqlx::AssertSqlSafe;
 use std::collections::{HashMap, HashSet};
 
 /// What the database holds, compared with what was published.

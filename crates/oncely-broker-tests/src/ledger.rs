@@ -3,7 +3,7 @@
 
 use oncely_core::{Envelope, Error, Handled, Handler, Result};
 use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Dialect, Tables, with_pool, with_store};
+use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Dialect, Tables, with_store};
 
 /// A store for tests: SQLite file, PostgreSQL schema or MySQL/MariaDB database, migrated,
 /// with a ledger table.
