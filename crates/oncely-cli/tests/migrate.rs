@@ -1,7 +1,7 @@
 //! `oncely migrate [--print] [--with effects,outbox,queue,partitioned]`: one registry, one ledger.
 
 mod admin_support;
-use admin_support::{Target, oncely, pg_url};
+use admin_support::{Target, oncely, pg_url, pgbouncer_url};
 
 fn migrate(t: &Target, extra: &[&str]) -> (i32, String, String) {
     let mut args = vec!["migrate".to_owned()];
@@ -88,6 +88,29 @@ async fn apply_everything_on_postgres() {
     );
     let (code, out, _) = migrate(&t, &["--with", "effects,queue,partitioned"]);
     assert_eq!(code, 0);
+    assert!(out.starts_with("0 migration(s) applied"), "{out}");
+    t.cleanup().await;
+}
+
+/// Through PgBouncer in transaction pooling mode with the plain URL: every set, including the
+/// partitioned inbox and HTTP keys, applied once under the migration lock, then nothing.
+#[tokio::test]
+async fn apply_everything_through_pgbouncer() {
+    let Some(url) = pgbouncer_url("cli_migrate_through_pgbouncer").await else {
+        return;
+    };
+    let t = Target::server(url, "cli_mig_bouncer");
+    let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned,http"]);
+    assert_eq!(code, 0, "{err}");
+    let ledger = t.tables().migration_ledger();
+    let applied = t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await;
+    assert!(applied >= 8, "{applied} migrations recorded: {out}");
+    assert!(
+        out.starts_with(&format!("{applied} migration(s) applied")),
+        "{out}"
+    );
+    let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned,http"]);
+    assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("0 migration(s) applied"), "{out}");
     t.cleanup().await;
 }

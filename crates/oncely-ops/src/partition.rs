@@ -14,6 +14,7 @@
 
 use crate::db::Ops;
 use oncely_core::{Error, Result};
+use oncely_sql::Autocommit;
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool};
 use oncely_sql::{Adopt, Dialect, Migration, MigrationSet, Tables, run_migrations};
 use oncely_sql::{db, now_ms};
@@ -126,13 +127,20 @@ pub async fn is_partitioned(ops: &Ops) -> Result<bool> {
     let Some(pool) = ops.pool().as_postgres() else {
         return Ok(false);
     };
-    sqlx::query_scalar(
+    let mut conn = Autocommit::begin(pool)
+        .await
+        .map_err(|e| db("checking the inbox layout", e))?;
+    let found = oncely_sql::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))",
     )
     .bind(ops.tables().inbox())
-    .fetch_one(pool)
+    .fetch_one(&mut *conn)
     .await
-    .map_err(|e| db("checking the inbox layout", e))
+    .map_err(|e| db("checking the inbox layout", e))?;
+    conn.commit()
+        .await
+        .map_err(|e| db("checking the inbox layout", e))?;
+    Ok(found)
 }
 
 /// Creates the partitioned inbox (and partitions from today to `days_ahead` days ahead).
@@ -164,11 +172,14 @@ pub async fn check_installable(ops: &Ops) -> Result<()> {
     if is_partitioned(ops).await? {
         return Ok(());
     }
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+    let failed = |e| db("looking for the inbox", e);
+    let mut conn = Autocommit::begin(pool).await.map_err(failed)?;
+    let exists: bool = oncely_sql::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(ops.tables().inbox())
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
-        .map_err(|e| db("looking for the inbox", e))?;
+        .map_err(failed)?;
+    conn.commit().await.map_err(failed)?;
     if exists {
         return Err(Error::config(format!(
             "{} already exists as a regular table; the partitioned inbox replaces it and cannot \
@@ -196,14 +207,17 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
             continue;
         }
         let (lo, hi) = (day * DAY_MS, (day + 1) * DAY_MS);
-        let stray: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+        let failed = |e| db("checking the default partition", e);
+        let mut conn = Autocommit::begin(pool).await.map_err(failed)?;
+        let stray: bool = oncely_sql::query_scalar(AssertSqlSafe(format!(
             "SELECT EXISTS (SELECT 1 FROM {default} WHERE received_at >= $1 AND received_at < $2)"
         )))
         .bind(lo)
         .bind(hi)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
-        .map_err(|e| db("checking the default partition", e))?;
+        .map_err(failed)?;
+        conn.commit().await.map_err(failed)?;
         let sql = if stray {
             warn!(partition = %name, "moving rows out of the default partition");
             format!(
@@ -233,14 +247,17 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
 /// The daily partitions, oldest first (the default partition is not listed).
 pub async fn list(ops: &Ops) -> Result<Vec<Partition>> {
     let pool = pg(ops)?;
-    let names: Vec<String> = sqlx::query_scalar(
+    let failed = |e| db("listing partitions", e);
+    let mut conn = Autocommit::begin(pool).await.map_err(failed)?;
+    let names: Vec<String> = oncely_sql::query_scalar(
         "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent = to_regclass($1)",
     )
     .bind(ops.tables().inbox())
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await
-    .map_err(|e| db("listing partitions", e))?;
+    .map_err(failed)?;
+    conn.commit().await.map_err(failed)?;
     let prefix = ops.tables().prefix();
     let mut parts: Vec<Partition> = names
         .iter()
