@@ -21,12 +21,12 @@ use oncely_sql::AnyStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::with_store;
 use oncely_sql::{ConnectOptions, Dialect, INBOX, MigrationSet, Tables, redact_url, reset_sql};
-use tracing::debug;
 use oncely_testkit::chaos::{AckEarly, CrashPlan, CrashingHandler, CrashingSource, CrashingStore};
 use publish::{Mix, generate};
 use report::Report;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use tracing::debug;
 
 /// Flags of `oncely demo`.
 #[derive(Debug, Clone, clap::Args)]
