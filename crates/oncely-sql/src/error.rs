@@ -141,7 +141,9 @@ pub fn error_kind(e: &sqlx::Error) -> ErrorKind {
                 Server::Postgres
             };
             if matches!(server, Server::Sqlite)
-                && SCHEMA_SQLITE_MESSAGES.iter().any(|m| db.message().contains(m))
+                && SCHEMA_SQLITE_MESSAGES
+                    .iter()
+                    .any(|m| db.message().contains(m))
             {
                 return ErrorKind::Config;
             }
@@ -251,8 +253,13 @@ mod tests {
     #[tokio::test]
     async fn sqlite_missing_tables_and_columns_are_config() {
         use sqlx::Connection;
-        let mut c = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
-        sqlx::raw_sql("CREATE TABLE t (a INTEGER)").execute(&mut c).await.unwrap();
+        let mut c = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        sqlx::raw_sql("CREATE TABLE t (a INTEGER)")
+            .execute(&mut c)
+            .await
+            .unwrap();
         for (sql, missing_table) in [
             ("SELECT * FROM nothing_here", true),
             ("SELECT b FROM t", false),

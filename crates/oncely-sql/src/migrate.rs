@@ -441,7 +441,11 @@ mod tests {
     #[test]
     fn a_sets_tables_come_from_its_templates() {
         for d in [Dialect::Sqlite, Dialect::Postgres, Dialect::MySql] {
-            assert_eq!(INBOX.tables(d), ["inbox", "dead_letters", "migrations"], "{d:?}");
+            assert_eq!(
+                INBOX.tables(d),
+                ["inbox", "dead_letters", "migrations"],
+                "{d:?}"
+            );
         }
         static SET: MigrationSet = MigrationSet::new("t").postgres(&[
             Migration::new(
@@ -458,9 +462,22 @@ mod tests {
         assert!(SET.tables(Dialect::Sqlite).is_empty());
         let t = Tables::default().with_schema("s").unwrap();
         let sql = reset_sql(Dialect::Postgres, &t, &[&SET]).unwrap();
-        assert_eq!(sql[..2], ["DROP TABLE IF EXISTS s.oncely_two_default", "DROP TABLE IF EXISTS s.oncely_one"]);
-        assert!(sql[2].contains("CREATE TABLE IF NOT EXISTS s.oncely_migration_ledger"), "{}", sql[2]);
-        assert_eq!(sql[3], "DELETE FROM s.oncely_migration_ledger WHERE set_name IN ('t')");
+        assert_eq!(
+            sql[..2],
+            [
+                "DROP TABLE IF EXISTS s.oncely_two_default",
+                "DROP TABLE IF EXISTS s.oncely_one"
+            ]
+        );
+        assert!(
+            sql[2].contains("CREATE TABLE IF NOT EXISTS s.oncely_migration_ledger"),
+            "{}",
+            sql[2]
+        );
+        assert_eq!(
+            sql[3],
+            "DELETE FROM s.oncely_migration_ledger WHERE set_name IN ('t')"
+        );
         assert!(reset_sql(Dialect::MySql, &t, &[&SET]).is_err());
     }
 

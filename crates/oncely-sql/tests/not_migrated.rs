@@ -3,8 +3,7 @@
 //! a store outage with a growing backoff (issue 27: the demo's second run hung that way).
 
 use oncely_core::{
-    Consumer, ConsumerName, Envelope, ErrorKind, Handled, Handler, MemorySource, RawEnvelope,
-    Store,
+    Consumer, ConsumerName, Envelope, ErrorKind, Handled, Handler, MemorySource, RawEnvelope, Store,
 };
 use oncely_sql::sqlx::{self, Sqlite, Transaction};
 use oncely_sql::{ConnectOptions, SqliteStore};
@@ -39,7 +38,11 @@ fn source() -> MemorySource {
 
 /// Runs a consumer over `store` and returns what `run` returned, within 10 s.
 async fn run(store: &SqliteStore) -> oncely_core::Result<oncely_core::StatsSnapshot> {
-    let consumer = Consumer::new(ConsumerName::new("billing").unwrap(), store.clone(), Nothing);
+    let consumer = Consumer::new(
+        ConsumerName::new("billing").unwrap(),
+        store.clone(),
+        Nothing,
+    );
     let started = Instant::now();
     let result = tokio::time::timeout(
         Duration::from_secs(10),
@@ -47,7 +50,11 @@ async fn run(store: &SqliteStore) -> oncely_core::Result<oncely_core::StatsSnaps
     )
     .await
     .expect("Consumer::run must return at once on unmigrated tables, not hold deliveries");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     result
 }
 
@@ -71,7 +78,12 @@ async fn a_consumer_over_tables_never_migrated_refuses_to_start_naming_oncely_mi
     let mut tx = store.begin().await.unwrap();
     let id = oncely_core::MessageId::new("m-1").unwrap();
     let claim = store
-        .claim(&mut tx, &ConsumerName::new("billing").unwrap(), &id, oncely_core::PayloadHash::of(b"x"))
+        .claim(
+            &mut tx,
+            &ConsumerName::new("billing").unwrap(),
+            &id,
+            oncely_core::PayloadHash::of(b"x"),
+        )
         .await
         .unwrap_err();
     assert_eq!(claim.kind(), ErrorKind::Config, "{claim}");
