@@ -61,7 +61,9 @@ EOF
     say "pg: created $PG_DIR"
   fi
   if ! pg_status; then
-    as postgres "$bin/pg_ctl" -D "$PG_DIR" -l "$PG_DIR/server.log" -w -t 60 start >/dev/null \
+    # pg_ctl hands the server /dev/null and the log (-l); stdin is closed here too, so no
+    # descriptor of the caller outlives this script.
+    as postgres "$bin/pg_ctl" -D "$PG_DIR" -l "$PG_DIR/server.log" -w -t 60 start </dev/null >/dev/null \
       || { tail -20 "$PG_DIR/server.log" >&2; die "pg: did not start"; }
   fi
   for _ in $(seq 1 100); do pg_status && { say "pg: up on 127.0.0.1:$PG_PORT"; return 0; }; sleep 0.2; done
@@ -90,10 +92,14 @@ my_start() {
   fi
   if ! my_status; then
     # --no-defaults: none of the machine's server config (port 3306, its socket) applies.
-    (cd / && nohup mariadbd --no-defaults --user=mysql --datadir="$MY_DIR/data" \
+    # The daemon (and the subshell that forks it) get no descriptor of the caller: stdin from
+    # /dev/null, stdout and stderr to a log, its own session. A caller reading this script's
+    # output through a pipe (`$(...)`, a test's Command::output) sees EOF when it exits.
+    (cd / && exec setsid -f mariadbd --no-defaults --user=mysql --datadir="$MY_DIR/data" \
       --bind-address=127.0.0.1 --port="$MY_PORT" --socket="$MY_DIR/mariadb.sock" \
       --pid-file="$MY_DIR/mariadb.pid" --log-error="$MY_DIR/error.log" \
-      --innodb-flush-log-at-trx-commit=2 --max-connections=300 >/dev/null 2>&1 &)
+      --innodb-flush-log-at-trx-commit=2 --max-connections=300) \
+      </dev/null >>"$MY_DIR/daemon.log" 2>&1
   fi
   for _ in $(seq 1 150); do
     if my_status; then

@@ -22,8 +22,11 @@ fn python_has(test: &str, module: &str) -> bool {
                 "{test}: python3 module {module} missing (pip install pika nats-py redis paho-mqtt)"
             );
         }
-        eprintln!(
-            "=== SKIPPED {test}: python3 module {module} is not installed (pip install pika nats-py redis paho-mqtt) ==="
+        oncely_testkit::services::skipped(
+            test,
+            &format_args!(
+                "python3 module {module} is not installed (pip install pika nats-py redis paho-mqtt)"
+            ),
         );
     }
     ok

@@ -54,6 +54,26 @@ fn demo_on_sqlite_applies_each_message_once() {
     assert_eq!(n(&r, "messages"), 2000);
 }
 
+/// Issue 27: the reset of the second run dropped an old table name while the migration ledger
+/// stayed, so migrations were skipped and the run hung, holding every claim. Each run must
+/// start from a clean slate on the same file and pass.
+#[test]
+fn the_demo_twice_on_one_sqlite_file_passes_both_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("x.db").display());
+    for run in 1..=2 {
+        let started = std::time::Instant::now();
+        let (code, r) = demo(&["--messages", "1000", "--seed", "11", "--store", &store]);
+        assert_exactly_once(code, &r);
+        assert_eq!(n(&r, "messages"), 1000, "run {run}: {r}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "run {run} took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 #[test]
 fn unsafe_ack_before_commit_is_caught_by_the_checker() {
     let (code, r) = demo(&[

@@ -4,9 +4,11 @@
 //! the breaker opens: the run loop stops taking deliveries, the deliveries already taken are
 //! held (not handed back), and only one task at a time probes the store, after a capped,
 //! jittered exponential delay. The first success closes the breaker and every held delivery
-//! goes on. One WARN when it opens, one INFO when it closes; gauge `oncely_store_healthy`.
+//! goes on. One WARN when it opens (an ERROR saying what to do when the error is not an
+//! outage: a missing table, permission denied), one INFO when it closes; gauge
+//! `oncely_store_healthy`.
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::id::ConsumerName;
 use crate::retry::Backoff;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -14,7 +16,11 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
+
+/// What to do about a store error of kind [`ErrorKind::Config`] (a missing table or column,
+/// permission denied), said wherever the runtime reports one.
+pub(crate) const MIGRATE_HINT: &str = "this is not an outage: create or upgrade the tables with `oncely migrate` (or `store.migrate()` in code), or grant the database user access to them";
 
 /// The health of a consumer's store as the runtime sees it, with counters for tests and
 /// dashboards. Shared by all tasks of a [`Consumer`](crate::Consumer);
@@ -127,6 +133,16 @@ impl StoreHealth {
         self.healthy.send_replace(false);
         drop(outage);
         crate::metrics::store_healthy(&self.consumer, false);
+        if error.kind() == ErrorKind::Config {
+            // Not an outage: waiting alone will not fix it, someone has to act.
+            error!(
+                consumer = %self.consumer,
+                error = %error,
+                "store refused the consumer: {error}; {MIGRATE_HINT}; holding {} deliveries, pausing intake until then",
+                self.in_flight()
+            );
+            return;
+        }
         warn!(
             consumer = %self.consumer,
             error = %error,

@@ -202,6 +202,17 @@ pub trait Store: Send + Sync + 'static {
     /// of the message's content (sizes, NUL bytes, invalid UTF-8). `Ok(())` means the row
     /// is durable: the runtime acks the delivery only after it.
     fn dead_letter(&self, letter: &DeadLetter) -> impl Future<Output = Result<()>> + Send;
+
+    /// Checks, once, that the store can serve a consumer: its tables exist with the columns
+    /// this version uses and the user may read them. [`crate::Consumer::run`] calls it before
+    /// taking a delivery and refuses to start on an error that is not an outage (kind
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config): missing table or column, permission
+    /// denied), whose message should say what to do (`oncely migrate`). An unavailable store
+    /// is not refused: the runtime holds deliveries until it answers. The default checks
+    /// nothing; SQL stores run one cheap query per table.
+    fn check_ready(&self) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
+    }
 }
 
 /// Read access for checks, admin commands and the conformance suite.

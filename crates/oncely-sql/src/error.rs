@@ -39,6 +39,24 @@ const UNAVAILABLE_SQLITE: &[i64] = &[8, 10, 13, 14];
 /// (extended codes 261, 262, 517, 773 share these low bytes).
 const TRANSIENT_SQLITE: &[i64] = &[5, 6];
 
+/// SQLSTATEs meaning the schema or the grants are not what oncely expects: 42P01 undefined
+/// table, 42703 undefined column, 42501 insufficient privilege (permission denied), 3F000
+/// invalid schema name; MySQL reports 42S02 (no such table) and 42S22 (unknown column). Not an
+/// outage and no message's fault: the tables are missing or older than this oncely (run
+/// `oncely migrate`), or the user lacks a grant. [`ErrorKind::Config`].
+const SCHEMA_SQLSTATES: &[&str] = &["42P01", "42703", "42501", "3F000", "42S02", "42S22"];
+
+/// MySQL / MariaDB error numbers of the same kind: 1146 table doesn't exist, 1054 unknown
+/// column, 1142 command denied for a table, 1143 denied for a column, 1044 access denied to a
+/// database, 1049 unknown database.
+const SCHEMA_MYSQL: &[u16] = &[1146, 1054, 1142, 1143, 1044, 1049];
+
+/// SQLite reports a missing table or column with the generic code 1 (`SQLITE_ERROR`), so its
+/// message decides ("no such table: x", "no such column: x", "table x has no column named y");
+/// 23 `SQLITE_AUTH` is a denied authorization.
+const SCHEMA_SQLITE_MESSAGES: &[&str] = &["no such table", "no such column", "has no column named"];
+const SCHEMA_SQLITE: &[i64] = &[23];
+
 /// Which server reported a database error.
 #[derive(Debug, Clone, Copy)]
 enum Server {
@@ -52,6 +70,8 @@ fn sqlstate_kind(code: &str) -> Option<ErrorKind> {
         Some(ErrorKind::Unavailable)
     } else if TRANSIENT_SQLSTATES.contains(&code) {
         Some(ErrorKind::Transient)
+    } else if SCHEMA_SQLSTATES.contains(&code) {
+        Some(ErrorKind::Config)
     } else {
         None
     }
@@ -66,11 +86,14 @@ fn kind_of(code: &str, server: Server) -> ErrorKind {
             Some(ErrorKind::Unavailable)
         }
         Server::MySql(number) if TRANSIENT_MYSQL.contains(&number) => Some(ErrorKind::Transient),
+        Server::MySql(number) if SCHEMA_MYSQL.contains(&number) => Some(ErrorKind::Config),
         Server::MySql(_) => sqlstate_kind(code),
         Server::Sqlite => code.parse::<i64>().ok().and_then(|extended| {
             let primary = extended & 0xff;
             if UNAVAILABLE_SQLITE.contains(&primary) {
                 Some(ErrorKind::Unavailable)
+            } else if SCHEMA_SQLITE.contains(&primary) {
+                Some(ErrorKind::Config)
             } else {
                 TRANSIENT_SQLITE
                     .contains(&primary)
@@ -91,8 +114,11 @@ fn kind_of(code: &str, server: Server) -> ErrorKind {
 /// - [`ErrorKind::Transient`]: concurrency, worth retrying the same message: serialization
 ///   failure 40001, deadlock 40P01 / 1213, lock timeouts 55P03 / 1205, statement timeout
 ///   57014, SQLite busy / locked, protocol hiccups.
-/// - [`ErrorKind::Config`]: a bad URL or option.
-/// - [`ErrorKind::Permanent`]: everything else (constraint violations, missing tables, bad data).
+/// - [`ErrorKind::Config`]: a bad URL or option, and a schema or grants that do not match:
+///   missing table or column (42P01, 42703, 1146, 1054, SQLite "no such table"), permission
+///   denied (42501, 1142, 1044): not an outage; the tables need `oncely migrate` or the user a
+///   grant. The runtime logs them at ERROR and a consumer refuses to start on them.
+/// - [`ErrorKind::Permanent`]: everything else (constraint violations, bad data).
 ///
 /// ```
 /// use oncely_core::ErrorKind;
@@ -114,6 +140,13 @@ pub fn error_kind(e: &sqlx::Error) -> ErrorKind {
             } else {
                 Server::Postgres
             };
+            if matches!(server, Server::Sqlite)
+                && SCHEMA_SQLITE_MESSAGES
+                    .iter()
+                    .any(|m| db.message().contains(m))
+            {
+                return ErrorKind::Config;
+            }
             kind_of(db.code().as_deref().unwrap_or(""), server)
         }
         sqlx::Error::Configuration(_) => ErrorKind::Config,
@@ -130,7 +163,7 @@ pub fn db(doing: &str, e: sqlx::Error) -> Error {
 
 /// True when the error says a table does not exist (PostgreSQL 42P01, MySQL 1146 / 42S02,
 /// SQLite "no such table"), so that optional tables (effects journal, outbox, operations
-/// journal) can be skipped. The kind stays [`ErrorKind::Permanent`] (see [`error_kind`]).
+/// journal) can be skipped. Its kind is [`ErrorKind::Config`] (see [`error_kind`]).
 ///
 /// ```
 /// assert!(!oncely_sql::is_missing_table(&oncely_sql::sqlx::Error::RowNotFound));
@@ -148,7 +181,7 @@ pub fn is_missing_table(e: &sqlx::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ErrorKind::{Permanent, Transient, Unavailable};
+    use ErrorKind::{Config, Permanent, Transient, Unavailable};
 
     #[test]
     fn postgres_codes() {
@@ -168,7 +201,10 @@ mod tests {
             ("55P03", Transient), // lock not available
             ("57014", Transient), // statement timeout
             ("23505", Permanent), // unique violation
-            ("42P01", Permanent), // no such table
+            ("42P01", Config),    // no such table
+            ("42703", Config),    // no such column
+            ("42501", Config),    // permission denied
+            ("3F000", Config),    // no such schema
             ("22001", Permanent), // value too long
             ("22021", Permanent), // bad encoding (NUL byte)
             ("", Permanent),
@@ -197,7 +233,10 @@ mod tests {
             (3024, Transient),   // MySQL statement timeout
             (1969, Transient),   // MariaDB statement timeout
             (1062, Permanent),   // duplicate key
-            (1146, Permanent),   // no such table
+            (1146, Config),      // no such table
+            (1054, Config),      // unknown column
+            (1142, Config),      // command denied for a table
+            (1044, Config),      // access denied to a database
             (1406, Permanent),   // data too long
         ] {
             assert_eq!(kind_of("HY000", Server::MySql(number)), kind, "{number}");
@@ -206,6 +245,30 @@ mod tests {
         assert_eq!(kind_of("40001", Server::MySql(9999)), Transient);
         assert_eq!(kind_of("25006", Server::MySql(9999)), Unavailable);
         assert_eq!(kind_of("08S01", Server::MySql(9999)), Unavailable);
+        assert_eq!(kind_of("42S02", Server::MySql(9999)), Config);
+    }
+
+    /// A missing table or column on a real SQLite: `Config` by its message, and
+    /// [`is_missing_table`] agrees.
+    #[tokio::test]
+    async fn sqlite_missing_tables_and_columns_are_config() {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        sqlx::raw_sql("CREATE TABLE t (a INTEGER)")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        for (sql, missing_table) in [
+            ("SELECT * FROM nothing_here", true),
+            ("SELECT b FROM t", false),
+            ("INSERT INTO t (b) VALUES (1)", false),
+        ] {
+            let e = sqlx::raw_sql(sql).execute(&mut c).await.unwrap_err();
+            assert_eq!(error_kind(&e), Config, "{sql}: {e}");
+            assert_eq!(is_missing_table(&e), missing_table, "{sql}: {e}");
+        }
     }
 
     #[test]
@@ -226,7 +289,8 @@ mod tests {
             ("773", Transient),    // SQLITE_BUSY_TIMEOUT
             ("19", Permanent),     // SQLITE_CONSTRAINT
             ("2067", Permanent),   // SQLITE_CONSTRAINT_UNIQUE
-            ("1", Permanent),      // SQLITE_ERROR (no such table)
+            ("1", Permanent),      // SQLITE_ERROR (a missing table: by its message, below)
+            ("23", Config),        // SQLITE_AUTH
         ] {
             assert_eq!(kind_of(code, Server::Sqlite), kind, "{code}");
         }

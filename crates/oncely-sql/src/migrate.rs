@@ -159,6 +159,33 @@ impl MigrationSet {
         }
     }
 
+    /// The tables the set owns on `dialect`, as bare names (no schema, no prefix; render them
+    /// with [`Tables::table`]), read from its own templates so the list cannot drift from
+    /// them: every `CREATE TABLE [IF NOT EXISTS] {schema}{prefix}<name>` in creation order,
+    /// then the older ledgers it adopts ([`Adopt::Ledger`]), each once.
+    ///
+    /// ```
+    /// use oncely_sql::{Dialect, INBOX};
+    /// assert_eq!(INBOX.tables(Dialect::Sqlite), ["inbox", "dead_letters", "migrations"]);
+    /// ```
+    pub fn tables(&self, dialect: Dialect) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        let created = self
+            .migrations(dialect)
+            .iter()
+            .flat_map(|m| created_tables(m.template));
+        let adopted = self.adopt.iter().filter_map(|a| match a {
+            Adopt::Ledger(name) => Some(*name),
+            Adopt::Probe { .. } => None,
+        });
+        for name in created.chain(adopted) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
     /// The set as one SQL script for `dialect`, for users who run their own migration tool.
     pub fn print(&self, dialect: Dialect, tables: &Tables) -> Result<String> {
         Ok(self
@@ -248,6 +275,61 @@ pub fn print_migration_sets(
         .map(|s| s.print(dialect, tables))
         .collect::<Result<Vec<_>>>()?
         .join("\n"))
+}
+
+/// The names after `CREATE TABLE [IF NOT EXISTS] {schema}{prefix}` in `template` (a statement
+/// creating a table that is not `{prefix}`-named, or prose in a comment, is not oncely's).
+fn created_tables(template: &'static str) -> impl Iterator<Item = &'static str> {
+    const CREATE: &str = "CREATE TABLE";
+    let upper = template.to_ascii_uppercase();
+    let starts: Vec<usize> = upper.match_indices(CREATE).map(|(at, _)| at).collect();
+    starts.into_iter().filter_map(move |at| {
+        let rest = template[at + CREATE.len()..].trim_start();
+        let rest = match rest.get(..13) {
+            Some(words) if words.eq_ignore_ascii_case("IF NOT EXISTS") => rest[13..].trim_start(),
+            _ => rest,
+        };
+        let rest = rest.strip_prefix("{schema}").unwrap_or(rest);
+        let rest = rest.strip_prefix("{prefix}")?;
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        (end > 0).then(|| &rest[..end])
+    })
+}
+
+/// The statements that undo `sets` on `dialect` for the tables `tables`, for a demo or a test
+/// that resets a database of its own (**every row of those tables is lost**): each set's
+/// tables ([`MigrationSet::tables`]) dropped, newest first, and its rows removed from the
+/// shared ledger, so that the next [`run_migrations`] applies the sets again from version 1.
+/// The ledger itself stays (other sets may be recorded in it). Run them in order.
+///
+/// ```
+/// use oncely_sql::{Dialect, INBOX, Tables, reset_sql};
+/// let sql = reset_sql(Dialect::Sqlite, &Tables::default(), &[&INBOX]).unwrap();
+/// assert!(sql.contains(&"DROP TABLE IF EXISTS oncely_inbox".to_owned()));
+/// assert!(sql.last().unwrap().starts_with("DELETE FROM oncely_migration_ledger WHERE set_name IN ('inbox')"));
+/// ```
+pub fn reset_sql(dialect: Dialect, tables: &Tables, sets: &[&MigrationSet]) -> Result<Vec<String>> {
+    let mut sql = Vec::new();
+    let mut names = Vec::new();
+    for set in sets {
+        set.for_dialect(dialect)?;
+        names.push(format!("'{}'", set.name));
+        sql.extend(
+            set.tables(dialect)
+                .iter()
+                .rev()
+                .map(|t| format!("DROP TABLE IF EXISTS {}", tables.table(t))),
+        );
+    }
+    sql.push(tables.render(include_str!("../migrations/ledger.sql")));
+    sql.push(format!(
+        "DELETE FROM {} WHERE set_name IN ({})",
+        tables.migration_ledger(),
+        names.join(", ")
+    ));
+    Ok(sql)
 }
 
 mod sealed {
@@ -354,6 +436,49 @@ mod tests {
                 "{d:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_sets_tables_come_from_its_templates() {
+        for d in [Dialect::Sqlite, Dialect::Postgres, Dialect::MySql] {
+            assert_eq!(
+                INBOX.tables(d),
+                ["inbox", "dead_letters", "migrations"],
+                "{d:?}"
+            );
+        }
+        static SET: MigrationSet = MigrationSet::new("t").postgres(&[
+            Migration::new(
+                1,
+                "a",
+                "-- CREATE TABLE IF NOT EXISTS then leaves this table alone).\n\
+                 create table {schema}{prefix}one (a INT);\n\
+                 CREATE TABLE other (b INT);\n\
+                 CREATE TABLE {schema}{prefix}two_default PARTITION OF {schema}{prefix}one DEFAULT;",
+            ),
+            Migration::new(2, "b", "CREATE TABLE IF NOT EXISTS {prefix}one (a INT);"),
+        ]);
+        assert_eq!(SET.tables(Dialect::Postgres), ["one", "two_default"]);
+        assert!(SET.tables(Dialect::Sqlite).is_empty());
+        let t = Tables::default().with_schema("s").unwrap();
+        let sql = reset_sql(Dialect::Postgres, &t, &[&SET]).unwrap();
+        assert_eq!(
+            sql[..2],
+            [
+                "DROP TABLE IF EXISTS s.oncely_two_default",
+                "DROP TABLE IF EXISTS s.oncely_one"
+            ]
+        );
+        assert!(
+            sql[2].contains("CREATE TABLE IF NOT EXISTS s.oncely_migration_ledger"),
+            "{}",
+            sql[2]
+        );
+        assert_eq!(
+            sql[3],
+            "DELETE FROM s.oncely_migration_ledger WHERE set_name IN ('t')"
+        );
+        assert!(reset_sql(Dialect::MySql, &t, &[&SET]).is_err());
     }
 
     #[test]

@@ -226,6 +226,28 @@ impl SqlStore<Sqlite> {
     }
 }
 
+/// The columns of the inbox and dead-letter tables this version reads and writes (after
+/// [`crate::INBOX`]'s last migration), checked at a consumer's start by
+/// [`Store::check_ready`]: one `SELECT … WHERE 1 = 0` each, so a missing table, a table of an
+/// older version or a missing grant stops the consumer with a [`Config`] error
+/// (`oncely_core::ErrorKind::Config`, see [`crate::error_kind`]) instead of failing every claim.
+///
+/// [`Config`]: oncely_core::ErrorKind::Config
+fn ready_checks(tables: &Tables) -> [(String, &'static str); 2] {
+    [
+        (
+            tables.inbox(),
+            "consumer, message_id, payload_hash, received_at",
+        ),
+        (
+            tables.dead_letters(),
+            "consumer, message_id, raw_id, payload, payload_hash, stored_hash, reason, detail, \
+             attempts, entity_key, version, source_time, headers, dead_lettered_at, id_hash, \
+             last_seen, deliveries",
+        ),
+    ]
+}
+
 macro_rules! sql_store {
     ($db:ty) => {
         impl Store for SqlStore<$db> {
@@ -364,6 +386,19 @@ macro_rules! sql_store {
                 let mut tx = self.begin().await?;
                 query.execute(&mut *tx).await.map_err(failed)?;
                 self.commit(tx).await
+            }
+
+            async fn check_ready(&self) -> Result<()> {
+                for (table, columns) in ready_checks(&self.tables) {
+                    // Simple protocol (no prepared statement): the same under any pooler.
+                    sqlx::raw_sql(AssertSqlSafe(format!(
+                        "SELECT {columns} FROM {table} WHERE 1 = 0"
+                    )))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| db(&format!("checking table {table}"), e))?;
+                }
+                Ok(())
             }
         }
 

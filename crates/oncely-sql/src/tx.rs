@@ -338,6 +338,10 @@ impl Store for AnyStore {
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
         crate::with_store!(self, s => s.dead_letter(letter).await)
     }
+
+    async fn check_ready(&self) -> Result<()> {
+        crate::with_store!(self, s => s.check_ready().await)
+    }
 }
 
 /// Each method goes to the store inside.

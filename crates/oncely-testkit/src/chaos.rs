@@ -289,6 +289,10 @@ impl<S: Store> Store for CrashingStore<S> {
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
         self.inner.dead_letter(letter).await
     }
+
+    async fn check_ready(&self) -> Result<()> {
+        self.inner.check_ready().await
+    }
 }
 
 /// Runs a handler of a store's transaction on a [`CrashingStore`]'s transaction.

@@ -122,17 +122,40 @@ pub fn unavailable(test: &str, what: &str, why: &dyn Display) {
     if required() {
         panic!("{}", failure(test, what, why));
     }
-    let _ = std::io::stderr().write_all(banner(test, what, why).as_bytes());
+    skipped(
+        test,
+        &format_args!(
+            "{what} unavailable ({why}); set CI or ONCELY_REQUIRE_SERVICES=1 to fail instead"
+        ),
+    );
+}
+
+/// How every SKIPPED banner's line starts: `scripts/test.sh` counts the lines of a test log
+/// that begin with it as skipped tests (one banner per test that returned early).
+pub const SKIPPED_BANNER: &str = "*** SKIPPED ";
+
+/// Writes the SKIPPED banner of `test` to stderr (directly, past the harness's capture), one
+/// line of its own starting with [`SKIPPED_BANNER`]: `*** SKIPPED <test>: <why> ***`. For a
+/// test that returns early for a reason of its own (a missing tool); a missing server goes
+/// through [`unavailable`], which also applies the CI rule. Call it once per skipped test.
+pub fn skipped(test: &str, why: &dyn Display) {
+    // This module's own unit tests exercise the skip path; their banner would be counted as
+    // a skipped test by scripts/test.sh, so it is not written there ([`banner`] is tested).
+    if cfg!(test) {
+        return;
+    }
+    let _ = std::io::stderr().write_all(banner(test, why).as_bytes());
 }
 
 fn failure(test: &str, what: &str, why: &dyn Display) -> String {
     format!("{test}: {what} is required (CI / ONCELY_REQUIRE_SERVICES set) but unavailable: {why}")
 }
 
-fn banner(test: &str, what: &str, why: &dyn Display) -> String {
-    format!(
-        "\n*** SKIPPED {test}: {what} unavailable ({why}); set CI or ONCELY_REQUIRE_SERVICES=1 to fail instead ***\n\n"
-    )
+/// The banner on a line of its own (a newline first: libtest may have written `test x ... `),
+/// with any line breaks of `why` flattened so that the banner stays one countable line.
+fn banner(test: &str, why: &dyn Display) -> String {
+    let why = why.to_string().replace(['\r', '\n'], " ");
+    format!("\n{SKIPPED_BANNER}{test}: {why} ***\n\n")
 }
 
 /// `host:port` to probe for `target`, a URL or already `host:port`: the URL's authority
@@ -297,12 +320,20 @@ mod tests {
 
     #[test]
     fn banner_and_failure_name_the_test_the_server_and_the_cause() {
-        let b = banner("t1", "PostgreSQL", &"refused");
-        assert!(
-            b.contains("*** SKIPPED t1: PostgreSQL unavailable (refused)"),
-            "{b}"
+        let b = banner(
+            "t1",
+            &"PostgreSQL unavailable (refused\nat connect); set CI",
         );
-        assert!(b.contains("ONCELY_REQUIRE_SERVICES"), "{b}");
+        let lines: Vec<&str> = b
+            .lines()
+            .filter(|l| l.starts_with(SKIPPED_BANNER))
+            .collect();
+        assert_eq!(
+            lines,
+            ["*** SKIPPED t1: PostgreSQL unavailable (refused at connect); set CI ***"],
+            "{b:?}"
+        );
+        assert!(b.starts_with('\n'), "{b:?}");
         let f = failure("t1", "MariaDB", &"timed out");
         assert!(f.starts_with("t1: MariaDB is required"), "{f}");
         assert!(f.ends_with("timed out"), "{f}");

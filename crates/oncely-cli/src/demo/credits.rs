@@ -67,6 +67,11 @@ impl CreditTables {
         }
     }
 
+    /// Both tables' qualified names (what [`CreditTables::ddl`] creates).
+    pub fn names(&self) -> [&str; 2] {
+        [&self.accounts, &self.ledger]
+    }
+
     /// DDL creating both tables.
     pub fn ddl(&self) -> Vec<String> {
         let (seq, text) = (self.dialect.serial_key(), self.dialect.key_text(255));

@@ -20,12 +20,13 @@ use oncely_core::{
 use oncely_sql::AnyStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::with_store;
-use oncely_sql::{ConnectOptions, Dialect, Tables, redact_url};
+use oncely_sql::{ConnectOptions, Dialect, INBOX, MigrationSet, Tables, redact_url, reset_sql};
 use oncely_testkit::chaos::{AckEarly, CrashPlan, CrashingHandler, CrashingSource, CrashingStore};
 use publish::{Mix, generate};
 use report::Report;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use tracing::debug;
 
 /// Flags of `oncely demo`.
 #[derive(Debug, Clone, clap::Args)]
@@ -302,26 +303,25 @@ fn progress_bar(len: u64, hidden: bool) -> ProgressBar {
     bar
 }
 
-/// Gives the demo a clean slate: its schema (PostgreSQL/MySQL) or its tables (SQLite).
+/// The migration sets the demo applies ([`create_tables`]) and its reset undoes.
+const DEMO_SETS: &[&MigrationSet] = &[&INBOX];
+
+/// Gives the demo a clean slate: its schema (PostgreSQL/MySQL), or on SQLite its own tables
+/// and those of [`DEMO_SETS`] as the migration registry knows them, with their ledger rows (so
+/// the next migration recreates them; a ledger left behind made a second run skip them).
 async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
     let schema = store.tables().schema();
     let drops: Vec<String> = match schema.and_then(|s| store.dialect().drop_schema_sql(s)) {
         Some(drop) => vec![drop],
-        None => vec![
-            format!("DROP TABLE IF EXISTS {}", tables.accounts),
-            format!("DROP TABLE IF EXISTS {}", tables.ledger),
-            format!("DROP TABLE IF EXISTS {}", store.tables().inbox()),
-            format!("DROP TABLE IF EXISTS {}", store.tables().dead_letters()),
-            format!(
-                "DROP TABLE IF EXISTS {}",
-                store.tables().table("migrations")
-            ),
-        ],
+        None => tables
+            .names()
+            .iter()
+            .map(|t| format!("DROP TABLE IF EXISTS {t}"))
+            .chain(reset_sql(store.dialect(), store.tables(), DEMO_SETS)?)
+            .collect(),
     };
-    for sql in drops.into_iter().chain(std::iter::once(String::new())) {
-        if sql.is_empty() {
-            break;
-        }
+    debug!(statements = ?drops, "resetting the demo store");
+    for sql in drops {
         with_store!(store, s => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(s.pool()).await.context("resetting the demo schema")?; });
     }
     create_tables(store, tables).await
@@ -329,7 +329,8 @@ async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
 
 /// Migrates and creates the demo tables if missing (keeps existing data).
 async fn create_tables(store: &AnyStore, tables: &CreditTables) -> Result<()> {
-    store.migrate().await?;
+    let ran = with_store!(store, s => s.migrate_with(DEMO_SETS).await)?;
+    debug!(migrations = ran, "demo store migrated");
     for sql in tables.ddl() {
         with_store!(store, s => { sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(s.pool()).await.context("creating the demo tables")?; });
     }

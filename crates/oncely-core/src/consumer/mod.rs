@@ -14,7 +14,9 @@ mod single;
 pub use batch::BatchStats;
 pub(crate) use settle::panic_message;
 
+use crate::error::{Error, ErrorKind};
 use crate::handler::Handler;
+use crate::health::MIGRATE_HINT;
 use crate::health::StoreHealth;
 use crate::id::ConsumerName;
 use crate::outcome::Outcome;
@@ -30,7 +32,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{debug, error, warn};
 
 /// The default inbox retention window, 7 days: the pruner keeps ids at least this long
 /// (`oncely_ops::retention`), and a consumer quarantines, by default, a fresh message whose
@@ -248,6 +250,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         source: Src,
         shutdown: CancellationToken,
     ) -> crate::Result<StatsSnapshot> {
+        self.check_ready().await?;
         let permits = Arc::new(Semaphore::new(self.in_flight()));
         let mut tasks = JoinSet::new();
         let max = self.config.max_batch;
@@ -293,7 +296,42 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             self.joined(done);
         }
         intake.close().await;
-        Ok(self.stats.snapshot())
+        let stats = self.stats.snapshot();
+        debug!(consumer = %self.name, ?stats, "consumer stopped");
+        Ok(stats)
+    }
+
+    /// The start check ([`Store::check_ready`]): an error that is not an outage (missing
+    /// tables, permission denied) is logged at ERROR and refuses the start; an outage is
+    /// logged and left to the runtime, which holds deliveries until the store answers.
+    async fn check_ready(&self) -> crate::Result<()> {
+        match self.store.check_ready().await {
+            Ok(()) => {
+                debug!(
+                    consumer = %self.name,
+                    in_flight = self.in_flight(),
+                    max_batch = self.config.max_batch,
+                    "store ready; consumer starting"
+                );
+                Ok(())
+            }
+            Err(e) if e.is_unavailable() || e.is_transient() => {
+                warn!(consumer = %self.name, error = %e, "store not answering at start: {e}; starting anyway, deliveries are held until it does");
+                Ok(())
+            }
+            Err(e) => {
+                let hint = match e.kind() {
+                    ErrorKind::Config => format!("; {MIGRATE_HINT}"),
+                    _ => String::new(),
+                };
+                let refused = Error::new(
+                    e.kind(),
+                    format!("consumer {} not started: {e}{hint}", self.name),
+                );
+                error!(consumer = %self.name, error = %e, "{refused}");
+                Err(refused)
+            }
+        }
     }
 
     fn joined(&self, done: Result<(), tokio::task::JoinError>) {

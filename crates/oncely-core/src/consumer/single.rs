@@ -41,6 +41,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         crate::trace::set_delivery_parent(&span, &delivery.message().meta.headers);
         let outcome = self.settle(delivery, stop).instrument(span.clone()).await;
         span.record("outcome", outcome.name());
+        span.in_scope(|| debug!(outcome = outcome.name(), "delivery settled"));
         outcome
     }
 
