@@ -96,38 +96,24 @@ pub(crate) enum PoolerOption {
 /// postgres://u@h:6432/app?pooler=transaction&sslmode=disable → (postgres://u@h:6432/app?sslmode=disable, Transaction)
 /// ```
 pub(crate) fn take_pooler_option(url: &str) -> Result<(String, PoolerOption)> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), PoolerOption::Detect));
-    };
+    let (url, taken) = crate::url::take_options(url, &["pooler"]);
     let mut option = PoolerOption::Detect;
-    let mut kept = Vec::new();
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some(("pooler", value)) => {
-                option = match value {
-                    "transaction" => PoolerOption::Transaction,
-                    "statement" => {
-                        return Err(Error::config(
-                            "pooler=statement: a claim and its effect must share one transaction, which statement pooling forbids; use pool_mode = transaction (pooler=transaction) or session",
-                        ));
-                    }
-                    "none" | "session" => PoolerOption::None,
-                    other => {
-                        return Err(Error::config(format!(
-                            "pooler={other} is not a pooler mode: use pooler=transaction (PgBouncer pool_mode = transaction or statement), or pooler=none"
-                        )));
-                    }
-                }
+    for (_, value) in taken {
+        option = match value.as_str() {
+            "transaction" => PoolerOption::Transaction,
+            "none" | "session" => PoolerOption::None,
+            "statement" => {
+                return Err(Error::config(
+                    "pooler=statement: a claim and its effect must share one transaction, which statement pooling forbids; use pool_mode = transaction (pooler=transaction) or session",
+                ));
             }
-            _ if pair.is_empty() => {}
-            _ => kept.push(pair),
+            other => {
+                return Err(Error::config(format!(
+                    "pooler={other} is not a pooler mode: use pooler=transaction (PgBouncer pool_mode = transaction), or pooler=none"
+                )));
+            }
         }
     }
-    let url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
     Ok((url, option))
 }
 

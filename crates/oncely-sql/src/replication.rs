@@ -91,42 +91,32 @@ impl Replication {
 /// `url` without oncely's replication options, and the [`Replication`] they ask for
 /// (`default` when the URL does not say).
 pub(crate) fn from_url(url: &str, default: Replication) -> Result<(String, Replication)> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), default));
-    };
+    let names = [
+        "replication",
+        "target_session_attrs",
+        "target-session-attrs",
+    ];
+    let (url, taken) = crate::url::take_options(url, &names);
     let mut replication = default;
-    let mut kept = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match key {
-            "replication" => {
-                replication = match value {
-                    "replicated" => Replication::Replicated,
-                    "as-configured" | "as_configured" => Replication::AsConfigured,
-                    other => {
-                        return Err(Error::config(format!(
-                            "replication={other}: use replication=replicated (wait for a \
-                             synchronous standby) or replication=as-configured"
-                        )));
-                    }
-                }
-            }
-            "target_session_attrs" | "target-session-attrs" => {
-                if !matches!(value, "read-write" | "primary" | "any") {
+    for (key, value) in taken {
+        if key == "replication" {
+            replication = match value.as_str() {
+                "replicated" => Replication::Replicated,
+                "as-configured" | "as_configured" => Replication::AsConfigured,
+                other => {
                     return Err(Error::config(format!(
-                        "target_session_attrs={value}: oncely writes its claims on the primary \
-                         only (read-write); a standby cannot take a claim"
+                        "replication={other}: use replication=replicated (wait for a \
+                         synchronous standby) or replication=as-configured"
                     )));
                 }
             }
-            _ => kept.push(pair),
+        } else if !matches!(value.as_str(), "read-write" | "primary" | "any") {
+            return Err(Error::config(format!(
+                "target_session_attrs={value}: oncely writes its claims on the primary \
+                 only (read-write); a standby cannot take a claim"
+            )));
         }
     }
-    let url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
     Ok((url, replication))
 }
 

@@ -99,6 +99,30 @@ pub(crate) fn rotate_hosts(url: &str, first: usize) -> String {
     format!("{}://{user}{}{}", p.scheme, hosts.join(","), p.tail)
 }
 
+/// Takes oncely's own query options (`?pooler=`, `?replication=`, …) off a database URL
+/// before the driver parses it: the URL without the pairs whose key is in `names`, and those
+/// pairs (key, value) in the URL's order. The one place these options are cut out.
+pub(crate) fn take_options(url: &str, names: &[&str]) -> (String, Vec<(String, String)>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), Vec::new());
+    };
+    let (mut kept, mut taken) = (Vec::new(), Vec::new());
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if names.contains(&key) {
+            taken.push((key.to_owned(), value.to_owned()));
+        } else {
+            kept.push(pair);
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, taken)
+}
+
 /// The hosts of a URL (`host:port` as written), for messages; never the credentials.
 pub(crate) fn host_of(url: &str) -> String {
     parts(url).map_or_else(String::new, |p| p.hosts.to_owned())
@@ -124,6 +148,13 @@ mod tests {
         let e = split_hosts("mysql://a:secret@h1,,h2/x").unwrap_err();
         assert!(e.to_string().contains("a:***@h1,,h2") && !e.to_string().contains("secret"));
         assert_eq!(host_of("mysql://a:b@h1:3306/x"), "h1:3306");
+        let (url, taken) = take_options("postgres://h/x?a=1&pooler=none&&b=2", &["pooler"]);
+        assert_eq!(url, "postgres://h/x?a=1&b=2");
+        assert_eq!(taken, [("pooler".to_owned(), "none".to_owned())]);
+        assert_eq!(
+            take_options("postgres://h/x?pooler=none", &["pooler"]).0,
+            "postgres://h/x"
+        );
         assert_eq!(
             rotate_hosts("postgres://a:b@h1:1,h2:2,h3:3/x?y=1", 1),
             "postgres://a:b@h2:2,h3:3,h1:1/x?y=1"
