@@ -325,10 +325,26 @@ pub fn exit_code(result: Result<bool>) -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", said_once(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes, each said once: oncely's errors already print their source, so a
+/// cause whose text is in what came before is left out (`{e:#}` would repeat it).
+fn said_once(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 /// Table naming from `--schema` and `--prefix`.
@@ -449,5 +465,21 @@ pub(crate) fn print_section<T>(
             let rows: Vec<Vec<String>> = rows.iter().map(cells).collect();
             print_table(headers, &rows);
         }
+    }
+}
+
+#[cfg(test)]
+mod said_once_tests {
+    use super::said_once;
+
+    #[test]
+    fn a_cause_already_in_the_text_is_not_repeated() {
+        let inner = oncely_core::Error::config("pool_mode = statement");
+        let outer = oncely_core::Error::new(inner.kind(), "opening the store").with_source(inner);
+        let e = anyhow::Error::new(outer).context("demo");
+        assert_eq!(
+            said_once(&e),
+            "demo: opening the store: pool_mode = statement"
+        );
     }
 }
