@@ -3,6 +3,7 @@
 use oncely_amqp::{AmqpOptions, AmqpSource};
 use oncely_broker_tests::faults::{crash_loop, rabbitmq_close_connections};
 use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::procs::consumer_args;
 use oncely_broker_tests::services::{AMQP_URL, available, unique};
 use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
 use oncely_broker_tests::workload::Workload;
@@ -147,23 +148,8 @@ async fn amqp_sigkill_crash_through_pgbouncer() {
         .expect("publish");
     let schema = queue.clone();
     let db = Db::open(&bouncer, Some(&schema)).await.expect("db");
-    let args: Vec<String> = [
-        "--source",
-        &url,
-        "--consumer",
-        "crash",
-        "--store",
-        &bouncer,
-        "--schema",
-        &schema,
-        "--concurrency",
-        "8",
-        "--idle-exit",
-        "3",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args = consumer_args(&url, "crash", &bouncer, &schema, 3);
+    args.extend(["--concurrency".to_owned(), "8".to_owned()]);
     let (report, _) = crash_loop(
         env!("CARGO_BIN_EXE_oncely-broker-consumer"),
         &args,
