@@ -322,10 +322,21 @@ impl DbLock {
             } => {
                 let sql = format!("DELETE FROM {table} WHERE name = $1 AND holder = $2");
                 let args = [Value::from(self.name.as_str()), Value::from(holder)];
-                exec(&pool, &sql, &args)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| db("releasing the lease", e))
+                // A concurrent take of the same row can fail the delete with a certification
+                // conflict (Galera 1213) or a serialization failure (40001), as it can the
+                // take itself: try again, a few times.
+                let mut attempt = 0;
+                loop {
+                    match exec(&pool, &sql, &args).await {
+                        Ok(_) => return Ok(()),
+                        Err(e) if error_kind(&e) == ErrorKind::Transient && attempt < 5 => {
+                            attempt += 1;
+                            tracing::debug!(lease = %self.name, error = %e, "releasing the lease raced; retrying");
+                            tokio::time::sleep(LEASE_RETRY * attempt).await;
+                        }
+                        Err(e) => return Err(db("releasing the lease", e)),
+                    }
+                }
             }
         }
     }
