@@ -254,8 +254,14 @@ async fn outbox_relay_rabbitmq_consumer_is_one_trace() {
     );
     assert_eq!(ledger_rows(&store, "hostile-1").await, 1);
 
-    // 4. The spans: one trace from the enqueuing span to the effect.
-    let all = finished();
+    // 4. The spans: one trace from the enqueuing span to the effect. A delivery span ends
+    // when its last handle drops (the ack may hold one a moment after `process` returned).
+    let all = finished_when(|all| {
+        spans(all, "oncely.delivery", "message_id", "hostile-1").len() == 1
+            && spans(all, "oncely.delivery", "message_id", &sent).len() == 2
+            && spans(all, "ledger.effect", "message_id", &sent).len() == 1
+    })
+    .await;
     let root = all
         .iter()
         .find(|s| s.name == "checkout")
