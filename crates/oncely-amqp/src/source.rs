@@ -16,13 +16,18 @@ use tracing::{info, warn};
 /// Default queue name when the URL has no `?queue=`.
 pub const DEFAULT_QUEUE: &str = "oncely";
 
+/// The prefetch of a source that neither its URL nor its consumer sized.
+pub const DEFAULT_PREFETCH: u16 = 32;
+
 /// Settings of an [`AmqpSource`].
 #[derive(Debug, Clone)]
 pub struct AmqpOptions {
     /// The queue to consume (declared durable if missing).
     pub queue: String,
-    /// Unacked deliveries the broker may push at once (`basic.qos` prefetch, default 32).
-    pub prefetch: u16,
+    /// Unacked deliveries the broker may push at once (`basic.qos` prefetch). Unset (the
+    /// default): what the consumer keeps in hand ([`Source::read_ahead`]: its groups in flight
+    /// and the next ones ready), or [`DEFAULT_PREFETCH`] when not told.
+    pub prefetch: Option<u16>,
     /// Declare the queue (durable, not exclusive, not auto-delete) on connect (default true).
     pub declare: bool,
     /// `x-queue-type` used when declaring: `quorum` (default; the broker counts deliveries
@@ -39,7 +44,7 @@ impl Default for AmqpOptions {
     fn default() -> Self {
         Self {
             queue: DEFAULT_QUEUE.to_owned(),
-            prefetch: 32,
+            prefetch: None,
             declare: true,
             queue_type: "quorum".to_owned(),
             connection_name: "oncely".to_owned(),
@@ -50,14 +55,14 @@ impl Default for AmqpOptions {
 
 impl AmqpOptions {
     /// Options for `consumer` from a URL: `?queue=` (default `oncely`), `?prefetch=`
-    /// (default 32) and `?queue_type=` (default `quorum`) are taken off the URL; the rest
+    /// (default: the consumer's read-ahead) and `?queue_type=` (default `quorum`) are taken off the URL; the rest
     /// is passed to lapin.
     pub fn from_url(url: &str, consumer: &str) -> Result<(String, Self)> {
         let params = UrlParams::new(url);
         let defaults = Self::default();
         let options = Self {
             queue: params.text_or("queue", &defaults.queue),
-            prefetch: params.number("prefetch")?.unwrap_or(defaults.prefetch),
+            prefetch: params.number("prefetch")?.or(defaults.prefetch),
             queue_type: params.text_or("queue_type", &defaults.queue_type),
             connection_name: format!("oncely:{consumer}"),
             ..defaults
@@ -77,13 +82,17 @@ pub(crate) fn amqp_err(what: &str, e: lapin::Error) -> Error {
 pub struct AmqpSource {
     url: String,
     options: AmqpOptions,
+    /// What the consumer said it keeps in hand ([`Source::read_ahead`]).
+    read_ahead: Option<u16>,
     live: Option<Live>,
 }
 
 struct Live {
     connection: Connection,
     channel: Channel,
-    consumer: lapin::Consumer,
+    /// Started at the first `next` (so a prefetch the consumer asks for applies: RabbitMQ
+    /// fixes a consumer's prefetch when it starts).
+    consumer: Option<lapin::Consumer>,
 }
 
 impl Live {
@@ -93,15 +102,24 @@ impl Live {
 }
 
 impl AmqpSource {
-    /// Connects, sets the prefetch, declares the queue and starts consuming.
+    /// Connects and declares the queue; consuming starts at the first [`Source::next`].
     /// Fails if the first connection fails (so a wrong URL is reported at once).
     pub async fn connect(url: &str, options: AmqpOptions) -> Result<Self> {
         let live = open(url, &options).await?;
         Ok(Self {
             url: url.to_owned(),
             options,
+            read_ahead: None,
             live: Some(live),
         })
+    }
+
+    /// The prefetch in effect: the URL's, else the consumer's read-ahead, else 32.
+    pub fn prefetch(&self) -> u16 {
+        self.options
+            .prefetch
+            .or(self.read_ahead)
+            .unwrap_or(DEFAULT_PREFETCH)
     }
 
     /// The options in use.
@@ -145,27 +163,31 @@ async fn open(url: &str, options: &AmqpOptions) -> Result<Live> {
         .create_channel()
         .await
         .map_err(|e| amqp_err("open channel", e))?;
-    channel
-        .basic_qos(options.prefetch, BasicQosOptions::default())
-        .await
-        .map_err(|e| amqp_err("basic.qos", e))?;
     if options.declare {
         declare_queue(&connection, &channel, &options.queue, &options.queue_type).await?;
     }
-    let consumer = channel
+    Ok(Live {
+        connection,
+        channel,
+        consumer: None,
+    })
+}
+
+/// Sets the channel's prefetch and starts consuming `queue`.
+async fn consume(channel: &Channel, queue: &str, prefetch: u16) -> Result<lapin::Consumer> {
+    channel
+        .basic_qos(prefetch, BasicQosOptions::default())
+        .await
+        .map_err(|e| amqp_err("basic.qos", e))?;
+    channel
         .basic_consume(
-            options.queue.as_str().into(),
+            queue.into(),
             "".into(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         )
         .await
-        .map_err(|e| amqp_err("basic.consume", e))?;
-    Ok(Live {
-        connection,
-        channel,
-        consumer,
-    })
+        .map_err(|e| amqp_err("basic.consume", e))
 }
 
 /// Attaches to `queue` if it exists, whatever its arguments (a passive `queue.declare` on a
@@ -225,6 +247,7 @@ fn not_found(e: &lapin::Error) -> bool {
 
 impl Source for AmqpSource {
     async fn next(&mut self) -> Result<Option<Delivery>> {
+        let prefetch = self.prefetch();
         loop {
             let live = match self.live.as_mut() {
                 Some(live) => live,
@@ -233,10 +256,22 @@ impl Source for AmqpSource {
                     self.live.insert(live)
                 }
             };
+            let consumer = match &mut live.consumer {
+                Some(consumer) => consumer,
+                None => match consume(&live.channel, &self.options.queue, prefetch).await {
+                    Ok(consumer) => live.consumer.insert(consumer),
+                    Err(e) => {
+                        warn!(error = %e, "RabbitMQ: could not start consuming; reconnecting");
+                        self.live = None;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                },
+            };
             // The consumer stream does not always end when the broker closes the connection:
             // check the connection's state while waiting.
             let next = tokio::select! {
-                next = live.consumer.next() => Some(next),
+                next = consumer.next() => Some(next),
                 _ = tokio::time::sleep(Duration::from_secs(1)) => None,
             };
             let next = match next {
@@ -289,6 +324,12 @@ impl Source for AmqpSource {
                     .await;
             }
         }
+    }
+
+    /// Sizes the prefetch to `deliveries` (at most 65,535) unless the URL set `?prefetch=`;
+    /// takes effect when consuming starts (the first `next`, and after each reconnect).
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.read_ahead = Some(u16::try_from(deliveries.max(1)).unwrap_or(u16::MAX));
     }
 }
 
@@ -358,7 +399,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rest, "amqp://guest:guest@127.0.0.1:5672/%2f?heartbeat=10");
-        assert_eq!((o.queue.as_str(), o.prefetch), ("jobs", 8));
+        assert_eq!((o.queue.as_str(), o.prefetch), ("jobs", Some(8)));
         assert_eq!(o.queue_type, "quorum");
         assert_eq!(o.connection_name, "oncely:billing");
         let e = AmqpOptions::from_url("amqp://h/?prefetch=abc", "c").unwrap_err();

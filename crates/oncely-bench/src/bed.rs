@@ -261,6 +261,11 @@ impl Handler<AnyTx> for Credits {
         }
         Ok(vec![Handled::Applied; messages.len()])
     }
+
+    /// The account row is what the effect locks: group commit's lanes go by account.
+    fn lock_key(&self, message: &oncely_core::RawEnvelope) -> Option<String> {
+        Credit::parse(&message.payload).ok().map(|c| c.account)
+    }
 }
 
 /// A database prepared for the benchmark: pool, oncely tables, effect tables.

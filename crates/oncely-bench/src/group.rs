@@ -24,6 +24,10 @@ impl Handler<AnyTx> for PerMessage {
     async fn handle(&self, tx: &mut AnyTx, message: &Envelope) -> oncely_core::Result<Handled> {
         self.0.handle(tx, message).await
     }
+
+    fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
+        self.0.lock_key(message)
+    }
 }
 
 /// oncely with group commit: up to `group` ready deliveries per transaction, `concurrency`

@@ -4,14 +4,16 @@
 //! on the same database.
 //!
 //! Every cell applies the same effect (a ledger row plus an account balance, see [`bed`]) to
-//! messages fed from an in-process [`oncely_core::MemorySource`], so the broker is not
-//! measured, and acks after its commit:
+//! messages fed from an in-process [`oncely_core::MemorySource`] (so the broker is not
+//! measured), or through RabbitMQ in the `amqp` cells, and acks after its commit:
 //!
 //! - `plain`: an at-least-once consumer with no dedup (the baseline a user has today);
 //! - `oncely`: [`oncely_core::Consumer`] per message, and batch mode at B = 10, 100, 1000;
 //! - `raw`: the same claims and effect written by hand through sqlx in the same transaction
 //!   shape (`unnest` multi-row inserts for batches on PostgreSQL);
-//! - `duplicate`: every message delivered a second time, to price a redelivered duplicate.
+//! - `duplicate`: every message delivered a second time, to price a redelivered duplicate;
+//! - `amqp_bare` and `amqp`: the same messages through RabbitMQ, to a bare lapin consumer
+//!   (consume + ack) and to oncely at its defaults with a plain URL.
 //!
 //! Each runs on PostgreSQL and on SQLite with `synchronous=FULL` and `NORMAL`, at 1, 4, 16
 //! and 32 consumers. After each cell an independent checker counts effect rows against the
@@ -19,6 +21,7 @@
 //! SVG charts in the results folder.
 
 pub mod bed;
+mod broker;
 pub mod cells;
 mod chart;
 mod group;

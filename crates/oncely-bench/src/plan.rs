@@ -5,6 +5,7 @@ use crate::cells::{Cell, Mode, Spec, run_cell};
 use crate::report::{Machine, Report};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use oncely_core::DEFAULT_CONCURRENCY;
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite};
 use oncely_sql::{
     ConnectOptions, Durability, MigrateDb, MySqlStore, PgStore, SqlStore, SqliteStore, Tables,
@@ -39,6 +40,16 @@ pub struct BenchArgs {
     /// Skip SQLite.
     #[arg(long)]
     pub no_sqlite: bool,
+    /// RabbitMQ URL for the cells through a broker (a fresh queue per cell, deleted after).
+    #[arg(
+        long,
+        env = "ONCELY_BENCH_AMQP",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
+    pub amqp: String,
+    /// Skip the cells through a broker.
+    #[arg(long)]
+    pub no_brokers: bool,
     /// Small CI smoke run (under two minutes): fewer messages, concurrency 1 and 16.
     #[arg(long)]
     pub quick: bool,
@@ -98,11 +109,19 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
             spec(Mode::Plain, 1, 1, base),
             spec(Mode::Group, GROUP, 1, base),
         ],
-        // How group commit scales with groups in flight (row locks held by concurrent groups).
-        vec![
-            spec(Mode::Group, GROUP, 2, many),
-            spec(Mode::Group, GROUP, 4, many),
-        ],
+        // How group commit scales with groups in flight (lanes of accounts).
+        vec![spec(Mode::Group, GROUP, 2, many)],
+        // The defaults (4 lanes of 64) in process, and the same through RabbitMQ next to a
+        // bare consumer of the same client library.
+        if crate::broker::amqp_enabled() {
+            vec![
+                spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many),
+                spec(Mode::AmqpBare, 1, 1, many),
+                spec(Mode::Amqp, GROUP, DEFAULT_CONCURRENCY, many),
+            ]
+        } else {
+            vec![spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many)]
+        },
         vec![
             spec(Mode::GroupDuplicate, GROUP, 1, many),
             spec(Mode::PkLookup, GROUP, 1, many),
@@ -312,6 +331,15 @@ async fn sweep<B: Ops>(
 
 /// Runs the benchmark; returns whether every cell's checker found 0 double and 0 lost.
 pub async fn run(args: BenchArgs) -> Result<bool> {
+    if !args.no_brokers {
+        match crate::broker::probe(&args.amqp).await {
+            Ok(()) => crate::broker::set_amqp_url(&args.amqp),
+            Err(e) if !services_required() => eprintln!(
+                "SKIPPED: the cells through RabbitMQ ({e:#}); set CI or ONCELY_REQUIRE_SERVICES to fail instead"
+            ),
+            Err(e) => return Err(e.context("RabbitMQ is required (CI / ONCELY_REQUIRE_SERVICES)")),
+        }
+    }
     let groups = matrix(&args);
     let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
     let mut machine = Machine::probe();

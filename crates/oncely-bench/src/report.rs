@@ -147,6 +147,16 @@ impl Report {
         Some(cell.msgs_per_sec / cell.first_msgs_per_sec?)
     }
 
+    /// oncely through RabbitMQ / the lower of the bare consumer and oncely in process (at
+    /// the same defaults): how much of the ceiling the broker path reaches.
+    fn broker_ratio(&self, backend: &str) -> Option<f64> {
+        let (g, lanes) = (crate::plan::GROUP, oncely_core::DEFAULT_CONCURRENCY);
+        let oncely = self.rate(backend, Mode::Amqp, g, lanes)?;
+        let bare = self.rate(backend, Mode::AmqpBare, 1, 1)?;
+        let in_process = self.rate(backend, Mode::Group, g, lanes)?;
+        Some(oncely / bare.min(in_process))
+    }
+
     fn latency_ratio(
         &self,
         backend: &str,
@@ -162,6 +172,7 @@ impl Report {
     pub fn targets(&self) -> Vec<Target> {
         use Mode::*;
         let (pg, maria, g) = ("postgres", "mariadb", crate::plan::GROUP);
+        let lanes = oncely_core::DEFAULT_CONCURRENCY;
         let t = |key, what, value: Option<f64>, target: f64| Target {
             key,
             what,
@@ -181,9 +192,15 @@ impl Report {
         vec![
             t(
                 "pg_group_commit_vs_plain_c16",
-                "PostgreSQL, 16 consumers: oncely per-message handler with group commit / plain consumer",
-                self.ratio((pg, Group, g, 16), (pg, Plain, 1, 16)),
+                "PostgreSQL: oncely's defaults (per-message handler, group commit, 4 lanes) / plain consumer at 16",
+                self.ratio((pg, Group, g, lanes), (pg, Plain, 1, 16)),
                 2.0,
+            ),
+            t(
+                "amqp_pg_vs_bare_consumer",
+                "RabbitMQ into PostgreSQL, defaults and a plain URL: oncely / min(bare lapin consumer, oncely in process)",
+                self.broker_ratio(pg),
+                0.8,
             ),
             t(
                 "pg_duplicate_vs_pk_lookup",
@@ -269,6 +286,10 @@ impl Report {
             m.insert(
                 format!("{backend}_group_commit_p99_latency_ratio_c1"),
                 json!(self.latency_ratio(backend, g, |c| c.p99_ms)),
+            );
+            m.insert(
+                format!("amqp_{backend}_vs_bare_consumer"),
+                json!(self.broker_ratio(backend)),
             );
             for c in [1, 2, 4] {
                 let v = self.ratio((backend, Group, g, c), (backend, Plain, 1, 16));

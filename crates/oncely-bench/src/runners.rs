@@ -35,6 +35,7 @@ pub(crate) async fn oncely<B: Ops>(
     check_first: bool,
 ) -> Result<StatsSnapshot> {
     let consumer = Consumer::new(name.clone(), bed.store(), bed.handler())
+        .max_batch(1)
         .concurrency(concurrency)
         .check_inbox_first(check_first)
         .retry(retry_policy());

@@ -73,6 +73,10 @@ impl<S: Source> Source for IdleSource<S> {
         }
         next
     }
+
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.inner.read_ahead(deliveries);
+    }
 }
 
 /// Runs `source` into `db` with the ledger handler until idle for `options.idle_exit`

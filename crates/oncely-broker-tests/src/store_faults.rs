@@ -106,6 +106,10 @@ impl<S: Source> Source for CountingSource<S> {
         }
         next
     }
+
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.inner.read_ahead(deliveries);
+    }
 }
 
 /// How an outage run goes: sizes and timings.

@@ -1,6 +1,6 @@
 //! The user's code: a [`Handler`] writes its effect through the store's transaction.
 
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, RawEnvelope};
 use crate::error::{Error, Result};
 use crate::outcome::Handled;
 use serde::de::DeserializeOwned;
@@ -34,6 +34,33 @@ pub trait Handler<Tx>: Send + Sync + 'static {
         tx: &mut Tx,
         message: &Envelope,
     ) -> impl Future<Output = Result<Handled>> + Send;
+
+    /// The key of the rows this message's effect locks, for group commit's lanes (see
+    /// [`crate::Consumer::concurrency`]): messages with the same key go to the same lane, in
+    /// order, and groups lock rows in key order. The default is the entity key the producer
+    /// set ([`crate::Meta::entity_key`]); override it when the key is in the payload.
+    /// Messages without a key share one lane.
+    ///
+    /// ```
+    /// use oncely_core::{Envelope, Handled, Handler, RawEnvelope, Result};
+    ///
+    /// /// Credits an account; the payload is `account:amount`.
+    /// struct Credits;
+    /// impl Handler<()> for Credits {
+    ///     async fn handle(&self, _tx: &mut (), _message: &Envelope) -> Result<Handled> {
+    ///         Ok(Handled::Applied)
+    ///     }
+    ///     fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
+    ///         let text = std::str::from_utf8(&message.payload).ok()?;
+    ///         Some(text.split(':').next()?.to_owned())
+    ///     }
+    /// }
+    /// let key = Credits.lock_key(&RawEnvelope::new("m-1", "acct-17:5"));
+    /// assert_eq!(key.as_deref(), Some("acct-17"));
+    /// ```
+    fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
+        message.meta.entity_key.clone()
+    }
 
     /// Writes the effects of several fresh messages through `tx` at once, returning one
     /// [`Handled`] per message, in order. Batch mode ([`crate::Consumer::max_batch`]) calls it with

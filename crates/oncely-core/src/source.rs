@@ -167,6 +167,14 @@ pub fn map_envelope(map: impl FnOnce() -> RawEnvelope) -> std::result::Result<Ra
 pub trait Source: Send + 'static {
     /// Waits for the next delivery.
     fn next(&mut self) -> impl Future<Output = Result<Option<Delivery>>> + Send;
+
+    /// How many deliveries the consumer keeps in hand (its groups in flight and the next
+    /// ones ready), told once before its first [`Source::next`]. A source whose broker pushes
+    /// or fetches ahead (AMQP prefetch, NATS pull batch, Redis `COUNT`) sizes its read-ahead
+    /// to it, unless its URL set one. Wrappers pass it on. The default ignores it.
+    fn read_ahead(&mut self, deliveries: usize) {
+        let _ = deliveries;
+    }
 }
 
 /// Ends a source after `idle` passes without a delivery: for batch jobs, demos and tests
@@ -203,5 +211,9 @@ impl<S: Source> Source for StopWhenIdle<S> {
             Ok(next) => next,
             Err(_) => Ok(None),
         }
+    }
+
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.inner.read_ahead(deliveries);
     }
 }

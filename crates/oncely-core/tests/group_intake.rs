@@ -123,3 +123,111 @@ async fn a_panicking_source_does_not_stop_the_consumer() {
         );
     }
 }
+
+/// Row locks as a handler would take them: a key is held from the first effect on it until
+/// its transaction ends. Records a key taken while another transaction holds it, each key's
+/// order of application, and how many transactions held keys at once.
+#[derive(Clone, Default)]
+struct KeyLocks {
+    holders: Arc<Mutex<std::collections::HashMap<String, usize>>>,
+    order: Arc<Mutex<std::collections::HashMap<String, Vec<u32>>>>,
+    clashes: Arc<std::sync::atomic::AtomicUsize>,
+    most_at_once: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+struct Release(KeyLocks, String);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.holders.lock().unwrap().remove(&self.1);
+    }
+}
+
+impl oncely_core::Handler<support::MemTx> for KeyLocks {
+    async fn handle(
+        &self,
+        tx: &mut support::MemTx,
+        message: &oncely_core::Envelope,
+    ) -> Result<oncely_core::Handled> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let text = std::str::from_utf8(message.payload()).unwrap();
+        let (key, seq) = text.split_once(':').unwrap();
+        let me = tx as *const _ as usize;
+        {
+            let mut holders = self.holders.lock().unwrap();
+            match holders.get(key) {
+                Some(holder) if *holder != me => {
+                    self.clashes.fetch_add(1, Relaxed);
+                }
+                Some(_) => {}
+                None => {
+                    holders.insert(key.to_owned(), me);
+                    tx.hold(Release(self.clone(), key.to_owned()));
+                }
+            }
+            let at_once: std::collections::HashSet<usize> = holders.values().copied().collect();
+            self.most_at_once.fetch_max(at_once.len(), Relaxed);
+        }
+        self.order
+            .lock()
+            .unwrap()
+            .entry(key.to_owned())
+            .or_default()
+            .push(seq.parse().unwrap());
+        tokio::time::sleep(Duration::from_micros(300)).await;
+        tx.effect(message.id().as_str());
+        Ok(oncely_core::Handled::Applied)
+    }
+}
+
+/// Group commit's lanes: messages with the same entity key go to one lane, so two groups in
+/// flight never hold the same key, a key's messages apply in the order they were published,
+/// and the lanes do run at once; every message applies once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lanes_never_share_a_key_and_keep_its_order() {
+    let source = oncely_core::MemorySource::new();
+    let mut ids = Vec::new();
+    for seq in 0..100u32 {
+        for account in 0..20 {
+            let id = format!("m-{account}-{seq}");
+            let mut message = RawEnvelope::new(id.as_str(), format!("acct-{account}:{seq}"));
+            message.meta.entity_key = Some(format!("acct-{account}"));
+            source.publish(message);
+            ids.push(id);
+        }
+    }
+    source.close();
+    let store = MemStore::default();
+    let handler = KeyLocks::default();
+    let consumer = Consumer::new(
+        ConsumerName::new("lanes").unwrap(),
+        store.clone(),
+        handler.clone(),
+    )
+    .max_batch(16)
+    .concurrency(4);
+    let stats = consumer
+        .run(source, CancellationToken::new())
+        .await
+        .unwrap();
+    let (double, lost) = double_and_lost(&store.ledger(), &ids);
+    assert_eq!((double, lost, stats.applied), (0, 0, 2000), "{stats:?}");
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(
+        handler.clashes.load(Relaxed),
+        0,
+        "a key held by two groups at once"
+    );
+    for (key, seqs) in handler.order.lock().unwrap().iter() {
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{key} out of order: {seqs:?}"
+        );
+        assert_eq!(seqs.len(), 100, "{key}");
+    }
+    let at_once = handler.most_at_once.load(Relaxed);
+    assert!(
+        at_once >= 2,
+        "lanes never overlapped (most at once: {at_once})"
+    );
+}

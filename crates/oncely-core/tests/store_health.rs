@@ -293,7 +293,8 @@ async fn shutdown_during_outage_hands_back_held_deliveries() {
         .unwrap()
         .unwrap();
     assert_eq!(stats.nacked, held, "every held delivery handed back");
-    assert_eq!(source.stats().requeued, held);
+    // Plus what group commit had read ahead into its lanes: dropped unsettled, so requeued.
+    assert!(source.stats().requeued >= held, "{:?}", source.stats());
     assert_eq!(health.in_flight(), 0);
 
     store.heal();

@@ -28,8 +28,9 @@ pub struct NatsOptions {
     pub durable: String,
     /// Redelivery after this long without an ack (default 30 s).
     pub ack_wait: Duration,
-    /// Messages per pull request (default 64).
-    pub batch: usize,
+    /// Messages per pull request. Unset (the default): what the consumer keeps in hand
+    /// ([`Source::read_ahead`]), or [`DEFAULT_BATCH`] when not told.
+    pub batch: Option<usize>,
     /// The stream's `Nats-Msg-Id` dedup window, used when creating it (default 2 min).
     pub duplicate_window: Duration,
     /// Copies of the stream in a JetStream cluster, used when creating it (default 1; 3 for
@@ -46,7 +47,7 @@ impl NatsOptions {
             subject: DEFAULT_SUBJECT.to_owned(),
             durable: durable_name(consumer),
             ack_wait: Duration::from_secs(30),
-            batch: 64,
+            batch: None,
             duplicate_window: Duration::from_secs(120),
             replicas: 1,
         }
@@ -62,7 +63,7 @@ impl NatsOptions {
             subject: p.text_or("subject", &d.subject),
             durable: p.text_or("durable", &d.durable),
             ack_wait: p.millis("ack_wait_ms")?.unwrap_or(d.ack_wait),
-            batch: p.number::<usize>("batch")?.map_or(d.batch, |b| b.max(1)),
+            batch: p.number::<usize>("batch")?.map(|b| b.max(1)).or(d.batch),
             duplicate_window: p.millis("dup_window_ms")?.unwrap_or(d.duplicate_window),
             replicas: p
                 .number::<usize>("replicas")?
@@ -114,8 +115,13 @@ pub struct NatsSource {
     client: async_nats::Client,
     consumer: PullConsumer,
     options: NatsOptions,
+    /// What the consumer said it keeps in hand ([`Source::read_ahead`]).
+    read_ahead: Option<usize>,
     messages: Option<pull::Stream>,
 }
+
+/// Messages per pull request of a source that neither its URL nor its consumer sized.
+pub const DEFAULT_BATCH: usize = 64;
 
 impl NatsSource {
     /// Connects, creates the stream and the durable consumer if missing.
@@ -141,6 +147,7 @@ impl NatsSource {
             client,
             consumer,
             options,
+            read_ahead: None,
             messages: None,
         })
     }
@@ -155,10 +162,18 @@ impl NatsSource {
         &self.options
     }
 
+    /// Messages per pull request: the URL's `?batch=`, else the consumer's read-ahead, else 64.
+    pub fn batch(&self) -> usize {
+        self.options
+            .batch
+            .or(self.read_ahead)
+            .unwrap_or(DEFAULT_BATCH)
+    }
+
     async fn open(&self) -> Result<pull::Stream> {
         self.consumer
             .stream()
-            .max_messages_per_batch(self.options.batch)
+            .max_messages_per_batch(self.batch())
             .heartbeat(Duration::from_secs(5))
             .expires(Duration::from_secs(30))
             .messages()
@@ -236,6 +251,12 @@ impl Source for NatsSource {
                 }
             }
         }
+    }
+
+    /// Sizes the pull batch to `deliveries` unless the URL set `?batch=`; takes effect when
+    /// the pull stream opens (the first `next`, and each re-open).
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.read_ahead = Some(deliveries.max(1));
     }
 }
 

@@ -25,8 +25,9 @@ pub struct RedisOptions {
     pub group: String,
     /// This member's name in the group; pending entries are owned per member.
     pub member: String,
-    /// Entries fetched per `XREADGROUP` (default 32).
-    pub batch: usize,
+    /// Entries fetched per `XREADGROUP`. Unset (the default): what the consumer keeps in
+    /// hand ([`Source::read_ahead`]), or [`DEFAULT_BATCH`] when not told.
+    pub batch: Option<usize>,
     /// How long one `XREADGROUP` blocks waiting for new entries (default 1 s).
     pub block: Duration,
     /// Pending entries idle this long (delivered to a member that died or lost its ack)
@@ -46,7 +47,7 @@ impl RedisOptions {
             stream: DEFAULT_STREAM.to_owned(),
             group: consumer.to_owned(),
             member: format!("{consumer}-{}", std::process::id()),
-            batch: 32,
+            batch: None,
             block: Duration::from_secs(1),
             reclaim_idle: Duration::from_secs(30),
             client_name: format!("oncely-{consumer}"),
@@ -63,7 +64,7 @@ impl RedisOptions {
             stream: p.text_or("stream", &d.stream),
             group: p.text_or("group", &d.group),
             member: p.text_or("member", &d.member),
-            batch: p.number::<usize>("batch")?.map_or(d.batch, |b| b.max(1)),
+            batch: p.number::<usize>("batch")?.map(|b| b.max(1)).or(d.batch),
             reclaim_idle: p.millis("reclaim_ms")?.unwrap_or(d.reclaim_idle),
             block: p
                 .millis("block_ms")?
@@ -133,7 +134,12 @@ pub struct RedisSource {
     reclaim_cursor: String,
     next_reclaim: Instant,
     redo: Arc<Redo>,
+    /// What the consumer said it keeps in hand ([`Source::read_ahead`]).
+    read_ahead: Option<usize>,
 }
+
+/// Entries per `XREADGROUP` of a source that neither its URL nor its consumer sized.
+pub const DEFAULT_BATCH: usize = 32;
 
 impl RedisSource {
     /// Connects and creates the group if missing. Fails if the first connection fails.
@@ -148,6 +154,7 @@ impl RedisSource {
             reclaim_cursor: "0-0".to_owned(),
             next_reclaim: Instant::now(),
             redo: Arc::default(),
+            read_ahead: None,
         };
         me.live = Some(me.open().await?);
         Ok(me)
@@ -156,6 +163,14 @@ impl RedisSource {
     /// The options in use.
     pub fn options(&self) -> &RedisOptions {
         &self.options
+    }
+
+    /// Entries per read: the URL's `?batch=`, else the consumer's read-ahead, else 32.
+    pub fn batch(&self) -> usize {
+        self.options
+            .batch
+            .or(self.read_ahead)
+            .unwrap_or(DEFAULT_BATCH)
     }
 
     async fn connection(&self, response_timeout: Duration) -> Result<MultiplexedConnection> {
@@ -224,6 +239,7 @@ impl RedisSource {
 
     /// One round trip: fills the buffer (possibly with nothing).
     async fn fill(&mut self) -> Result<()> {
+        let batch = self.batch();
         let o = &self.options;
         let live = self.live.as_mut().expect("connected");
         if Instant::now() >= self.next_reclaim {
@@ -234,7 +250,7 @@ impl RedisSource {
                 .arg(o.reclaim_idle.as_millis() as u64)
                 .arg(&self.reclaim_cursor)
                 .arg("COUNT")
-                .arg(o.batch)
+                .arg(batch)
                 .query_async(&mut live.read)
                 .await
                 .map_err(|e| redis_err("XAUTOCLAIM", e))?;
@@ -263,7 +279,7 @@ impl RedisSource {
             .arg(&o.group)
             .arg(&o.member)
             .arg("COUNT")
-            .arg(o.batch);
+            .arg(batch);
         if let Some(b) = block {
             cmd.arg("BLOCK").arg(b.as_millis() as u64);
         }
@@ -292,8 +308,8 @@ impl RedisSource {
     /// Claims entries this member handed back (`XCLAIM` with min-idle 0: they are its own)
     /// and queues them. An entry acked or deleted meanwhile is not returned by Redis.
     async fn claim_own_redo(&mut self) -> Result<()> {
+        let redo = self.redo.take(self.batch());
         let o = &self.options;
-        let redo = self.redo.take(o.batch);
         let live = self.live.as_mut().expect("connected");
         let mut cmd = redis::cmd("XCLAIM");
         cmd.arg(&o.stream).arg(&o.group).arg(&o.member).arg(0);
@@ -412,6 +428,11 @@ impl Source for RedisSource {
                 self.live = None;
             }
         }
+    }
+
+    /// Sizes each read (`COUNT`) to `deliveries` unless the URL set `?batch=`.
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.read_ahead = Some(deliveries.max(1));
     }
 }
 

@@ -314,6 +314,10 @@ impl<H: Handler<Transaction<'static, Postgres>>> Handler<Transaction<'static, Po
         }
         self.inner.handle(tx, message).await
     }
+
+    fn lock_key(&self, message: &oncely_core::RawEnvelope) -> Option<String> {
+        self.inner.lock_key(message)
+    }
 }
 
 /// The same for a handler written once for any database ([`AnyTx`]); the store must be the
@@ -334,6 +338,10 @@ impl<H: Handler<AnyTx>> Handler<AnyTx> for Dequeue<H> {
             tx.execute(&self.delete, &[row.into()]).await?;
         }
         self.inner.handle(tx, message).await
+    }
+
+    fn lock_key(&self, message: &oncely_core::RawEnvelope) -> Option<String> {
+        self.inner.lock_key(message)
     }
 }
 

@@ -83,22 +83,29 @@ fn stored_hash_of(text: &str) -> Result<PayloadHash> {
         .ok_or_else(|| Error::permanent(format!("inbox holds a malformed payload hash {text:?}")))
 }
 
+/// Commits a PostgreSQL transaction in one round trip, refusing one that had aborted.
+///
 /// PostgreSQL answers `COMMIT` with `ROLLBACK`, and no error, when a statement of the
 /// transaction failed (a handler that caught the error and returned `Ok`): claim and effect
 /// would be gone while the runtime acks. Any statement in such a transaction fails with
-/// SQLSTATE 25P02, so one `SELECT 1` (simple protocol, one round trip) before the commit
-/// tells. sqlx keeps the server's transaction status (`ReadyForQuery`) private and reports
-/// `COMMIT`'s `ROLLBACK` tag as success, so there is no cheaper reliable check.
+/// SQLSTATE 25P02, and sqlx keeps the server's transaction status (`ReadyForQuery`) private
+/// and reports `COMMIT`'s `ROLLBACK` tag as success. So the check goes in front of the
+/// commit, in the same simple-protocol message: `SELECT 1; COMMIT; BEGIN`. The server stops
+/// at the first failing statement, so an aborted transaction never reaches `COMMIT`; one
+/// round trip instead of two. The trailing `BEGIN` opens an empty transaction for sqlx's
+/// handle to roll back when it drops: sqlx queues that `ROLLBACK` and sends it with the
+/// pool's release check, off the message's path (and without a "no transaction in progress"
+/// warning in the server's log per commit).
 ///
-/// Under [`Replication::Replicated`] the statement is `SET LOCAL synchronous_commit = on`
-/// instead: it fails the same way in an aborted transaction, and makes the commit wait for a
+/// Under [`Replication::Replicated`] the check is `SET LOCAL synchronous_commit = on`: it
+/// fails the same way in an aborted transaction, and makes the commit wait for a
 /// synchronous standby.
-async fn ensure_not_aborted(
-    tx: &mut sqlx::Transaction<'static, Postgres>,
+async fn commit_checked(
+    mut tx: sqlx::Transaction<'static, Postgres>,
     replication: Replication,
 ) -> Result<()> {
-    let sql = AssertSqlSafe(replication.before_commit_sql());
-    match sqlx::raw_sql(sql).execute(&mut **tx).await {
+    let sql = format!("{}; COMMIT; BEGIN", replication.before_commit_sql());
+    match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *tx).await {
         Ok(_) => Ok(()),
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
             Err(Error::transient(
@@ -201,8 +208,8 @@ impl SqlStore<MySql> {
         Ok(Some(*limit))
     }
 
-    async fn before_commit(&self, _tx: &mut sqlx::Transaction<'static, MySql>) -> Result<()> {
-        Ok(())
+    async fn commit_tx(&self, tx: sqlx::Transaction<'static, MySql>) -> Result<()> {
+        tx.commit().await.map_err(|e| db("commit", e))
     }
 }
 
@@ -211,8 +218,8 @@ impl SqlStore<Postgres> {
         Ok(None)
     }
 
-    async fn before_commit(&self, tx: &mut sqlx::Transaction<'static, Postgres>) -> Result<()> {
-        ensure_not_aborted(tx, self.replication).await
+    async fn commit_tx(&self, tx: sqlx::Transaction<'static, Postgres>) -> Result<()> {
+        commit_checked(tx, self.replication).await
     }
 }
 
@@ -221,8 +228,8 @@ impl SqlStore<Sqlite> {
         Ok(None)
     }
 
-    async fn before_commit(&self, _tx: &mut sqlx::Transaction<'static, Sqlite>) -> Result<()> {
-        Ok(())
+    async fn commit_tx(&self, tx: sqlx::Transaction<'static, Sqlite>) -> Result<()> {
+        tx.commit().await.map_err(|e| db("commit", e))
     }
 }
 
@@ -345,12 +352,11 @@ macro_rules! sql_store {
                 crate::batch::resolve(items, &found)
             }
 
-            async fn commit(&self, mut tx: Self::Tx) -> Result<()> {
+            async fn commit(&self, tx: Self::Tx) -> Result<()> {
                 let host = self.host();
-                self.before_commit(&mut tx).await?;
-                tx.commit()
+                self.commit_tx(tx)
                     .await
-                    .map_err(|e| self.failed_on(host, db("commit", e)))
+                    .map_err(|e| self.failed_on(host, e))
             }
 
             async fn rollback(&self, tx: Self::Tx) -> Result<()> {

@@ -37,7 +37,7 @@
 use futures::future::BoxFuture;
 use oncely_core::{
     Acker, Claim, ConsumerName, DeadLetter, Delivery, Envelope, Handled, Handler, MessageId,
-    PayloadHash, Result, Source, Store,
+    PayloadHash, RawEnvelope, Result, Source, Store,
 };
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -311,14 +311,21 @@ impl<T: Send, H: Handler<T>> Handler<CrashTx<T>> for CrashingHandler<H> {
     ) -> Result<Vec<Handled>> {
         self.0.handle_batch(&mut tx.inner, messages).await
     }
+
+    fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
+        self.0.lock_key(message)
+    }
 }
 
 /// A [`Source`] whose consumer crashes right after receiving a delivery ([`Step::Received`]:
 /// the delivery is dropped unsettled) or right after acking it ([`Step::Acked`]), as its plan
-/// decides from the broker's delivery count.
+/// decides from the delivery count: the broker's, or how many times this wrapper received the
+/// id if that is more (a classic RabbitMQ queue only says "redelivered", so its count stops
+/// at 2, and a plan crashing at attempt 2 would crash on every redelivery).
 pub struct CrashingSource<Src> {
     inner: Src,
     chaos: Arc<dyn Chaos>,
+    received: std::collections::HashMap<Vec<u8>, u32>,
 }
 
 impl<Src: Source> CrashingSource<Src> {
@@ -327,6 +334,7 @@ impl<Src: Source> CrashingSource<Src> {
         Self {
             inner,
             chaos: Arc::new(chaos),
+            received: std::collections::HashMap::new(),
         }
     }
 }
@@ -338,7 +346,15 @@ impl<Src: Source> Source for CrashingSource<Src> {
                 return Ok(None);
             };
             let id = delivery.message().id.clone();
-            let attempt = delivery.attempt();
+            let seen = match &id {
+                Some(id) => {
+                    let n = self.received.entry(id.clone()).or_default();
+                    *n += 1;
+                    *n
+                }
+                None => 1,
+            };
+            let attempt = delivery.attempt().max(seen);
             if self
                 .chaos
                 .crash_after(Step::Received, id.as_deref(), attempt)
@@ -348,6 +364,10 @@ impl<Src: Source> Source for CrashingSource<Src> {
             }
             return Ok(Some(crash_after_ack(delivery, self.chaos.clone())));
         }
+    }
+
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.inner.read_ahead(deliveries);
     }
 }
 
@@ -371,6 +391,10 @@ impl<Src: Source> Source for AckEarly<Src> {
             .discard()
             .await?;
         Ok(Some(early))
+    }
+
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.0.read_ahead(deliveries);
     }
 }
 

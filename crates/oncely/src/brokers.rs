@@ -40,6 +40,23 @@ impl Source for AnySource {
             _ => Err(Error::config("no broker feature enabled")),
         }
     }
+
+    fn read_ahead(&mut self, deliveries: usize) {
+        match self {
+            #[cfg(feature = "amqp")]
+            Self::Amqp(s) => s.read_ahead(deliveries),
+            #[cfg(feature = "nats")]
+            Self::Nats(s) => s.read_ahead(deliveries),
+            #[cfg(feature = "redis")]
+            Self::Redis(s) => s.read_ahead(deliveries),
+            #[cfg(feature = "mqtt")]
+            Self::Mqtt(s) => s.read_ahead(deliveries),
+            #[cfg(feature = "kafka")]
+            Self::Kafka(s) => s.read_ahead(deliveries),
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+    }
 }
 
 impl AnySource {

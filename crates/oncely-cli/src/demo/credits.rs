@@ -1,6 +1,6 @@
 //! The demo's effect: "add N credits to account A" — not naturally idempotent.
 
-use oncely_core::{Envelope, Error, Handled, Handler, Result};
+use oncely_core::{Envelope, Error, Handled, Handler, RawEnvelope, Result};
 use oncely_sql::{AnyTx, Dialect};
 use serde::{Deserialize, Serialize};
 
@@ -111,5 +111,10 @@ impl Handler<AnyTx> for Credits {
         tx.execute(&self.tables.insert_ledger, &args).await?;
         tx.execute(&self.tables.upsert_balance, &args[1..]).await?;
         Ok(Handled::Applied)
+    }
+
+    /// The account's row is what the effect locks: group commit's lanes go by account.
+    fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
+        Credit::parse(&message.payload).ok().map(|c| c.account)
     }
 }

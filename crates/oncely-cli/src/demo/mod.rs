@@ -37,12 +37,11 @@ pub struct DemoArgs {
     /// Seed for every random choice (same seed, same stream and faults).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Deliveries processed at once (per-message mode).
+    /// Deliveries processed at once; with `--group`, groups in flight (lanes of accounts).
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
-    /// Group commit: up to this many ready deliveries share one transaction (1: off). Groups
-    /// run one at a time: the demo's accounts are hot rows, which concurrent groups would
-    /// lock in different orders.
+    /// Group commit: up to this many ready deliveries share one transaction (1: off, every
+    /// delivery in its own).
     #[arg(long, default_value_t = 1)]
     pub group: usize,
     /// Share of messages delivered twice by the broker.
@@ -246,7 +245,7 @@ async fn consume_with<Src: Source>(
     let stats = {
         let store = CrashingStore::new(store.clone(), plan.clone());
         let consumer = Consumer::new(name.clone(), store, handler)
-            .concurrency(if args.group > 1 { 1 } else { args.workers })
+            .concurrency(args.workers)
             .max_batch(args.group)
             .retry(
                 RetryPolicy::default()

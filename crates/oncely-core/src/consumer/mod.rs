@@ -25,7 +25,7 @@ use crate::source::{Delivery, Source};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::store::Store;
 use futures::FutureExt;
-use intake::Intake;
+use intake::{Lane, Lanes};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +38,12 @@ use tracing::{debug, error, warn};
 /// (`oncely_ops::retention`), and a consumer quarantines, by default, a fresh message whose
 /// source time (the producer's, or the broker's when the producer set none) is older than it.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The default [`Consumer::concurrency`]: 4 deliveries at once, or with group commit 4 lanes
+/// of groups. Measured in docs/performance.md: on PostgreSQL 4 groups in flight beat 1 and 2,
+/// since one group's commit overlaps the others' work, and lock-key lanes keep them off
+/// each other's rows.
+pub const DEFAULT_CONCURRENCY: usize = 4;
 
 /// What to do with a message whose source time is older than the retention window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,8 +58,8 @@ pub enum LatePolicy {
 /// Settings of a [`Consumer`].
 #[derive(Debug, Clone)]
 struct ConsumerConfig {
-    /// Set by [`Consumer::concurrency`]; unset: 4 deliveries, or 1 group with group commit.
-    concurrency: Option<usize>,
+    /// Set by [`Consumer::concurrency`]: deliveries, or lanes with group commit.
+    concurrency: usize,
     retry: RetryPolicy,
     late_window: Option<Duration>,
     late_policy: LatePolicy,
@@ -65,7 +71,7 @@ struct ConsumerConfig {
 impl Default for ConsumerConfig {
     fn default() -> Self {
         Self {
-            concurrency: None,
+            concurrency: DEFAULT_CONCURRENCY,
             retry: RetryPolicy::default(),
             late_window: Some(DEFAULT_RETENTION),
             late_policy: LatePolicy::default(),
@@ -125,28 +131,28 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         }
     }
 
-    /// Deliveries processed at once (default 4), or with group commit
-    /// ([`Consumer::max_batch`]) groups in flight (default 1).
+    /// Deliveries processed at once (default [`DEFAULT_CONCURRENCY`], 4), or with group
+    /// commit ([`Consumer::max_batch`] above 1) groups in flight.
     ///
-    /// With group commit, more groups in flight overlap one group's commit with the next
-    /// one's work, but each holds the row locks of all its effects until it commits: on rows
-    /// many messages update (a hot account), concurrent groups wait on each other or deadlock
-    /// (PostgreSQL notices a deadlock only after `deadlock_timeout`, 1 s) and the groups fall
-    /// back to one message at a time. Measured in docs/performance.md: 4 groups in flight
-    /// beat one on 500 accounts, and are many times slower than one on 100.
+    /// With group commit each group in flight is a *lane*: a delivery goes to the lane of its
+    /// lock key ([`Handler::lock_key`], by default the entity key the producer set), so two
+    /// groups in flight never hold the same key's rows and a key's messages keep their order.
+    /// Deliveries without a key share one lane: nothing says which rows they lock, and
+    /// concurrent groups updating the same rows would queue behind each other's commits (and
+    /// deadlock now and then; PostgreSQL notices only after `deadlock_timeout`, 1 s).
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.config.concurrency = Some(n.max(1));
+        self.config.concurrency = n.max(1);
         self
     }
 
     fn in_flight(&self) -> usize {
-        let default = if self.config.max_batch > 1 { 1 } else { 4 };
-        self.config.concurrency.unwrap_or(default)
+        self.config.concurrency
     }
 
     /// Group commit: up to `n` deliveries share one transaction and one claim statement, and
-    /// are acked after its commit (default 1: every delivery in its own transaction). A group
-    /// is what is ready when its first delivery arrives (plus what arrives within
+    /// are acked after its commit (default 1: every delivery in its own transaction; 64 is
+    /// the size measured in docs/performance.md). A group is what is ready when its first
+    /// delivery arrives (plus what arrives within
     /// [`Consumer::linger`], default zero), so an idle consumer adds no latency: a lone
     /// delivery is a group of one. The handler's [`Handler::handle_batch`] runs the group's
     /// fresh messages (by default one [`Handler::handle`] each). While duplicates are about
@@ -161,7 +167,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// # use std::time::Duration;
     /// # fn f<S: oncely_core::Store, H: oncely_core::Handler<S::Tx>>(store: S, handler: H) {
     /// let consumer = Consumer::new(ConsumerName::new("billing").unwrap(), store, handler)
-    ///     .max_batch(64)                      // group commit: one group in flight by default
+    ///     .max_batch(64)                      // group commit, 4 lanes by default
     ///     .linger(Duration::from_millis(5));  // optional: fuller groups under light load
     /// # }
     /// ```
@@ -247,15 +253,27 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// handed back to the source only on shutdown.
     pub async fn run<Src: Source>(
         &self,
-        source: Src,
+        mut source: Src,
         shutdown: CancellationToken,
     ) -> crate::Result<StatsSnapshot> {
         self.check_ready().await?;
+        self.health.publish();
+        if self.config.max_batch > 1 {
+            // The broker's read-ahead covers the groups in flight and the next ones ready.
+            source.read_ahead(2 * self.in_flight() * self.config.max_batch);
+            self.run_lanes(source, &shutdown).await;
+        } else {
+            self.run_single(source, &shutdown).await;
+        }
+        let stats = self.stats.snapshot();
+        debug!(consumer = %self.name, ?stats, "consumer stopped");
+        Ok(stats)
+    }
+
+    /// One delivery per transaction, up to [`Consumer::concurrency`] at once.
+    async fn run_single<Src: Source>(&self, mut source: Src, shutdown: &CancellationToken) {
         let permits = Arc::new(Semaphore::new(self.in_flight()));
         let mut tasks = JoinSet::new();
-        let max = self.config.max_batch;
-        let mut intake = Intake::new(source, self.name.clone(), max, &shutdown);
-        self.health.publish();
         loop {
             let permit = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -265,28 +283,24 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             // in as the probe.
             while !self.health.is_healthy() && !tasks.is_empty() {
                 tokio::select! {
-                    _ = self.health.until_healthy(&shutdown) => break,
+                    _ = self.health.until_healthy(shutdown) => break,
                     Some(done) = tasks.join_next() => self.joined(done),
                 }
             }
             if shutdown.is_cancelled() {
                 break;
             }
-            let first = tokio::select! {
+            let next = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                next = intake.next() => next,
+                next = intake::next_retrying(&mut source, &self.name) => next,
             };
-            let Some(first) = first else { break };
-            let mut group = vec![first];
-            intake
-                .fill(&mut group, max, self.config.linger, &shutdown)
-                .await;
+            let Some(delivery) = next else { break };
             let me = self.clone();
             let stop = shutdown.clone();
             tasks.spawn(async move {
                 let _permit = permit;
-                me.process_batch_until(group, &stop).await;
+                me.process_batch_until(vec![delivery], &stop).await;
             });
             while let Some(done) = tasks.try_join_next() {
                 self.joined(done);
@@ -295,10 +309,59 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         while let Some(done) = tasks.join_next().await {
             self.joined(done);
         }
-        intake.close().await;
-        let stats = self.stats.snapshot();
-        debug!(consumer = %self.name, ?stats, "consumer stopped");
-        Ok(stats)
+    }
+
+    /// Group commit: [`Consumer::concurrency`] lanes, each settling one group at a time
+    /// (see `intake.rs` for how deliveries are routed to lanes).
+    async fn run_lanes<Src: Source>(&self, source: Src, shutdown: &CancellationToken) {
+        let handler = self.handler.clone();
+        let mut lanes = Lanes::start(
+            source,
+            self.name.clone(),
+            self.in_flight(),
+            self.config.max_batch,
+            move |message| handler.lock_key(message),
+            shutdown,
+        );
+        let mut tasks = JoinSet::new();
+        for lane in lanes.take() {
+            let me = self.clone();
+            let stop = shutdown.clone();
+            tasks.spawn(async move { me.drain_lane(lane, &stop).await });
+        }
+        while let Some(done) = tasks.join_next().await {
+            self.joined(done);
+        }
+        lanes.close().await;
+    }
+
+    /// Settles one lane's groups until the source ends or `shutdown`: a group is what the
+    /// lane holds when its first delivery is there (plus the linger), sorted by lock key.
+    async fn drain_lane(&self, mut lane: Lane, shutdown: &CancellationToken) {
+        let max = self.config.max_batch;
+        loop {
+            // Intake pauses while the store fails; with nothing in flight, one lane's group
+            // goes in as the probe.
+            while !self.health.is_healthy() && self.health.in_flight() > 0 {
+                tokio::select! {
+                    _ = self.health.until_healthy(shutdown) => break,
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+            let first = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                next = lane.next() => next,
+            };
+            let Some(first) = first else { return };
+            let mut group = vec![first];
+            lane.fill(&mut group, max, self.config.linger, shutdown)
+                .await;
+            // A stable sort: rows are locked in key order, and a key keeps its order.
+            group.sort_by(|a, b| a.key.cmp(&b.key));
+            let deliveries = group.into_iter().map(|k| k.delivery).collect();
+            self.process_batch_until(deliveries, shutdown).await;
+        }
     }
 
     /// The start check ([`Store::check_ready`]): an error that is not an outage (missing

@@ -32,12 +32,19 @@ pub struct MemTx {
     tables: Arc<Mutex<Tables>>,
     claims: Vec<(Key, PayloadHash)>,
     effects: Vec<String>,
+    held: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl MemTx {
     /// Writes one effect row inside the transaction.
     pub fn effect(&mut self, id: &str) {
         self.effects.push(id.to_owned());
+    }
+
+    /// Keeps `guard` until the transaction ends (commit or rollback), as a row lock.
+    #[allow(dead_code)]
+    pub fn hold(&mut self, guard: impl std::any::Any + Send) {
+        self.held.push(Box::new(guard));
     }
 }
 
@@ -74,6 +81,7 @@ impl Store for MemStore {
             tables: self.tables.clone(),
             claims: Vec::new(),
             effects: Vec::new(),
+            held: Vec::new(),
         })
     }
 
