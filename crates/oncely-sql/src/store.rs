@@ -83,19 +83,18 @@ fn stored_hash_of(text: &str) -> Result<PayloadHash> {
         .ok_or_else(|| Error::permanent(format!("inbox holds a malformed payload hash {text:?}")))
 }
 
-/// Commits a PostgreSQL transaction in one round trip, refusing one that had aborted.
+/// Commits a PostgreSQL transaction, refusing one that had aborted.
 ///
 /// PostgreSQL answers `COMMIT` with `ROLLBACK`, and no error, when a statement of the
 /// transaction failed (a handler that caught the error and returned `Ok`): claim and effect
 /// would be gone while the runtime acks. Any statement in such a transaction fails with
-/// SQLSTATE 25P02, and sqlx keeps the server's transaction status (`ReadyForQuery`) private
-/// and reports `COMMIT`'s `ROLLBACK` tag as success. So the check goes in front of the
-/// commit, in the same simple-protocol message: `SELECT 1; COMMIT; BEGIN`. The server stops
-/// at the first failing statement, so an aborted transaction never reaches `COMMIT`; one
-/// round trip instead of two. The trailing `BEGIN` opens an empty transaction for sqlx's
-/// handle to roll back when it drops: sqlx queues that `ROLLBACK` and sends it with the
-/// pool's release check, off the message's path (and without a "no transaction in progress"
-/// warning in the server's log per commit).
+/// SQLSTATE 25P02, so one `SELECT 1` (simple protocol) before the commit tells. sqlx keeps
+/// the server's transaction status (`ReadyForQuery`) private and reports `COMMIT`'s
+/// `ROLLBACK` tag as success, so there is no cheaper reliable check. Sending the check and
+/// the commit in one message (`SELECT 1; COMMIT; BEGIN`, the trailing `BEGIN` for sqlx's
+/// handle to roll back) was measured and not kept: on loopback the saved round trip is small
+/// next to a commit's WAL flush, and at 16 consumers it ran no faster (1,373 vs 1,483 msgs/s,
+/// three runs each; docs/performance.md, issue 24).
 ///
 /// Under [`Replication::Replicated`] the check is `SET LOCAL synchronous_commit = on`: it
 /// fails the same way in an aborted transaction, and makes the commit wait for a
@@ -104,9 +103,9 @@ async fn commit_checked(
     mut tx: sqlx::Transaction<'static, Postgres>,
     replication: Replication,
 ) -> Result<()> {
-    let sql = format!("{}; COMMIT; BEGIN", replication.before_commit_sql());
-    match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *tx).await {
-        Ok(_) => Ok(()),
+    let sql = AssertSqlSafe(replication.before_commit_sql());
+    match sqlx::raw_sql(sql).execute(&mut *tx).await {
+        Ok(_) => tx.commit().await.map_err(|e| db("commit", e)),
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
             Err(Error::transient(
                 "the transaction had already aborted: a statement failed inside the handler and the \
