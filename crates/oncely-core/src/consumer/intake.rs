@@ -2,7 +2,7 @@
 //!
 //! One delivery per transaction ([`Consumer::max_batch`] 1): straight from the source.
 //!
-//! Group commit (the default): a reader task keeps the source read ahead and routes each
+//! Group commit ([`Consumer::max_batch`] above 1): a reader task keeps the source read ahead and routes each
 //! delivery to one of the consumer's lanes by its lock key ([`Handler::lock_key`], by default
 //! the message's entity key): the same key always goes to the same lane, a lane settles one
 //! group at a time, and a group is sorted by key. So two groups in flight never hold the
