@@ -259,7 +259,8 @@ impl Acker for ThroughConnection {
             if self.open.load(std::sync::atomic::Ordering::SeqCst) {
                 Ok(())
             } else {
-                self.failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                self.failed
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Err(oncely_core::Error::transient("channel closed"))
             }
         })
