@@ -94,7 +94,7 @@ impl MqttOptions5 {
 /// MQTT 5, QoS 1, persistent session (`clean_start = false`, session expiry), manual acks:
 /// the PUBACK is sent only after the commit. A nack or a delivery dropped unsettled is
 /// held in this process and delivered again after a backoff (50 ms, doubled per attempt, at
-/// most 5 s); the broker sees no nack and keeps the message in flight (one slot of the
+/// most 1 s); the broker sees no nack and keeps the message in flight (one slot of the
 /// receive maximum) until it is acked. A lost connection is re-established with backoff
 /// and the broker redelivers what was unacked; held publishes of the old connection are
 /// then forgotten. Each connection gets its own client handle, so a stale ack can never
