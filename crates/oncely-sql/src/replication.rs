@@ -32,13 +32,9 @@
 //!
 //! [`ErrorKind::Unavailable`]: oncely_core::ErrorKind::Unavailable
 
-use crate::error::db;
-use crate::url::{host_of, rotate_hosts, split_hosts};
 use oncely_core::{Error, Result};
-use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions as _, Connection, Row};
-use std::str::FromStr;
-use std::time::Duration;
+#[cfg(feature = "postgres")]
+pub(crate) use pg::{check, from_url, refuse_standby};
 
 /// What a commit of the store waits for, on a PostgreSQL primary with streaming replicas
 /// ([`crate::ConnectOptions::replication`], or the URL option `?replication=replicated`).
@@ -69,6 +65,7 @@ pub enum Replication {
 
 impl Replication {
     /// The statement sent before `COMMIT` (it also tells whether the transaction aborted).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn before_commit_sql(self) -> &'static str {
         match self {
             Self::AsConfigured => "SELECT 1",
@@ -87,6 +84,17 @@ impl Replication {
         }
     }
 }
+
+/// The PostgreSQL side: what the URL asks for, and what the servers say at start.
+#[cfg(feature = "postgres")]
+mod pg {
+use super::*;
+use crate::error::db;
+use crate::url::{host_of, rotate_hosts, split_hosts};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{ConnectOptions as _, Connection, Row};
+use std::str::FromStr;
+use std::time::Duration;
 
 /// `url` without oncely's replication options, and the [`Replication`] they ask for
 /// (`default` when the URL does not say).
@@ -449,4 +457,5 @@ mod tests {
             "SET LOCAL synchronous_commit = on"
         );
     }
+}
 }
