@@ -1,7 +1,6 @@
-//! Shared by the Kafka tests and the crash-test consumer binary (`examples/kafka_consumer.rs`).
-#![allow(dead_code)]
+//! Shared by the Kafka tests and the crash-test consumer binary (`oncely-kafka-consumer`).
 
-use oncely_broker_tests::ledger::Db;
+use crate::ledger::Db;
 use oncely_core::{Consumer, ConsumerName, Delivery, Result, RetryPolicy, Source, StatsSnapshot};
 use oncely_kafka::KafkaSource;
 use std::sync::{Arc, Mutex};
