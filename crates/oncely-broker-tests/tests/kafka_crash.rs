@@ -7,8 +7,8 @@
 //!   usable id;
 //! - ids from the offset (`id=offset`): 5,000 records without any id header.
 
-use oncely_broker_tests::kafka::{brokers, up, url};
 use oncely_broker_tests::check::Report;
+use oncely_broker_tests::kafka::{brokers, up, url};
 use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::services::unique;
 use oncely_broker_tests::workload::{Workload, payload};

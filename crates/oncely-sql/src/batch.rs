@@ -22,13 +22,13 @@ use crate::dialect::Dialect;
 use crate::error::db;
 use crate::store::SqlStore;
 use oncely_core::{Claim, ConsumerName, Error, MessageId, PayloadHash, Result, Store};
-use sqlx::{AssertSqlSafe, Transaction};
 #[cfg(feature = "mysql")]
 use sqlx::MySql;
 #[cfg(feature = "postgres")]
 use sqlx::Postgres;
 #[cfg(feature = "sqlite")]
 use sqlx::Sqlite;
+use sqlx::{AssertSqlSafe, Transaction};
 use std::collections::{HashMap, HashSet};
 
 /// Ids per statement (keeps every dialect far below its bind-parameter limit).

@@ -76,11 +76,11 @@ pub use pooler::{Autocommit, behind_transaction_pooler, query, query_as, query_s
 pub use query::{Column, Done, SqlDatabase, Value};
 pub use replication::Replication;
 pub use sqlx;
-pub use store::SqlStore;
 #[cfg(feature = "mysql")]
 pub use store::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use store::PgStore;
+pub use store::SqlStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use tables::{Tables, is_identifier};

@@ -17,13 +17,13 @@ use crate::error::{db, error_kind};
 use crate::query::{Column, Done, SqlDatabase, Value};
 use crate::tables::Tables;
 use oncely_core::{Error, ErrorKind, Result};
-use sqlx::Pool;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use sqlx::Connection;
 #[cfg(feature = "mysql")]
 use sqlx::MySqlConnection;
 #[cfg(feature = "postgres")]
 use sqlx::PgConnection;
+use sqlx::Pool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

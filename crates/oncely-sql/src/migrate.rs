@@ -10,11 +10,11 @@
 mod runner;
 
 use crate::dialect::Dialect;
-use crate::store::SqlStore;
 #[cfg(feature = "mysql")]
 use crate::store::MySqlStore;
 #[cfg(feature = "postgres")]
 use crate::store::PgStore;
+use crate::store::SqlStore;
 #[cfg(feature = "sqlite")]
 use crate::store::SqliteStore;
 use crate::tables::{Tables, is_identifier};

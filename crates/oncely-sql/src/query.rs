@@ -12,13 +12,13 @@
 
 use crate::dialect::Dialect;
 use futures::future::BoxFuture;
-use sqlx::{AssertSqlSafe, Database, Row};
 #[cfg(feature = "mysql")]
 use sqlx::MySql;
 #[cfg(feature = "postgres")]
 use sqlx::Postgres;
 #[cfg(feature = "sqlite")]
 use sqlx::Sqlite;
+use sqlx::{AssertSqlSafe, Database, Row};
 
 /// A bound argument or a decoded column value.
 ///

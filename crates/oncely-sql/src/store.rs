@@ -12,13 +12,13 @@ use oncely_core::{
     Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, PayloadHash, Result, Store,
     StoredDeadLetter,
 };
-use sqlx::{AssertSqlSafe, Database, Pool, SqlSafeStr, SqlStr};
 #[cfg(feature = "mysql")]
 use sqlx::MySql;
 #[cfg(feature = "postgres")]
 use sqlx::Postgres;
 #[cfg(feature = "sqlite")]
 use sqlx::Sqlite;
+use sqlx::{AssertSqlSafe, Database, Pool, SqlSafeStr, SqlStr};
 use std::sync::Arc;
 
 /// A store backed by a sqlx pool. The handler receives a `sqlx::Transaction<'static, DB>`

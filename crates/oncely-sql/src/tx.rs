@@ -9,13 +9,13 @@ use oncely_core::{
     Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, PayloadHash, Result, Store,
     StoredDeadLetter,
 };
-use sqlx::Transaction;
 #[cfg(feature = "mysql")]
 use sqlx::MySql;
 #[cfg(feature = "postgres")]
 use sqlx::Postgres;
 #[cfg(feature = "sqlite")]
 use sqlx::Sqlite;
+use sqlx::Transaction;
 
 /// A transaction of any of the three databases: what [`AnyStore`] hands a handler.
 ///

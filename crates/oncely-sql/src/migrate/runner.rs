@@ -11,13 +11,13 @@ use crate::error::db;
 use crate::lock::{DbLock, LEASE_TTL, create_lease_table};
 use crate::tables::Tables;
 use oncely_core::{Error, PayloadHash, Result};
-use sqlx::{AssertSqlSafe, Pool};
 #[cfg(feature = "mysql")]
 use sqlx::MySql;
 #[cfg(feature = "postgres")]
 use sqlx::Postgres;
 #[cfg(feature = "sqlite")]
 use sqlx::Sqlite;
+use sqlx::{AssertSqlSafe, Pool};
 use std::time::Duration;
 
 /// A line in a migration where the runner fills `dead_letters.id_hash` (SHA-256 of `raw_id`)
