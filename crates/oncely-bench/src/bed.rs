@@ -254,11 +254,7 @@ impl Handler<AnyTx> for Credits {
             .zip(&credits)
             .map(|(m, c)| (m.id().as_str(), c))
             .collect();
-        match tx {
-            AnyTx::Postgres(tx) => tx.credit_many(&self.sql, &rows).await?,
-            AnyTx::Sqlite(tx) => tx.credit_many(&self.sql, &rows).await?,
-            AnyTx::MySql(tx) => tx.credit_many(&self.sql, &rows).await?,
-        }
+        oncely_sql::with_tx!(tx, tx => tx.credit_many(&self.sql, &rows).await?);
         Ok(vec![Handled::Applied; messages.len()])
     }
 

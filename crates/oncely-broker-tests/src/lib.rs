@@ -12,6 +12,7 @@
 //! - [`runner`]: runs a consumer until it has been idle for a while.
 //! - [`procs`]: consumer child processes (start, wait for the summary line).
 //! - [`services`]: skip-or-fail when a server is missing.
+//! - [`kafka`]: the Kafka tests' broker address, source URLs and consumer loop.
 //! - [`store_faults`]: store outages under a real broker, deliveries counted at the source.
 //!
 //! The binary `oncely-broker-consumer` is the child process of the SIGKILL crash, scale-out
@@ -21,6 +22,7 @@
 pub mod brokers;
 pub mod check;
 pub mod faults;
+pub mod kafka;
 pub mod ledger;
 pub mod procs;
 pub mod runner;

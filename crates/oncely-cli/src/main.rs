@@ -1,5 +1,6 @@
 //! The `oncely` command: the admin commands of `oncely::cli` (with the demo's `credits`
-//! handler registered for `dlq replay`) plus `demo` and `bench`.
+//! handler registered for `dlq replay`) plus `demo` and `http-demo`. The benchmark is its own
+//! binary: `cargo run --release -p oncely-bench -- --quick` (docs/performance.md).
 
 mod demo;
 mod http_demo;
@@ -29,8 +30,6 @@ struct Cli {
 enum Command {
     /// Run the credits-ledger demo under duplicates, conflicts, reordering and crashes.
     Demo(demo::DemoArgs),
-    /// Benchmark oncely against a plain consumer and raw SQL (PostgreSQL, SQLite), with charts.
-    Bench(oncely_bench::BenchArgs),
     /// Serve POST /orders behind the HTTP Idempotency-Key layer (docs/http.md).
     HttpDemo(http_demo::HttpDemoArgs),
     #[command(flatten)]
@@ -99,7 +98,6 @@ async fn main() -> ExitCode {
     tracing_subscriber::registry().with(log).with(otel).init();
     exit_code(match cli.command {
         Command::Demo(args) => demo::run(args).await,
-        Command::Bench(args) => oncely_bench::run(args).await,
         Command::HttpDemo(args) => http_demo::run(args).await,
         Command::Admin(command) => admin().execute(command).await,
     })

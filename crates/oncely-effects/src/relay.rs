@@ -3,19 +3,25 @@
 //! rows are locked while dispatched (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL 8 /
 //! MariaDB 10.6+; SQLite's single writer serializes relays).
 
-use crate::outbox::{ROW_COLS, ROW_TYPES, channel, message_of};
+#[cfg(feature = "postgres")]
+use crate::outbox::channel;
+use crate::outbox::{ROW_COLS, ROW_TYPES, message_of};
 use crate::publisher::Publisher;
 use futures::future::BoxFuture;
 use oncely_core::{Error, Result};
 use oncely_sql::Tables;
 use oncely_sql::{Column, SqlDatabase, Value};
 use oncely_sql::{db, now_ms};
-use sqlx::{Pool, Postgres};
+use sqlx::Pool;
+#[cfg(feature = "postgres")]
+use sqlx::Postgres;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+#[cfg(feature = "postgres")]
+use tracing::info;
+use tracing::{Instrument, debug, info_span, warn};
 
 type ListenFn = Arc<dyn Fn(Arc<Notify>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>;
 
@@ -275,6 +281,7 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl<P: Publisher> Relay<Postgres, P> {
     /// Wakes on PostgreSQL `LISTEN`/`NOTIFY` ([`crate::Outbox::enqueue`] notifies at commit);
     /// polling stays on as the fallback (a lost connection, a missed notification).
@@ -306,6 +313,7 @@ impl<P: Publisher> Relay<Postgres, P> {
     }
 }
 
+#[cfg(feature = "postgres")]
 async fn listen(pool: Pool<Postgres>, channel: String, wake: Arc<Notify>, stop: CancellationToken) {
     // Tables built by hand on a distributed engine: detect it here, poll only.
     match oncely_sql::detect_portable(&pool.clone().into()).await {

@@ -177,11 +177,7 @@ async fn enqueue(
     incoming: &MessageId,
     event: &Outgoing,
 ) -> Result<MessageId> {
-    match tx {
-        AnyTx::Sqlite(t) => outbox.enqueue(t, incoming, 0, event).await,
-        AnyTx::Postgres(t) => outbox.enqueue(t, incoming, 0, event).await,
-        AnyTx::MySql(t) => outbox.enqueue(t, incoming, 0, event).await,
-    }
+    oncely_sql::with_tx!(tx, t => outbox.enqueue(t, incoming, 0, event).await)
 }
 
 async fn show(

@@ -7,12 +7,23 @@
 
 use crate::connect::ConnectOptions;
 use crate::dialect::Dialect;
+#[cfg(feature = "postgres")]
 use crate::pooler::Autocommit;
-use crate::store::{MySqlStore, PgStore, SqliteStore};
+#[cfg(feature = "mysql")]
+use crate::store::MySqlStore;
+#[cfg(feature = "postgres")]
+use crate::store::PgStore;
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteStore;
 use crate::tables::Tables;
 use crate::url::redact_url;
 use oncely_core::{Error, Result};
-use sqlx::{MySqlPool, PgPool, SqlitePool};
+#[cfg(feature = "mysql")]
+use sqlx::MySqlPool;
+#[cfg(feature = "postgres")]
+use sqlx::PgPool;
+#[cfg(feature = "sqlite")]
+use sqlx::SqlitePool;
 
 /// A store of any of the three databases.
 ///
@@ -28,10 +39,13 @@ use sqlx::{MySqlPool, PgPool, SqlitePool};
 #[derive(Clone)]
 pub enum AnyStore {
     /// SQLite.
+    #[cfg(feature = "sqlite")]
     Sqlite(SqliteStore),
     /// PostgreSQL.
+    #[cfg(feature = "postgres")]
     Postgres(PgStore),
     /// MySQL / MariaDB.
+    #[cfg(feature = "mysql")]
     MySql(MySqlStore),
 }
 
@@ -50,10 +64,13 @@ pub enum AnyStore {
 #[derive(Debug, Clone)]
 pub enum AnyPool {
     /// SQLite.
+    #[cfg(feature = "sqlite")]
     Sqlite(SqlitePool),
     /// PostgreSQL.
+    #[cfg(feature = "postgres")]
     Postgres(PgPool),
     /// MySQL / MariaDB.
+    #[cfg(feature = "mysql")]
     MySql(MySqlPool),
 }
 
@@ -69,11 +86,7 @@ pub enum AnyPool {
 #[macro_export]
 macro_rules! with_store {
     ($any:expr, $s:ident => $body:expr) => {
-        match $any {
-            $crate::AnyStore::Sqlite($s) => $body,
-            $crate::AnyStore::Postgres($s) => $body,
-            $crate::AnyStore::MySql($s) => $body,
-        }
+        $crate::__any_arms_sqlite!(($any) AnyStore $s ($body) {})
     };
 }
 
@@ -93,12 +106,72 @@ macro_rules! with_store {
 #[macro_export]
 macro_rules! with_pool {
     ($any:expr, $p:ident => $body:expr) => {
-        match $any {
-            $crate::AnyPool::Sqlite($p) => $body,
-            $crate::AnyPool::Postgres($p) => $body,
-            $crate::AnyPool::MySql($p) => $body,
-        }
+        $crate::__any_arms_sqlite!(($any) AnyPool $p ($body) {})
     };
+}
+
+// How `with_store!` and `with_pool!` get one arm per database *this crate* was built with: a
+// `#[cfg]` inside an exported macro would be evaluated in the calling crate (with its
+// features), so each step below is defined per feature here and adds its arm or not; the last
+// one emits the `match`.
+
+#[cfg(feature = "sqlite")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __any_arms_sqlite {
+    (($any:expr) $ty:ident $v:ident ($body:expr) {$($arms:tt)*}) => {
+        $crate::__any_arms_postgres!(($any) $ty $v ($body) {$($arms)* $crate::$ty::Sqlite($v) => $body,})
+    };
+}
+#[cfg(not(feature = "sqlite"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __any_arms_sqlite {
+    (($any:expr) $ty:ident $v:ident ($body:expr) {$($arms:tt)*}) => {
+        $crate::__any_arms_postgres!(($any) $ty $v ($body) {$($arms)*})
+    };
+}
+#[cfg(feature = "postgres")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __any_arms_postgres {
+    (($any:expr) $ty:ident $v:ident ($body:expr) {$($arms:tt)*}) => {
+        $crate::__any_arms_mysql!(($any) $ty $v ($body) {$($arms)* $crate::$ty::Postgres($v) => $body,})
+    };
+}
+#[cfg(not(feature = "postgres"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __any_arms_postgres {
+    (($any:expr) $ty:ident $v:ident ($body:expr) {$($arms:tt)*}) => {
+        $crate::__any_arms_mysql!(($any) $ty $v ($body) {$($arms)*})
+    };
+}
+#[cfg(feature = "mysql")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __any_arms_mysql {
+    (($any:expr) $ty:ident $v:ident ($body:expr) {$($arms:tt)*}) => {
+        match $any { $($arms)* $crate::$ty::MySql($v) => $body, }
+    };
+}
+#[cfg(not(feature = "mysql"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __any_arms_mysql {
+    (($any:expr) $ty:ident $v:ident ($body:expr) {$($arms:tt)*}) => {
+        match $any { $($arms)* }
+    };
+}
+
+/// The error for a URL of a database this build of oncely-sql left out (its feature is off).
+#[allow(dead_code)] // with every database built, nothing is left out
+pub(crate) fn not_built(dialect: Dialect) -> Error {
+    Error::config(format!(
+        "{} support is not built in: enable the `{}` feature of oncely-sql (or of the oncely facade)",
+        dialect.name(),
+        dialect.name()
+    ))
 }
 
 impl AnyStore {
@@ -107,11 +180,17 @@ impl AnyStore {
     /// its password redacted.
     pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Self> {
         let store = match Dialect::from_url(url) {
+            #[cfg(feature = "sqlite")]
             Ok(Dialect::Sqlite) => SqliteStore::connect_with(url, options)
                 .await
                 .map(Self::from),
+            #[cfg(feature = "postgres")]
             Ok(Dialect::Postgres) => PgStore::connect_with(url, options).await.map(Self::from),
+            #[cfg(feature = "mysql")]
+            #[cfg(feature = "mysql")]
             Ok(Dialect::MySql) => MySqlStore::connect_with(url, options).await.map(Self::from),
+            #[allow(unreachable_patterns)]
+            Ok(dialect) => Err(not_built(dialect)),
             Err(e) => Err(e),
         };
         store.map_err(|e| {
@@ -123,8 +202,11 @@ impl AnyStore {
     /// The database.
     pub fn dialect(&self) -> Dialect {
         match self {
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(_) => Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
             Self::Postgres(_) => Dialect::Postgres,
+            #[cfg(feature = "mysql")]
             Self::MySql(_) => Dialect::MySql,
         }
     }
@@ -142,27 +224,36 @@ impl AnyStore {
     /// The store's pool (a cheap clone sharing the connections).
     pub fn pool(&self) -> AnyPool {
         match self {
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(s) => AnyPool::Sqlite(s.pool().clone()),
+            #[cfg(feature = "postgres")]
             Self::Postgres(s) => AnyPool::Postgres(s.pool().clone()),
+            #[cfg(feature = "mysql")]
             Self::MySql(s) => AnyPool::MySql(s.pool().clone()),
         }
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl From<SqliteStore> for AnyStore {
     fn from(s: SqliteStore) -> Self {
+        #[cfg(feature = "sqlite")]
         Self::Sqlite(s)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<PgStore> for AnyStore {
     fn from(s: PgStore) -> Self {
+        #[cfg(feature = "postgres")]
         Self::Postgres(s)
     }
 }
 
+#[cfg(feature = "mysql")]
 impl From<MySqlStore> for AnyStore {
     fn from(s: MySqlStore) -> Self {
+        #[cfg(feature = "mysql")]
         Self::MySql(s)
     }
 }
@@ -177,16 +268,21 @@ impl AnyPool {
     /// The database.
     pub fn dialect(&self) -> Dialect {
         match self {
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(_) => Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
             Self::Postgres(_) => Dialect::Postgres,
+            #[cfg(feature = "mysql")]
             Self::MySql(_) => Dialect::MySql,
         }
     }
 
     /// The PostgreSQL pool, for features that exist on PostgreSQL only (the partitioned
     /// inbox, the SQL queue); `None` on the other databases.
+    #[cfg(feature = "postgres")]
     pub fn as_postgres(&self) -> Option<&PgPool> {
         match self {
+            #[cfg(feature = "postgres")]
             Self::Postgres(pool) => Some(pool),
             _ => None,
         }
@@ -197,6 +293,7 @@ impl AnyPool {
     pub async fn table_bytes(&self, tables: &Tables, name: &str) -> Option<i64> {
         let (table, bare) = (tables.table(name), format!("{}{name}", tables.prefix()));
         match self {
+            #[cfg(feature = "postgres")]
             Self::Postgres(p) => {
                 let mut c = Autocommit::begin(p).await.ok()?;
                 let n = crate::pooler::query_scalar(
@@ -209,6 +306,7 @@ impl AnyPool {
                 c.commit().await.ok()?;
                 n
             }
+            #[cfg(feature = "mysql")]
             Self::MySql(p) => sqlx::query_scalar(
                 "SELECT CAST(DATA_LENGTH + INDEX_LENGTH AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
             )
@@ -218,6 +316,7 @@ impl AnyPool {
             .await
             .ok()
             .flatten(),
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(p) => sqlx::query_scalar::<_, Option<i64>>(
                 "SELECT SUM(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = ?1)",
             )
@@ -233,6 +332,7 @@ impl AnyPool {
     /// without scanning it; `None` where there is none (SQLite) or on error.
     pub async fn estimated_rows(&self, tables: &Tables, name: &str) -> Option<i64> {
         match self {
+            #[cfg(feature = "postgres")]
             Self::Postgres(p) => {
                 let mut c = Autocommit::begin(p).await.ok()?;
                 let n = crate::pooler::query_scalar(
@@ -245,6 +345,7 @@ impl AnyPool {
                 c.commit().await.ok()?;
                 n
             }
+            #[cfg(feature = "mysql")]
             Self::MySql(p) => sqlx::query_scalar(
                 "SELECT CAST(TABLE_ROWS AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
             )
@@ -254,6 +355,7 @@ impl AnyPool {
             .await
             .ok()
             .flatten(),
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(_) => None,
         }
     }
@@ -264,25 +366,31 @@ impl AnyPool {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl From<SqlitePool> for AnyPool {
     fn from(p: SqlitePool) -> Self {
+        #[cfg(feature = "sqlite")]
         Self::Sqlite(p)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<PgPool> for AnyPool {
     fn from(p: PgPool) -> Self {
+        #[cfg(feature = "postgres")]
         Self::Postgres(p)
     }
 }
 
+#[cfg(feature = "mysql")]
 impl From<MySqlPool> for AnyPool {
     fn from(p: MySqlPool) -> Self {
+        #[cfg(feature = "mysql")]
         Self::MySql(p)
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use super::*;
 

@@ -22,7 +22,13 @@ use crate::dialect::Dialect;
 use crate::error::db;
 use crate::store::SqlStore;
 use oncely_core::{Claim, ConsumerName, Error, MessageId, PayloadHash, Result, Store};
-use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
+#[cfg(feature = "mysql")]
+use sqlx::MySql;
+#[cfg(feature = "postgres")]
+use sqlx::Postgres;
+#[cfg(feature = "sqlite")]
+use sqlx::Sqlite;
+use sqlx::{AssertSqlSafe, Transaction};
 use std::collections::{HashMap, HashSet};
 
 /// Ids per statement (keeps every dialect far below its bind-parameter limit).
@@ -103,6 +109,7 @@ fn list(from: usize, count: usize, dollar: bool) -> String {
         .join(", ")
 }
 
+#[cfg(feature = "postgres")]
 impl SqlStore<Postgres> {
     pub(crate) async fn claim_chunk(
         &self,
@@ -160,6 +167,7 @@ impl SqlStore<Postgres> {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl SqlStore<Sqlite> {
     pub(crate) async fn claim_chunk(
         &self,
@@ -228,6 +236,7 @@ impl SqlStore<Sqlite> {
     }
 }
 
+#[cfg(feature = "mysql")]
 impl SqlStore<MySql> {
     pub(crate) async fn claim_chunk(
         &self,

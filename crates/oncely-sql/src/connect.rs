@@ -2,15 +2,26 @@
 
 use crate::error::db;
 use crate::failover::{FAILOVER_ACQUIRE_TIMEOUT, Failover, labelled};
+#[cfg(feature = "postgres")]
 use crate::pooler::{PoolerOption, take_pooler_option};
-use crate::replication::{self, Replication};
-use crate::store::{MySqlStore, PgStore, SqliteStore};
+#[cfg(feature = "postgres")]
+use crate::replication;
+use crate::replication::Replication;
+#[cfg(feature = "mysql")]
+use crate::store::MySqlStore;
+#[cfg(feature = "postgres")]
+use crate::store::PgStore;
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteStore;
 use crate::tables::Tables;
 use crate::url::split_hosts;
 use oncely_core::Result;
+#[cfg(feature = "mysql")]
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::pool::PoolOptions;
+#[cfg(feature = "postgres")]
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+#[cfg(feature = "sqlite")]
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, Database, Pool};
 use std::str::FromStr;
@@ -55,6 +66,7 @@ impl Default for ConnectOptions {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl SqliteStore {
     /// Opens (creating if missing) a SQLite database in WAL mode with `synchronous=FULL`,
     /// e.g. `sqlite:oncely.db` or `sqlite::memory:`.
@@ -86,6 +98,7 @@ impl SqliteStore {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl PgStore {
     /// Connects to PostgreSQL, e.g. `postgres://user@127.0.0.1/app`.
     pub async fn connect(url: &str) -> Result<Self> {
@@ -130,6 +143,7 @@ impl PgStore {
     }
 }
 
+#[cfg(feature = "mysql")]
 impl MySqlStore {
     /// Connects to MySQL or MariaDB, e.g. `mysql://root@127.0.0.1/test`.
     pub async fn connect(url: &str) -> Result<Self> {
@@ -199,6 +213,7 @@ where
 /// node has applied every transaction the cluster committed before: a claim retried after a
 /// lost certification race on another node then sees the winner's row and ends as a
 /// duplicate. Harmless without Galera; MySQL servers without the variable ignore it.
+#[cfg(feature = "mysql")]
 async fn galera_sync_wait(
     conn: &mut sqlx::MySqlConnection,
 ) -> std::result::Result<(), sqlx::Error> {

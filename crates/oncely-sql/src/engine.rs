@@ -10,7 +10,10 @@ use crate::any::AnyPool;
 use crate::error::db;
 use crate::tables::Tables;
 use oncely_core::Result;
-use sqlx::{MySqlPool, PgPool, Row};
+#[cfg(feature = "mysql")]
+use sqlx::MySqlPool;
+#[cfg(feature = "postgres")]
+use sqlx::{PgPool, Row};
 
 /// The distributed engine a `version()` / `VERSION()` string names, if any:
 /// `CockroachDB`, `YugabyteDB` (its versions contain `-YB-`) or `TiDB`.
@@ -54,9 +57,12 @@ fn wsrep_on(value: Option<&str>) -> bool {
 /// # Ok(()) }
 /// ```
 pub async fn detect_portable(pool: &AnyPool) -> Result<bool> {
-    let engine = match pool {
+    let engine: Option<&'static str> = match pool {
+        #[cfg(feature = "sqlite")]
         AnyPool::Sqlite(_) => None,
+        #[cfg(feature = "postgres")]
         AnyPool::Postgres(pool) => postgres_engine(pool).await?,
+        #[cfg(feature = "mysql")]
         AnyPool::MySql(pool) => mysql_engine(pool).await?,
     };
     if let Some(engine) = engine {
@@ -65,6 +71,7 @@ pub async fn detect_portable(pool: &AnyPool) -> Result<bool> {
     Ok(engine.is_some())
 }
 
+#[cfg(feature = "postgres")]
 async fn postgres_engine(pool: &PgPool) -> Result<Option<&'static str>> {
     if crate::pooler::behind_transaction_pooler() {
         // Not an engine, but the same want: no session state between statements.
@@ -93,6 +100,7 @@ async fn postgres_engine(pool: &PgPool) -> Result<Option<&'static str>> {
     Ok(engine_of_version(&version).or(citus.then_some("Citus")))
 }
 
+#[cfg(feature = "mysql")]
 async fn mysql_engine(pool: &MySqlPool) -> Result<Option<&'static str>> {
     // `@@wsrep_on` exists on MariaDB (OFF without Galera) but not on MySQL or TiDB, where the
     // statement fails: then the version alone decides.

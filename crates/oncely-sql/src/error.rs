@@ -133,13 +133,7 @@ pub fn error_kind(e: &sqlx::Error) -> ErrorKind {
         | sqlx::Error::WorkerCrashed => ErrorKind::Unavailable,
         sqlx::Error::Protocol(_) => ErrorKind::Transient,
         sqlx::Error::Database(db) => {
-            let server = if let Some(m) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-                Server::MySql(m.number())
-            } else if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-                Server::Sqlite
-            } else {
-                Server::Postgres
-            };
+            let server = server_of(&**db);
             if matches!(server, Server::Sqlite)
                 && SCHEMA_SQLITE_MESSAGES
                     .iter()
@@ -152,6 +146,20 @@ pub fn error_kind(e: &sqlx::Error) -> ErrorKind {
         sqlx::Error::Configuration(_) => ErrorKind::Config,
         _ => ErrorKind::Permanent,
     }
+}
+
+/// Which server reported `db` (by the driver's error type; only the drivers built in).
+fn server_of(db: &dyn sqlx::error::DatabaseError) -> Server {
+    #[cfg(feature = "mysql")]
+    if let Some(m) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return Server::MySql(m.number());
+    }
+    #[cfg(feature = "sqlite")]
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        return Server::Sqlite;
+    }
+    let _ = db;
+    Server::Postgres
 }
 
 /// Wraps a sqlx error with what was being done, classified by [`error_kind`]. Handlers
@@ -250,6 +258,7 @@ mod tests {
 
     /// A missing table or column on a real SQLite: `Config` by its message, and
     /// [`is_missing_table`] agrees.
+    #[cfg(feature = "sqlite")]
     #[tokio::test]
     async fn sqlite_missing_tables_and_columns_are_config() {
         use sqlx::Connection;

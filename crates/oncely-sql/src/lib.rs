@@ -11,6 +11,14 @@
 //! The handler receives the store's `sqlx::Transaction` and writes its effect through it;
 //! the claim was inserted into the same transaction, so both commit or neither does.
 //!
+//! ## Features
+//!
+//! One per database, all on by default: `sqlite` (bundled libsqlite3), `postgres`, `mysql`
+//! (MySQL and MariaDB). With `default-features = false` and the ones you name, the others'
+//! sqlx drivers are not compiled, their stores, [`AnyStore`] / [`AnyPool`] / [`AnyTx`]
+//! variants and `with_*!` arms do not exist, and a URL of theirs is a configuration error.
+//! [`Dialect`] always knows all three (it is only SQL text).
+//!
 //! ```no_run
 //! use oncely_sql::SqliteStore;
 //! # async fn f() -> oncely_core::Result<()> {
@@ -18,6 +26,19 @@
 //! store.migrate().await?;
 //! # Ok(()) }
 //! ```
+
+// With a database left out, helpers and fallback arms written for the others go unused:
+// those lints are checked in the full build (all three, the default and CI's).
+#![cfg_attr(
+    not(all(feature = "sqlite", feature = "postgres", feature = "mysql")),
+    allow(unused, unreachable_patterns, unreachable_code)
+)]
+
+#[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
+compile_error!(
+    "oncely-sql needs at least one database: enable its feature `sqlite`, `postgres` or `mysql` \
+     (the facade `oncely` forwards them)"
+);
 
 mod any;
 mod batch;
@@ -55,7 +76,13 @@ pub use pooler::{Autocommit, behind_transaction_pooler, query, query_as, query_s
 pub use query::{Column, Done, SqlDatabase, Value};
 pub use replication::Replication;
 pub use sqlx;
-pub use store::{MySqlStore, PgStore, SqlStore, SqliteStore};
+#[cfg(feature = "mysql")]
+pub use store::MySqlStore;
+#[cfg(feature = "postgres")]
+pub use store::PgStore;
+pub use store::SqlStore;
+#[cfg(feature = "sqlite")]
+pub use store::SqliteStore;
 pub use tables::{Tables, is_identifier};
 pub use tx::AnyTx;
 pub use url::{redact_url, split_hosts};

@@ -17,7 +17,13 @@ use crate::error::{db, error_kind};
 use crate::query::{Column, Done, SqlDatabase, Value};
 use crate::tables::Tables;
 use oncely_core::{Error, ErrorKind, Result};
-use sqlx::{Connection, MySqlConnection, PgConnection, Pool};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use sqlx::Connection;
+#[cfg(feature = "mysql")]
+use sqlx::MySqlConnection;
+#[cfg(feature = "postgres")]
+use sqlx::PgConnection;
+use sqlx::Pool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -49,7 +55,9 @@ pub struct DbLock {
 }
 
 enum Held {
+    #[cfg(feature = "postgres")]
     Postgres(PgConnection),
+    #[cfg(feature = "mysql")]
     MySql(MySqlConnection),
     Lease {
         pool: AnyPool,
@@ -147,7 +155,7 @@ impl DbLock {
         purpose: &str,
         wait: bool,
     ) -> Result<Option<Self>> {
-        let lease = matches!(pool, AnyPool::Sqlite(_))
+        let lease = pool.dialect() == crate::Dialect::Sqlite
             || tables.portable()
             || detect_portable(pool).await?;
         if lease {
@@ -157,6 +165,7 @@ impl DbLock {
         let name = format!("oncely_{purpose}:{}", tables.inbox());
         let hash = fnv1a(&name);
         let inner = match pool {
+            #[cfg(feature = "postgres")]
             AnyPool::Postgres(pool) => {
                 let mut conn = pool
                     .acquire()
@@ -180,6 +189,7 @@ impl DbLock {
                 }
                 Held::Postgres(conn)
             }
+            #[cfg(feature = "mysql")]
             AnyPool::MySql(pool) => {
                 let mut conn = pool
                     .acquire()
@@ -205,7 +215,8 @@ impl DbLock {
                 }
                 Held::MySql(conn)
             }
-            AnyPool::Sqlite(_) => unreachable!("SQLite always takes a lease"),
+            #[cfg(feature = "sqlite")]
+            AnyPool::Sqlite(_) => return Self::lease(pool, tables, purpose, Duration::ZERO).await,
         };
         Ok(Some(Self { inner, name }))
     }
@@ -274,10 +285,12 @@ impl DbLock {
     /// batches. A lease that expired and was taken by another holder is a transient error.
     pub async fn renew(&mut self) -> Result<()> {
         match &mut self.inner {
+            #[cfg(feature = "postgres")]
             Held::Postgres(conn) => conn
                 .ping()
                 .await
                 .map_err(|e| db("checking the lock session", e)),
+            #[cfg(feature = "mysql")]
             Held::MySql(conn) => conn
                 .ping()
                 .await
@@ -313,7 +326,9 @@ impl DbLock {
     /// Releases the lock.
     pub async fn release(self) -> Result<()> {
         match self.inner {
+            #[cfg(feature = "postgres")]
             Held::Postgres(conn) => conn.close().await.map_err(|e| db("releasing the lock", e)),
+            #[cfg(feature = "mysql")]
             Held::MySql(conn) => conn.close().await.map_err(|e| db("releasing the lock", e)),
             Held::Lease {
                 pool,

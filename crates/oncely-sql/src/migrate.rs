@@ -10,7 +10,13 @@
 mod runner;
 
 use crate::dialect::Dialect;
-use crate::store::{MySqlStore, PgStore, SqlStore, SqliteStore};
+#[cfg(feature = "mysql")]
+use crate::store::MySqlStore;
+#[cfg(feature = "postgres")]
+use crate::store::PgStore;
+use crate::store::SqlStore;
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteStore;
 use crate::tables::{Tables, is_identifier};
 use crate::{ConnectOptions, SqlDatabase};
 use oncely_core::{Error, Result};
@@ -334,8 +340,11 @@ pub fn reset_sql(dialect: Dialect, tables: &Tables, sets: &[&MigrationSet]) -> R
 
 mod sealed {
     pub trait Sealed {}
+    #[cfg(feature = "sqlite")]
     impl Sealed for sqlx::Sqlite {}
+    #[cfg(feature = "postgres")]
     impl Sealed for sqlx::Postgres {}
+    #[cfg(feature = "mysql")]
     impl Sealed for sqlx::MySql {}
 }
 
@@ -382,24 +391,29 @@ pub async fn migrate_url(url: &str, tables: &Tables, sets: &[&MigrationSet]) -> 
         ..ConnectOptions::default()
     };
     match Dialect::from_url(url)? {
+        #[cfg(feature = "sqlite")]
         Dialect::Sqlite => {
             SqliteStore::connect_with(url, &options)
                 .await?
                 .migrate_with(sets)
                 .await
         }
+        #[cfg(feature = "postgres")]
         Dialect::Postgres => {
             PgStore::connect_with(url, &options)
                 .await?
                 .migrate_with(sets)
                 .await
         }
+        #[cfg(feature = "mysql")]
         Dialect::MySql => {
             MySqlStore::connect_with(url, &options)
                 .await?
                 .migrate_with(sets)
                 .await
         }
+        #[allow(unreachable_patterns)]
+        dialect => Err(crate::any::not_built(dialect)),
     }
 }
 

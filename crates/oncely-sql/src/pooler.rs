@@ -28,8 +28,11 @@
 //! reason about than a flag per pool, and only ever errs on the safe side.
 
 use oncely_core::{Error, Result};
+#[cfg(feature = "postgres")]
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{Connection, Database, Pool, Row};
+#[cfg(feature = "postgres")]
+use sqlx::{Connection, Row};
+use sqlx::{Database, Pool};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static TRANSACTION_POOLER: AtomicBool = AtomicBool::new(false);
@@ -48,6 +51,7 @@ pub fn behind_transaction_pooler() -> bool {
 }
 
 /// Records that a pool of this process runs behind a transaction pooler (never undone).
+#[cfg(feature = "postgres")]
 pub(crate) fn mark_transaction_pooler() {
     if !TRANSACTION_POOLER.swap(true, Ordering::AcqRel) {
         tracing::info!(
@@ -59,6 +63,7 @@ pub(crate) fn mark_transaction_pooler() {
 /// Checks that the pooler lets a transaction span statements: PgBouncer's
 /// `pool_mode = statement` refuses every `BEGIN`, and a claim must share a transaction with
 /// its effect. A configuration error that names the setting.
+#[cfg(feature = "postgres")]
 pub(crate) async fn require_transactions<DB: Database>(pool: &Pool<DB>) -> Result<()> {
     let refused = |e: sqlx::Error| {
         if e.to_string().contains("statement pooling") {
@@ -79,6 +84,7 @@ pub(crate) fn persistent() -> bool {
 }
 
 /// What the URL option `pooler=` says.
+#[cfg(feature = "postgres")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PoolerOption {
     /// No option: check at connect.
@@ -95,6 +101,7 @@ pub(crate) enum PoolerOption {
 /// ```text
 /// postgres://u@h:6432/app?pooler=transaction&sslmode=disable → (postgres://u@h:6432/app?sslmode=disable, Transaction)
 /// ```
+#[cfg(feature = "postgres")]
 pub(crate) fn take_pooler_option(url: &str) -> Result<(String, PoolerOption)> {
     let (url, taken) = crate::url::take_options(url, &["pooler"]);
     let mut option = PoolerOption::Detect;
@@ -127,6 +134,7 @@ pub(crate) fn take_pooler_option(url: &str) -> Result<(String, PoolerOption)> {
 /// }
 /// # Ok(()) }
 /// ```
+#[cfg(feature = "postgres")]
 pub async fn detect_transaction_pooler(url: &str) -> Result<bool> {
     let (url, _) = take_pooler_option(url)?;
     let options: PgConnectOptions = url
@@ -140,6 +148,7 @@ pub async fn detect_transaction_pooler(url: &str) -> Result<bool> {
 /// Whether `options` lead to a transaction pooler: two fresh connections answered by the
 /// same backend (see the module docs). Simple-protocol statements only, which are safe
 /// through any pooler.
+#[cfg(feature = "postgres")]
 pub(crate) async fn detect(options: &PgConnectOptions) -> std::result::Result<bool, sqlx::Error> {
     let mut a = sqlx::PgConnection::connect_with(options).await?;
     let mut b = sqlx::PgConnection::connect_with(options).await?;
@@ -153,6 +162,7 @@ pub(crate) async fn detect(options: &PgConnectOptions) -> std::result::Result<bo
     Ok(shared)
 }
 
+#[cfg(feature = "postgres")]
 async fn backend_pid(conn: &mut sqlx::PgConnection) -> std::result::Result<i32, sqlx::Error> {
     sqlx::raw_sql("SELECT pg_backend_pid()")
         .fetch_one(&mut *conn)
@@ -319,7 +329,7 @@ pub fn ok<T>(value: T) -> Result<T> {
     Ok(value)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres"))]
 mod tests {
     use super::*;
 

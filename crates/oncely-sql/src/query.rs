@@ -12,7 +12,13 @@
 
 use crate::dialect::Dialect;
 use futures::future::BoxFuture;
-use sqlx::{AssertSqlSafe, Database, MySql, Postgres, Row, Sqlite};
+#[cfg(feature = "mysql")]
+use sqlx::MySql;
+#[cfg(feature = "postgres")]
+use sqlx::Postgres;
+#[cfg(feature = "sqlite")]
+use sqlx::Sqlite;
+use sqlx::{AssertSqlSafe, Database, Row};
 
 /// A bound argument or a decoded column value.
 ///
@@ -352,16 +358,19 @@ trait QueryResultExt {
         0
     }
 }
+#[cfg(feature = "sqlite")]
 impl QueryResultExt for sqlx::sqlite::SqliteQueryResult {
     fn rows(&self) -> u64 {
         self.rows_affected()
     }
 }
+#[cfg(feature = "postgres")]
 impl QueryResultExt for sqlx::postgres::PgQueryResult {
     fn rows(&self) -> u64 {
         self.rows_affected()
     }
 }
+#[cfg(feature = "mysql")]
 impl QueryResultExt for sqlx::mysql::MySqlQueryResult {
     fn rows(&self) -> u64 {
         self.rows_affected()
@@ -371,8 +380,11 @@ impl QueryResultExt for sqlx::mysql::MySqlQueryResult {
     }
 }
 
+#[cfg(feature = "sqlite")]
 sql_database!(Sqlite, Dialect::Sqlite, "BEGIN IMMEDIATE", String, |t| t);
+#[cfg(feature = "postgres")]
 sql_database!(Postgres, Dialect::Postgres, "BEGIN", String, |t| t);
+#[cfg(feature = "mysql")]
 sql_database!(MySql, Dialect::MySql, "BEGIN", Vec<u8>, |t| {
     String::from_utf8_lossy(&t).into_owned()
 });

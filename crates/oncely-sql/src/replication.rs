@@ -32,13 +32,9 @@
 //!
 //! [`ErrorKind::Unavailable`]: oncely_core::ErrorKind::Unavailable
 
-use crate::error::db;
-use crate::url::{host_of, rotate_hosts, split_hosts};
 use oncely_core::{Error, Result};
-use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions as _, Connection, Row};
-use std::str::FromStr;
-use std::time::Duration;
+#[cfg(feature = "postgres")]
+pub(crate) use pg::{check, from_url, refuse_standby};
 
 /// What a commit of the store waits for, on a PostgreSQL primary with streaming replicas
 /// ([`crate::ConnectOptions::replication`], or the URL option `?replication=replicated`).
@@ -69,6 +65,7 @@ pub enum Replication {
 
 impl Replication {
     /// The statement sent before `COMMIT` (it also tells whether the transaction aborted).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn before_commit_sql(self) -> &'static str {
         match self {
             Self::AsConfigured => "SELECT 1",
@@ -88,365 +85,377 @@ impl Replication {
     }
 }
 
-/// `url` without oncely's replication options, and the [`Replication`] they ask for
-/// (`default` when the URL does not say).
-pub(crate) fn from_url(url: &str, default: Replication) -> Result<(String, Replication)> {
-    let names = [
-        "replication",
-        "target_session_attrs",
-        "target-session-attrs",
-    ];
-    let (url, taken) = crate::url::take_options(url, &names);
-    let mut replication = default;
-    for (key, value) in taken {
-        if key == "replication" {
-            replication = match value.as_str() {
-                "replicated" => Replication::Replicated,
-                "as-configured" | "as_configured" => Replication::AsConfigured,
-                other => {
-                    return Err(Error::config(format!(
-                        "replication={other}: use replication=replicated (wait for a \
+/// The PostgreSQL side: what the URL asks for, and what the servers say at start.
+#[cfg(feature = "postgres")]
+mod pg {
+    use super::*;
+    use crate::error::db;
+    use crate::url::{host_of, rotate_hosts, split_hosts};
+    use sqlx::postgres::{PgConnectOptions, PgConnection};
+    use sqlx::{ConnectOptions as _, Connection, Row};
+    use std::str::FromStr;
+    use std::time::Duration;
+
+    /// `url` without oncely's replication options, and the [`Replication`] they ask for
+    /// (`default` when the URL does not say).
+    pub(crate) fn from_url(url: &str, default: Replication) -> Result<(String, Replication)> {
+        let names = [
+            "replication",
+            "target_session_attrs",
+            "target-session-attrs",
+        ];
+        let (url, taken) = crate::url::take_options(url, &names);
+        let mut replication = default;
+        for (key, value) in taken {
+            if key == "replication" {
+                replication = match value.as_str() {
+                    "replicated" => Replication::Replicated,
+                    "as-configured" | "as_configured" => Replication::AsConfigured,
+                    other => {
+                        return Err(Error::config(format!(
+                            "replication={other}: use replication=replicated (wait for a \
                          synchronous standby) or replication=as-configured"
-                    )));
+                        )));
+                    }
                 }
-            }
-        } else if !matches!(value.as_str(), "read-write" | "primary" | "any") {
-            return Err(Error::config(format!(
-                "target_session_attrs={value}: oncely writes its claims on the primary \
+            } else if !matches!(value.as_str(), "read-write" | "primary" | "any") {
+                return Err(Error::config(format!(
+                    "target_session_attrs={value}: oncely writes its claims on the primary \
                  only (read-write); a standby cannot take a claim"
-            )));
+                )));
+            }
         }
+        Ok((url, replication))
     }
-    Ok((url, replication))
-}
 
-/// What one host said about itself and its standbys.
-#[derive(Debug, Default)]
-struct Node {
-    in_recovery: bool,
-    /// `synchronous_standby_names`, `synchronous_commit`; None where the server has no such
-    /// settings (a PostgreSQL-compatible engine).
-    names: Option<String>,
-    commit: Option<String>,
-    /// `application_name:sync_state` of each walsender (`?` where the role may not see it).
-    standbys: Vec<String>,
-}
+    /// What one host said about itself and its standbys.
+    #[derive(Debug, Default)]
+    struct Node {
+        in_recovery: bool,
+        /// `synchronous_standby_names`, `synchronous_commit`; None where the server has no such
+        /// settings (a PostgreSQL-compatible engine).
+        names: Option<String>,
+        commit: Option<String>,
+        /// `application_name:sync_state` of each walsender (`?` where the role may not see it).
+        standbys: Vec<String>,
+    }
 
-const NODE_SQL: &str = "SELECT pg_is_in_recovery(), current_setting('synchronous_standby_names'), \
+    const NODE_SQL: &str = "SELECT pg_is_in_recovery(), current_setting('synchronous_standby_names'), \
      current_setting('synchronous_commit'), \
      (SELECT string_agg(application_name || ':' || coalesce(sync_state, '?'), ',' ORDER BY application_name) \
         FROM pg_stat_replication)";
 
-const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+    const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Whether the server is in recovery (a standby). Simple protocol, like every statement of
-/// this module: no prepared statement, so it is safe through a transaction pooler.
-async fn in_recovery(conn: &mut PgConnection) -> std::result::Result<bool, sqlx::Error> {
-    sqlx::raw_sql("SELECT pg_is_in_recovery()")
-        .fetch_one(&mut *conn)
-        .await?
-        .try_get(0)
-}
+    /// Whether the server is in recovery (a standby). Simple protocol, like every statement of
+    /// this module: no prepared statement, so it is safe through a transaction pooler.
+    async fn in_recovery(conn: &mut PgConnection) -> std::result::Result<bool, sqlx::Error> {
+        sqlx::raw_sql("SELECT pg_is_in_recovery()")
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get(0)
+    }
 
-async fn node(conn: &mut PgConnection) -> std::result::Result<Node, sqlx::Error> {
-    let row = sqlx::raw_sql(NODE_SQL)
-        .fetch_one(&mut *conn)
-        .await
-        .and_then(|r| {
-            Ok((
-                r.try_get::<bool, _>(0)?,
-                r.try_get::<String, _>(1)?,
-                r.try_get::<String, _>(2)?,
-                r.try_get::<Option<String>, _>(3)?,
-            ))
-        });
-    match row {
-        Ok((in_recovery, names, commit, standbys)) => Ok(Node {
-            in_recovery,
-            names: Some(names),
-            commit: Some(commit),
-            standbys: standbys
-                .map(|s| s.split(',').map(str::to_owned).collect())
-                .unwrap_or_default(),
-        }),
-        // An engine without these settings or views: whether it is in recovery, if it can say.
-        Err(sqlx::Error::Database(_)) => {
-            let in_recovery = in_recovery(conn).await.unwrap_or(false);
-            Ok(Node {
+    async fn node(conn: &mut PgConnection) -> std::result::Result<Node, sqlx::Error> {
+        let row = sqlx::raw_sql(NODE_SQL)
+            .fetch_one(&mut *conn)
+            .await
+            .and_then(|r| {
+                Ok((
+                    r.try_get::<bool, _>(0)?,
+                    r.try_get::<String, _>(1)?,
+                    r.try_get::<String, _>(2)?,
+                    r.try_get::<Option<String>, _>(3)?,
+                ))
+            });
+        match row {
+            Ok((in_recovery, names, commit, standbys)) => Ok(Node {
                 in_recovery,
-                ..Node::default()
-            })
+                names: Some(names),
+                commit: Some(commit),
+                standbys: standbys
+                    .map(|s| s.split(',').map(str::to_owned).collect())
+                    .unwrap_or_default(),
+            }),
+            // An engine without these settings or views: whether it is in recovery, if it can say.
+            Err(sqlx::Error::Database(_)) => {
+                let in_recovery = in_recovery(conn).await.unwrap_or(false);
+                Ok(Node {
+                    in_recovery,
+                    ..Node::default()
+                })
+            }
+            Err(e) => Err(e),
         }
-        Err(e) => Err(e),
     }
-}
 
-/// Asks one host what it is (one connection, closed again).
-async fn ask(url: &str) -> Result<Node> {
-    let options = PgConnectOptions::from_str(url)
-        .map_err(|e| db("parsing the PostgreSQL URL", e))?
-        .extra_float_digits(None); // as the store's pool (a pooler may refuse it)
-    let asked = async {
-        let mut conn = options.connect().await?;
-        let node = node(&mut conn).await;
-        let _ = conn.close().await;
-        node
-    };
-    match tokio::time::timeout(CHECK_TIMEOUT, asked).await {
-        Ok(answer) => answer.map_err(|e| db("connecting to PostgreSQL", e)),
-        Err(_) => Err(Error::unavailable(format!(
-            "PostgreSQL did not answer within {CHECK_TIMEOUT:?}"
-        ))),
+    /// Asks one host what it is (one connection, closed again).
+    async fn ask(url: &str) -> Result<Node> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| db("parsing the PostgreSQL URL", e))?
+            .extra_float_digits(None); // as the store's pool (a pooler may refuse it)
+        let asked = async {
+            let mut conn = options.connect().await?;
+            let node = node(&mut conn).await;
+            let _ = conn.close().await;
+            node
+        };
+        match tokio::time::timeout(CHECK_TIMEOUT, asked).await {
+            Ok(answer) => answer.map_err(|e| db("connecting to PostgreSQL", e)),
+            Err(_) => Err(Error::unavailable(format!(
+                "PostgreSQL did not answer within {CHECK_TIMEOUT:?}"
+            ))),
+        }
     }
-}
 
-/// The URL to open (a multi-host URL rotated so that the primary comes first) after checking
-/// that it reaches a primary and what that primary's standbys can lose; logs the one WARN or
-/// refuses [`Replication::Replicated`] (see the module's documentation).
-pub(crate) async fn check(url: &str, replication: Replication) -> Result<String> {
-    let urls = split_hosts(url)?;
-    let mut seen = Vec::with_capacity(urls.len());
-    let mut unreachable = 0;
-    for (i, one) in urls.iter().enumerate() {
-        let host = host_of(one);
-        match ask(one).await {
-            Ok(node) if !node.in_recovery => {
-                if i > 0 {
-                    tracing::info!(primary = %host, skipped = %seen.join("; "), "using the PostgreSQL primary");
+    /// The URL to open (a multi-host URL rotated so that the primary comes first) after checking
+    /// that it reaches a primary and what that primary's standbys can lose; logs the one WARN or
+    /// refuses [`Replication::Replicated`] (see the module's documentation).
+    pub(crate) async fn check(url: &str, replication: Replication) -> Result<String> {
+        let urls = split_hosts(url)?;
+        let mut seen = Vec::with_capacity(urls.len());
+        let mut unreachable = 0;
+        for (i, one) in urls.iter().enumerate() {
+            let host = host_of(one);
+            match ask(one).await {
+                Ok(node) if !node.in_recovery => {
+                    if i > 0 {
+                        tracing::info!(primary = %host, skipped = %seen.join("; "), "using the PostgreSQL primary");
+                    }
+                    judge(&host, &node, replication)?;
+                    return Ok(if i == 0 {
+                        url.to_owned()
+                    } else {
+                        rotate_hosts(url, i)
+                    });
                 }
-                judge(&host, &node, replication)?;
-                return Ok(if i == 0 {
-                    url.to_owned()
-                } else {
-                    rotate_hosts(url, i)
-                });
+                Ok(_) => seen.push(format!(
+                    "{host} is a read-only standby (pg_is_in_recovery())"
+                )),
+                Err(e) if e.is_unavailable() => {
+                    unreachable += 1;
+                    seen.push(format!("{host}: {}", error_chain(&e)))
+                }
+                Err(e) => return Err(e),
             }
-            Ok(_) => seen.push(format!(
-                "{host} is a read-only standby (pg_is_in_recovery())"
-            )),
-            Err(e) if e.is_unavailable() => {
-                unreachable += 1;
-                seen.push(format!("{host}: {}", error_chain(&e)))
-            }
-            Err(e) => return Err(e),
         }
-    }
-    if unreachable > 0 && replication == Replication::AsConfigured {
-        // A host may be restarting or being promoted: the pool's own connect waits for it as
-        // it always did, and refuses its connections while it is a standby (`refuse_standby`).
-        tracing::debug!(hosts = %seen.join("; "), "no PostgreSQL primary answered yet; the pool waits for one");
-        return Ok(url.to_owned());
-    }
-    Err(Error::unavailable(format!(
-        "no PostgreSQL host of the URL accepts writes: {}. oncely takes claims on the primary \
+        if unreachable > 0 && replication == Replication::AsConfigured {
+            // A host may be restarting or being promoted: the pool's own connect waits for it as
+            // it always did, and refuses its connections while it is a standby (`refuse_standby`).
+            tracing::debug!(hosts = %seen.join("; "), "no PostgreSQL primary answered yet; the pool waits for one");
+            return Ok(url.to_owned());
+        }
+        Err(Error::unavailable(format!(
+            "no PostgreSQL host of the URL accepts writes: {}. oncely takes claims on the primary \
          only (a claim on a standby fails, and an inbox read there may lag behind the primary); \
          list the primary's host in the URL, or every node (postgres://user@host1,host2/db) to \
          follow a failover",
-        seen.join("; ")
-    )))
-}
-
-fn error_chain(e: &Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
+            seen.join("; ")
+        )))
     }
-    text
-}
 
-/// The WARN (or, for [`Replication::Replicated`], the refusal) for the primary `host`.
-fn judge(host: &str, node: &Node, replication: Replication) -> Result<()> {
-    let Some(names) = node.names.as_deref() else {
-        return match replication {
-            Replication::AsConfigured => Ok(()),
-            Replication::Replicated => Err(Error::config(format!(
-                "replication = replicated: {host} has no synchronous_standby_names setting to \
+    fn error_chain(e: &Error) -> String {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
+    }
+
+    /// The WARN (or, for [`Replication::Replicated`], the refusal) for the primary `host`.
+    fn judge(host: &str, node: &Node, replication: Replication) -> Result<()> {
+        let Some(names) = node.names.as_deref() else {
+            return match replication {
+                Replication::AsConfigured => Ok(()),
+                Replication::Replicated => Err(Error::config(format!(
+                    "replication = replicated: {host} has no synchronous_standby_names setting to \
                  wait on (not a PostgreSQL primary?)"
-            ))),
+                ))),
+            };
         };
-    };
-    let commit = node.commit.as_deref().unwrap_or("on");
-    let standbys = node.standbys.join(", ");
-    let unsafe_standbys: Vec<&str> = node
-        .standbys
-        .iter()
-        .filter(|s| s.ends_with(":async") || s.ends_with(":potential"))
-        .map(String::as_str)
-        .collect();
-    match replication {
-        Replication::Replicated => {
-            if names.trim().is_empty() {
-                return Err(Error::config(format!(
-                    "replication = replicated: synchronous_standby_names is empty on the \
+        let commit = node.commit.as_deref().unwrap_or("on");
+        let standbys = node.standbys.join(", ");
+        let unsafe_standbys: Vec<&str> = node
+            .standbys
+            .iter()
+            .filter(|s| s.ends_with(":async") || s.ends_with(":potential"))
+            .map(String::as_str)
+            .collect();
+        match replication {
+            Replication::Replicated => {
+                if names.trim().is_empty() {
+                    return Err(Error::config(format!(
+                        "replication = replicated: synchronous_standby_names is empty on the \
                      PostgreSQL primary {host}, so a commit cannot wait for a standby. Set it \
                      (e.g. ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (replica1, \
                      replica2)'; SELECT pg_reload_conf()) or drop the option (standbys now: {})",
-                    if standbys.is_empty() {
-                        "none"
-                    } else {
-                        &standbys
-                    }
-                )));
+                        if standbys.is_empty() {
+                            "none"
+                        } else {
+                            &standbys
+                        }
+                    )));
+                }
+                if !node
+                    .standbys
+                    .iter()
+                    .any(|s| s.ends_with(":sync") || s.ends_with(":quorum") || s.ends_with(":?"))
+                {
+                    tracing::warn!(
+                        primary = host,
+                        synchronous_standby_names = names,
+                        standbys = %standbys,
+                        "replication = replicated, but no synchronous standby is connected now: \
+                         every commit waits until one connects"
+                    );
+                } else {
+                    tracing::info!(
+                        primary = host,
+                        synchronous_standby_names = names,
+                        standbys = %standbys,
+                        "each claim's transaction waits for a synchronous standby (synchronous_commit = on)"
+                    );
+                }
+                Ok(())
             }
-            if !node
-                .standbys
-                .iter()
-                .any(|s| s.ends_with(":sync") || s.ends_with(":quorum") || s.ends_with(":?"))
-            {
-                tracing::warn!(
-                    primary = host,
-                    synchronous_standby_names = names,
-                    standbys = %standbys,
-                    "replication = replicated, but no synchronous standby is connected now: \
-                     every commit waits until one connects"
-                );
-            } else {
-                tracing::info!(
-                    primary = host,
-                    synchronous_standby_names = names,
-                    standbys = %standbys,
-                    "each claim's transaction waits for a synchronous standby (synchronous_commit = on)"
-                );
-            }
-            Ok(())
-        }
-        Replication::AsConfigured => {
-            if node.standbys.is_empty() {
-                return Ok(());
-            }
-            let risk = "a commit oncely acked may be missing on a promoted replica: its claim \
+            Replication::AsConfigured => {
+                if node.standbys.is_empty() {
+                    return Ok(());
+                }
+                let risk = "a commit oncely acked may be missing on a promoted replica: its claim \
                         and effect vanish, the broker was acked, so the message is lost. Set \
                         synchronous_standby_names on the primary and open the store with \
                         replication = replicated (URL option ?replication=replicated), see \
                         docs/postgres-production.md";
-            if names.trim().is_empty() {
-                tracing::warn!(
-                    primary = host,
-                    standbys = %standbys,
-                    synchronous_standby_names = "",
-                    "the PostgreSQL primary replicates asynchronously (synchronous_standby_names \
-                     is empty): {risk}"
-                );
-            } else if matches!(commit, "off" | "local") {
-                tracing::warn!(
-                    primary = host,
-                    standbys = %standbys,
-                    synchronous_commit = commit,
-                    "synchronous_commit = {commit}: commits do not wait for the synchronous \
-                     standbys: {risk}"
-                );
-            } else if !unsafe_standbys.is_empty() {
-                tracing::warn!(
-                    primary = host,
-                    synchronous_standby_names = names,
-                    asynchronous = %unsafe_standbys.join(", "),
-                    "some standbys of the PostgreSQL primary are asynchronous (sync_state async \
-                     or potential): if one of them is promoted, {risk}"
-                );
+                if names.trim().is_empty() {
+                    tracing::warn!(
+                        primary = host,
+                        standbys = %standbys,
+                        synchronous_standby_names = "",
+                        "the PostgreSQL primary replicates asynchronously (synchronous_standby_names \
+                         is empty): {risk}"
+                    );
+                } else if matches!(commit, "off" | "local") {
+                    tracing::warn!(
+                        primary = host,
+                        standbys = %standbys,
+                        synchronous_commit = commit,
+                        "synchronous_commit = {commit}: commits do not wait for the synchronous \
+                         standbys: {risk}"
+                    );
+                } else if !unsafe_standbys.is_empty() {
+                    tracing::warn!(
+                        primary = host,
+                        synchronous_standby_names = names,
+                        asynchronous = %unsafe_standbys.join(", "),
+                        "some standbys of the PostgreSQL primary are asynchronous (sync_state async \
+                         or potential): if one of them is promoted, {risk}"
+                    );
+                }
+                Ok(())
             }
-            Ok(())
         }
     }
-}
 
-/// How long a new connection to a standby waits for it to be promoted before it is refused;
-/// below the multi-host acquire timeout, so the store's failover still moves on in time.
-const PROMOTION_WAIT: Duration = Duration::from_secs(3);
+    /// How long a new connection to a standby waits for it to be promoted before it is refused;
+    /// below the multi-host acquire timeout, so the store's failover still moves on in time.
+    const PROMOTION_WAIT: Duration = Duration::from_secs(3);
 
-/// The pool's `after_connect`: a connection to a standby waits (polling every 50 ms, up to
-/// [`PROMOTION_WAIT`]) for the standby to be promoted, the common case right after a
-/// failover, and is refused if it is not (sqlx then retries until its acquire deadline; see
-/// the module's documentation). Waiting rather than refusing at once keeps sqlx from logging
-/// an error per attempt during a promotion. One round trip per new connection to a primary.
-pub(crate) async fn refuse_standby(
-    conn: &mut PgConnection,
-) -> std::result::Result<(), sqlx::Error> {
-    let start = std::time::Instant::now();
-    loop {
-        match in_recovery(conn).await {
-            Ok(false) | Err(sqlx::Error::Database(_)) => return Ok(()),
-            Ok(true) if start.elapsed() < PROMOTION_WAIT => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(true) => {
-                return Err(sqlx::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::ReadOnlyFilesystem,
-                    "the host is a read-only standby (pg_is_in_recovery()): oncely takes claims \
+    /// The pool's `after_connect`: a connection to a standby waits (polling every 50 ms, up to
+    /// [`PROMOTION_WAIT`]) for the standby to be promoted, the common case right after a
+    /// failover, and is refused if it is not (sqlx then retries until its acquire deadline; see
+    /// the module's documentation). Waiting rather than refusing at once keeps sqlx from logging
+    /// an error per attempt during a promotion. One round trip per new connection to a primary.
+    pub(crate) async fn refuse_standby(
+        conn: &mut PgConnection,
+    ) -> std::result::Result<(), sqlx::Error> {
+        let start = std::time::Instant::now();
+        loop {
+            match in_recovery(conn).await {
+                Ok(false) | Err(sqlx::Error::Database(_)) => return Ok(()),
+                Ok(true) if start.elapsed() < PROMOTION_WAIT => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok(true) => {
+                    return Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::ReadOnlyFilesystem,
+                        "the host is a read-only standby (pg_is_in_recovery()): oncely takes claims \
                      on the primary only",
-                )));
+                    )));
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    #[cfg(test)]
+    mod tests {
+        use super::*;
 
-    #[test]
-    fn url_options() {
-        let (url, r) = from_url("postgres://u@h1,h2/db", Replication::AsConfigured).unwrap();
-        assert_eq!(
-            (url.as_str(), r),
-            ("postgres://u@h1,h2/db", Replication::AsConfigured)
-        );
-        let (url, r) = from_url(
+        #[test]
+        fn url_options() {
+            let (url, r) = from_url("postgres://u@h1,h2/db", Replication::AsConfigured).unwrap();
+            assert_eq!(
+                (url.as_str(), r),
+                ("postgres://u@h1,h2/db", Replication::AsConfigured)
+            );
+            let (url, r) = from_url(
             "postgres://u@h/db?sslmode=disable&replication=replicated&target_session_attrs=read-write",
             Replication::AsConfigured,
         )
         .unwrap();
-        assert_eq!(
-            (url.as_str(), r),
-            ("postgres://u@h/db?sslmode=disable", Replication::Replicated)
-        );
-        let (url, r) = from_url(
-            "postgres://u@h/db?replication=as-configured",
-            Replication::Replicated,
-        )
-        .unwrap();
-        assert_eq!(
-            (url.as_str(), r),
-            ("postgres://u@h/db", Replication::AsConfigured)
-        );
-        assert!(
-            from_url(
-                "postgres://u@h/db?replication=yes",
-                Replication::AsConfigured
+            assert_eq!(
+                (url.as_str(), r),
+                ("postgres://u@h/db?sslmode=disable", Replication::Replicated)
+            );
+            let (url, r) = from_url(
+                "postgres://u@h/db?replication=as-configured",
+                Replication::Replicated,
             )
-            .is_err()
-        );
-        assert!(
-            from_url(
-                "postgres://u@h/db?target_session_attrs=standby",
-                Replication::AsConfigured
-            )
-            .is_err()
-        );
-    }
+            .unwrap();
+            assert_eq!(
+                (url.as_str(), r),
+                ("postgres://u@h/db", Replication::AsConfigured)
+            );
+            assert!(
+                from_url(
+                    "postgres://u@h/db?replication=yes",
+                    Replication::AsConfigured
+                )
+                .is_err()
+            );
+            assert!(
+                from_url(
+                    "postgres://u@h/db?target_session_attrs=standby",
+                    Replication::AsConfigured
+                )
+                .is_err()
+            );
+        }
 
-    #[test]
-    fn replicated_needs_synchronous_names() {
-        let node = |names: &str, standbys: &[&str]| Node {
-            in_recovery: false,
-            names: Some(names.to_owned()),
-            commit: Some("on".to_owned()),
-            standbys: standbys.iter().map(|s| s.to_string()).collect(),
-        };
-        let e = judge("h:1", &node("", &["n2:async"]), Replication::Replicated).unwrap_err();
-        assert!(
-            e.to_string().contains("synchronous_standby_names is empty"),
-            "{e}"
-        );
-        assert!(judge("h:1", &node("*", &["n2:sync"]), Replication::Replicated).is_ok());
-        assert!(judge("h:1", &node("", &["n2:async"]), Replication::AsConfigured).is_ok());
-        assert!(Replication::Replicated.supported_on("MySQL").is_err());
-        assert_eq!(
-            Replication::Replicated.before_commit_sql(),
-            "SET LOCAL synchronous_commit = on"
-        );
+        #[test]
+        fn replicated_needs_synchronous_names() {
+            let node = |names: &str, standbys: &[&str]| Node {
+                in_recovery: false,
+                names: Some(names.to_owned()),
+                commit: Some("on".to_owned()),
+                standbys: standbys.iter().map(|s| s.to_string()).collect(),
+            };
+            let e = judge("h:1", &node("", &["n2:async"]), Replication::Replicated).unwrap_err();
+            assert!(
+                e.to_string().contains("synchronous_standby_names is empty"),
+                "{e}"
+            );
+            assert!(judge("h:1", &node("*", &["n2:sync"]), Replication::Replicated).is_ok());
+            assert!(judge("h:1", &node("", &["n2:async"]), Replication::AsConfigured).is_ok());
+            assert!(Replication::Replicated.supported_on("MySQL").is_err());
+            assert_eq!(
+                Replication::Replicated.before_commit_sql(),
+                "SET LOCAL synchronous_commit = on"
+            );
+        }
     }
 }

@@ -12,7 +12,13 @@ use oncely_core::{
     Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, PayloadHash, Result, Store,
     StoredDeadLetter,
 };
-use sqlx::{AssertSqlSafe, Database, MySql, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite};
+#[cfg(feature = "mysql")]
+use sqlx::MySql;
+#[cfg(feature = "postgres")]
+use sqlx::Postgres;
+#[cfg(feature = "sqlite")]
+use sqlx::Sqlite;
+use sqlx::{AssertSqlSafe, Database, Pool, SqlSafeStr, SqlStr};
 use std::sync::Arc;
 
 /// A store backed by a sqlx pool. The handler receives a `sqlx::Transaction<'static, DB>`
@@ -47,10 +53,13 @@ impl<DB: Database> Clone for SqlStore<DB> {
 }
 
 /// The embedded default store.
+#[cfg(feature = "sqlite")]
 pub type SqliteStore = SqlStore<Sqlite>;
 /// The PostgreSQL store.
+#[cfg(feature = "postgres")]
 pub type PgStore = SqlStore<Postgres>;
 /// The MySQL / MariaDB store.
+#[cfg(feature = "mysql")]
 pub type MySqlStore = SqlStore<MySql>;
 
 pub(crate) struct Statements {
@@ -99,6 +108,7 @@ fn stored_hash_of(text: &str) -> Result<PayloadHash> {
 /// Under [`Replication::Replicated`] the check is `SET LOCAL synchronous_commit = on`: it
 /// fails the same way in an aborted transaction, and makes the commit wait for a
 /// synchronous standby.
+#[cfg(feature = "postgres")]
 async fn commit_checked(
     mut tx: sqlx::Transaction<'static, Postgres>,
     replication: Replication,
@@ -191,6 +201,7 @@ impl<DB: SqlDatabase> SqlStore<DB> {
     }
 }
 
+#[cfg(feature = "mysql")]
 impl SqlStore<MySql> {
     /// MySQL's `max_allowed_packet` (the largest statement the server takes), read once.
     async fn packet_limit(&self) -> Result<Option<usize>> {
@@ -212,6 +223,7 @@ impl SqlStore<MySql> {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl SqlStore<Postgres> {
     async fn packet_limit(&self) -> Result<Option<usize>> {
         Ok(None)
@@ -222,6 +234,7 @@ impl SqlStore<Postgres> {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl SqlStore<Sqlite> {
     async fn packet_limit(&self) -> Result<Option<usize>> {
         Ok(None)
@@ -456,6 +469,9 @@ macro_rules! sql_store {
     };
 }
 
+#[cfg(feature = "sqlite")]
 sql_store!(Sqlite);
+#[cfg(feature = "postgres")]
 sql_store!(Postgres);
+#[cfg(feature = "mysql")]
 sql_store!(MySql);

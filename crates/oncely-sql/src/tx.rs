@@ -9,7 +9,13 @@ use oncely_core::{
     Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, PayloadHash, Result, Store,
     StoredDeadLetter,
 };
-use sqlx::{MySql, Postgres, Sqlite, Transaction};
+#[cfg(feature = "mysql")]
+use sqlx::MySql;
+#[cfg(feature = "postgres")]
+use sqlx::Postgres;
+#[cfg(feature = "sqlite")]
+use sqlx::Sqlite;
+use sqlx::Transaction;
 
 /// A transaction of any of the three databases: what [`AnyStore`] hands a handler.
 ///
@@ -41,11 +47,36 @@ use sqlx::{MySql, Postgres, Sqlite, Transaction};
 #[derive(Debug)]
 pub enum AnyTx {
     /// SQLite.
+    #[cfg(feature = "sqlite")]
     Sqlite(Transaction<'static, Sqlite>),
     /// PostgreSQL.
+    #[cfg(feature = "postgres")]
     Postgres(Transaction<'static, Postgres>),
     /// MySQL / MariaDB.
+    #[cfg(feature = "mysql")]
     MySql(Transaction<'static, MySql>),
+}
+
+/// Runs `$body` with `$t` bound to the typed sqlx transaction inside an [`AnyTx`] (given as
+/// `&mut AnyTx`): `&mut Transaction<'static, Sqlite>`, `…Postgres>` or `…MySql>`. The body is
+/// compiled once per database built in (generic code such as `oncely-effects`' outbox, which
+/// takes a typed transaction), so callers need no `match` on the database and no features.
+///
+/// ```no_run
+/// # async fn f(tx: &mut oncely_sql::AnyTx) -> oncely_core::Result<()> {
+/// use oncely_sql::sqlx;
+/// let rows = oncely_sql::with_tx!(tx, t => sqlx::query("DELETE FROM t")
+///     .execute(&mut **t)
+///     .await
+///     .map_err(|e| oncely_sql::db("clearing t", e))?
+///     .rows_affected());
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! with_tx {
+    ($any:expr, $t:ident => $body:expr) => {
+        $crate::__any_arms_sqlite!(($any) AnyTx $t ($body) {})
+    };
 }
 
 /// Runs `$body` with `$conn` bound to the connection of the transaction inside `$tx` and `$db`
@@ -53,16 +84,19 @@ pub enum AnyTx {
 macro_rules! with_conn {
     ($tx:expr, $db:ident, $conn:ident => $body:expr) => {
         match $tx {
+            #[cfg(feature = "sqlite")]
             AnyTx::Sqlite(t) => {
                 type $db = Sqlite;
                 let $conn = &mut **t;
                 $body
             }
+            #[cfg(feature = "postgres")]
             AnyTx::Postgres(t) => {
                 type $db = Postgres;
                 let $conn = &mut **t;
                 $body
             }
+            #[cfg(feature = "mysql")]
             AnyTx::MySql(t) => {
                 type $db = MySql;
                 let $conn = &mut **t;
@@ -82,8 +116,11 @@ impl AnyTx {
     /// ```
     pub fn dialect(&self) -> Dialect {
         match self {
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(_) => Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
             Self::Postgres(_) => Dialect::Postgres,
+            #[cfg(feature = "mysql")]
             Self::MySql(_) => Dialect::MySql,
         }
     }
@@ -182,8 +219,10 @@ impl AnyTx {
     /// }
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "sqlite")]
     pub fn as_sqlite(&mut self) -> Option<&mut Transaction<'static, Sqlite>> {
         match self {
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(tx) => Some(tx),
             _ => None,
         }
@@ -202,8 +241,10 @@ impl AnyTx {
     /// }
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "postgres")]
     pub fn as_postgres(&mut self) -> Option<&mut Transaction<'static, Postgres>> {
         match self {
+            #[cfg(feature = "postgres")]
             Self::Postgres(tx) => Some(tx),
             _ => None,
         }
@@ -218,28 +259,36 @@ impl AnyTx {
     /// }
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "mysql")]
     pub fn as_mysql(&mut self) -> Option<&mut Transaction<'static, MySql>> {
         match self {
+            #[cfg(feature = "mysql")]
             Self::MySql(tx) => Some(tx),
             _ => None,
         }
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl From<Transaction<'static, Sqlite>> for AnyTx {
     fn from(tx: Transaction<'static, Sqlite>) -> Self {
+        #[cfg(feature = "sqlite")]
         Self::Sqlite(tx)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<Transaction<'static, Postgres>> for AnyTx {
     fn from(tx: Transaction<'static, Postgres>) -> Self {
+        #[cfg(feature = "postgres")]
         Self::Postgres(tx)
     }
 }
 
+#[cfg(feature = "mysql")]
 impl From<Transaction<'static, MySql>> for AnyTx {
     fn from(tx: Transaction<'static, MySql>) -> Self {
+        #[cfg(feature = "mysql")]
         Self::MySql(tx)
     }
 }
@@ -259,8 +308,11 @@ fn mismatch(store: Dialect, tx: &AnyTx) -> Error {
 macro_rules! with_store_tx {
     ($store:expr, $tx:expr, $s:ident, $t:ident => $body:expr) => {
         match ($store, $tx) {
+            #[cfg(feature = "sqlite")]
             (AnyStore::Sqlite($s), AnyTx::Sqlite($t)) => $body,
+            #[cfg(feature = "postgres")]
             (AnyStore::Postgres($s), AnyTx::Postgres($t)) => $body,
+            #[cfg(feature = "mysql")]
             (AnyStore::MySql($s), AnyTx::MySql($t)) => $body,
             (store, tx) => Err(mismatch(store.dialect(), &tx)),
         }
@@ -285,8 +337,11 @@ impl Store for AnyStore {
 
     async fn begin(&self) -> Result<AnyTx> {
         Ok(match self {
+            #[cfg(feature = "sqlite")]
             Self::Sqlite(s) => AnyTx::Sqlite(s.begin().await?),
+            #[cfg(feature = "postgres")]
             Self::Postgres(s) => AnyTx::Postgres(s.begin().await?),
+            #[cfg(feature = "mysql")]
             Self::MySql(s) => AnyTx::MySql(s.begin().await?),
         })
     }
@@ -362,7 +417,7 @@ impl Inspect for AnyStore {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite", feature = "postgres"))]
 mod tests {
     use super::*;
     use crate::ConnectOptions;

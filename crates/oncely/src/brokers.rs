@@ -1,6 +1,18 @@
 //! One URL-driven entry over the broker crates enabled by features:
 //! `amqp://`, `nats://`, `redis://`, `mqtt://`, `kafka://`.
 
+// With no broker feature on, `AnySource` has no variant: the code after its matches is dead.
+#![cfg_attr(
+    not(any(
+        feature = "amqp",
+        feature = "nats",
+        feature = "redis",
+        feature = "mqtt",
+        feature = "kafka"
+    )),
+    allow(unreachable_code, unused_variables)
+)]
+
 use oncely_core::{Consumer, Delivery, Error, Handler, RawEnvelope, Result, Source, Store};
 
 /// Any enabled broker source, chosen by URL scheme.
@@ -81,6 +93,21 @@ pub fn scheme(url: &str) -> &str {
 }
 
 fn unknown(url: &str) -> Error {
+    let feature = match scheme(url) {
+        "amqp" | "amqps" => "amqp",
+        "nats" => "nats",
+        "redis" | "rediss" => "redis",
+        "mqtt" | "tcp" => "mqtt",
+        "kafka" => "kafka",
+        _ => "",
+    };
+    if !feature.is_empty() {
+        return Error::config(format!(
+            "{}:// is not built in: enable the `{feature}` feature (of the oncely crate, or of \
+             the oncely binary: cargo run --bin oncely --features {feature} -- …)",
+            scheme(url)
+        ));
+    }
     Error::config(format!(
         "unsupported source {:?}: use amqp://, nats://, redis://, mqtt:// or kafka:// (with the matching oncely feature)",
         scheme(url)

@@ -71,11 +71,6 @@ pub use oncely_kafka as kafka;
 #[cfg(feature = "testkit")]
 pub use oncely_testkit as testkit;
 
-#[cfg(any(
-    feature = "amqp",
-    feature = "nats",
-    feature = "redis",
-    feature = "mqtt",
-    feature = "kafka"
-))]
+/// Always present; with no broker feature on, [`brokers::AnySource`] has no variant and
+/// every URL is refused with the feature to enable.
 pub mod brokers;

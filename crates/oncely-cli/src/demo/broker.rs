@@ -4,7 +4,6 @@
 use super::DemoArgs;
 use anyhow::{Context, Result};
 use oncely::brokers::{AnySource, publish};
-use oncely::mqtt::{Count, PACING_WINDOW};
 use oncely_core::{RawEnvelope, Source};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -68,43 +67,47 @@ pub async fn drain<S: Source>(source: &mut S, url: &str) -> Result<u64> {
 /// The demo's publisher over a real broker.
 pub struct Publishing {
     task: Option<tokio::task::JoinHandle<oncely_core::Result<()>>>,
-    /// MQTT: the source's count of publishes from the broker, and its value at the start.
-    received: Option<(Count, u64)>,
+    /// MQTT: a reading of the source's count of publishes from the broker, and its value at
+    /// the start.
+    received: Option<(Received, u64)>,
     copies: u64,
 }
 
+type Received = Box<dyn Fn() -> u64 + Send + Sync>;
+
 /// Publishes `copies` to `url`. Over MQTT the publisher runs alongside the consumer and
-/// keeps at most [`PACING_WINDOW`] messages that the source has not acked yet: the broker
-/// drops QoS 1 messages held unacked beyond its limit (Mosquitto `max_queued_messages`,
-/// default 1000). Other brokers keep any backlog, so everything is published first.
+/// keeps at most `oncely::mqtt::PACING_WINDOW` messages that the source has not acked yet:
+/// the broker drops QoS 1 messages held unacked beyond its limit (Mosquitto
+/// `max_queued_messages`, default 1000). Other brokers keep any backlog, so everything is
+/// published first.
 pub async fn start_publishing(
     url: &str,
     source: &AnySource,
     copies: &[RawEnvelope],
 ) -> Result<Publishing> {
-    let counts = match source {
-        AnySource::Mqtt(s) => Some((s.received(), s.acked())),
-        _ => None,
-    };
     let copies = &carriable(url, copies);
-    let Some((received, acked)) = counts else {
-        publish(url, copies).await?;
+    #[cfg(feature = "mqtt")]
+    if let AnySource::Mqtt(s) = source {
+        let (received, acked) = (s.received(), s.acked());
+        let base = received.get();
+        let task = {
+            let (url, copies) = (url.to_owned(), copies.to_vec());
+            tokio::spawn(async move {
+                oncely::mqtt::publish_paced(&url, &copies, &acked, oncely::mqtt::PACING_WINDOW)
+                    .await
+            })
+        };
         return Ok(Publishing {
-            task: None,
-            received: None,
+            task: Some(task),
+            received: Some((Box::new(move || received.get()), base)),
             copies: copies.len() as u64,
         });
-    };
-    let base = received.get();
-    let task = {
-        let (url, copies) = (url.to_owned(), copies.to_vec());
-        tokio::spawn(async move {
-            oncely::mqtt::publish_paced(&url, &copies, &acked, PACING_WINDOW).await
-        })
-    };
+    }
+    let _ = source;
+    publish(url, copies).await?;
     Ok(Publishing {
-        task: Some(task),
-        received: Some((received, base)),
+        task: None,
+        received: None,
         copies: copies.len() as u64,
     })
 }
@@ -117,7 +120,7 @@ impl Publishing {
             task.await.context("the publisher task failed")??;
         }
         if let Some((received, base)) = self.received {
-            let got = received.get() - base;
+            let got = received() - base;
             if let Some(message) = broker_dropped(self.copies, got) {
                 tracing::warn!("{message}");
                 eprintln!("warning: {message}");
@@ -133,9 +136,14 @@ impl Publishing {
 fn carriable(url: &str, copies: &[RawEnvelope]) -> Vec<RawEnvelope> {
     let scheme = oncely::brokers::scheme(url);
     let refused = |m: &RawEnvelope| match scheme {
+        #[cfg(feature = "mqtt")]
         "mqtt" | "tcp" => oncely::mqtt::properties_of(m).is_err(),
+        #[cfg(feature = "nats")]
         "nats" => oncely::nats::headers_of(m).is_err(),
-        _ => false,
+        _ => {
+            let _ = m;
+            false
+        }
     };
     copies
         .iter()
@@ -165,6 +173,7 @@ fn broker_dropped(published: u64, received: u64) -> Option<String> {
 mod tests {
     use super::*;
 
+    #[cfg(all(feature = "mqtt", feature = "nats"))]
     #[test]
     fn ids_the_broker_cannot_carry_are_published_without_id() {
         let copies = [

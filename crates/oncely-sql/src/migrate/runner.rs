@@ -5,12 +5,19 @@ use super::{Adopt, MigrateDb, MigrationSet};
 use crate::any::AnyPool;
 use crate::clock::now_ms;
 use crate::dialect::Dialect;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use crate::engine::resolve_tables;
 use crate::error::db;
 use crate::lock::{DbLock, LEASE_TTL, create_lease_table};
 use crate::tables::Tables;
 use oncely_core::{Error, PayloadHash, Result};
-use sqlx::{AssertSqlSafe, MySql, Pool, Postgres, Sqlite};
+#[cfg(feature = "mysql")]
+use sqlx::MySql;
+#[cfg(feature = "postgres")]
+use sqlx::Postgres;
+#[cfg(feature = "sqlite")]
+use sqlx::Sqlite;
+use sqlx::{AssertSqlSafe, Pool};
 use std::time::Duration;
 
 /// A line in a migration where the runner fills `dead_letters.id_hash` (SHA-256 of `raw_id`)
@@ -279,6 +286,7 @@ macro_rules! backfill_id_hash {
         }
     }};
 }
+#[cfg(feature = "sqlite")]
 impl MigrateDb for Sqlite {
     async fn run_sets(pool: &Pool<Self>, tables: &Tables, sets: &[&MigrationSet]) -> Result<usize> {
         if tables.schema().is_some() {
@@ -298,6 +306,7 @@ impl MigrateDb for Sqlite {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl MigrateDb for Postgres {
     /// The lock is `pg_advisory_xact_lock`, or in portable mode a lease (see [`under_lease`]).
     async fn run_sets(pool: &Pool<Self>, tables: &Tables, sets: &[&MigrationSet]) -> Result<usize> {
@@ -315,6 +324,7 @@ impl MigrateDb for Postgres {
 }
 
 /// The PostgreSQL migration transaction, taking the advisory lock first when `advisory`.
+#[cfg(feature = "postgres")]
 async fn pg_run_sets(
     pool: &Pool<Postgres>,
     tables: &Tables,
@@ -344,6 +354,7 @@ async fn pg_run_sets(
     Ok(applied)
 }
 
+#[cfg(feature = "mysql")]
 impl MigrateDb for MySql {
     /// MySQL commits DDL implicitly: the lock is a named lock (`GET_LOCK`) on one connection,
     /// or in portable mode a lease (see [`under_lease`]; Galera's and TiDB's named locks do not

@@ -7,9 +7,7 @@
 //!                --store sqlite:/path/file.db [--concurrency N]
 //! ```
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
+use oncely_broker_tests::kafka as common;
 use oncely_broker_tests::ledger::Db;
 use tokio_util::sync::CancellationToken;
 

@@ -4,11 +4,9 @@
 //!
 //! The SIGKILL crash test is in `tests/kafka_crash.rs`.
 
-mod common;
-
-use common::{brokers, consume, up, url};
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::faults::wait_for_rows;
+use oncely_broker_tests::kafka::{brokers, consume, up, url};
 use oncely_broker_tests::services::unique;
 use oncely_broker_tests::suite::{conformance, sqlite_db};
 use oncely_broker_tests::workload::Workload;

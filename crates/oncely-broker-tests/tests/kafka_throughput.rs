@@ -3,10 +3,8 @@
 //! (synchronous=FULL) and into PostgreSQL. Still checks 0 double / 0 lost. Ignored by
 //! default: `cargo test --release -p oncely-kafka --test kafka_throughput -- --ignored --nocapture`.
 
-mod common;
-
-use common::{brokers, consume, up, url};
 use oncely_broker_tests::check::Report;
+use oncely_broker_tests::kafka::{brokers, consume, up, url};
 use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::services::{PG_URL, available, unique};
 use oncely_broker_tests::suite::sqlite_db;

@@ -1,5 +1,5 @@
 //! The Kafka SIGKILL crash tests: records on 4 partitions consumed by
-//! `examples/kafka_consumer.rs` into one SQLite file; the process is killed with SIGKILL at
+//! `oncely-kafka-consumer` (src/bin) into one SQLite file; the process is killed with SIGKILL at
 //! random moments while it makes progress, restarted, and finally run until the topic is
 //! drained. The checkers count ledger rows against what was published: 0 double, 0 lost.
 //!
@@ -7,10 +7,8 @@
 //!   usable id;
 //! - ids from the offset (`id=offset`): 5,000 records without any id header.
 
-mod common;
-
-use common::{brokers, up, url};
 use oncely_broker_tests::check::Report;
+use oncely_broker_tests::kafka::{brokers, up, url};
 use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::services::unique;
 use oncely_broker_tests::workload::{Workload, payload};
@@ -23,24 +21,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::Command;
 
-/// `target/<profile>/examples/kafka_consumer`, built by `cargo test` (which builds the
-/// package's examples) or `cargo build --examples`.
+/// The consumer binary of this package (`src/bin/oncely-kafka-consumer.rs`), built by cargo
+/// for this test.
 fn consumer_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let path = profile_dir
-        .join("examples")
-        .join(format!("kafka_consumer{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo test -p oncely-kafka` (it builds the examples) or \
-         `cargo build -p oncely-kafka --examples` first",
-        path.display()
-    );
-    path
+    PathBuf::from(env!("CARGO_BIN_EXE_oncely-kafka-consumer"))
 }
 
 /// Kills the consumer `rounds` times, each time once it has made progress (after its

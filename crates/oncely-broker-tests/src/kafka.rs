@@ -1,7 +1,6 @@
-//! Shared by the Kafka tests and the crash-test consumer binary (`examples/kafka_consumer.rs`).
-#![allow(dead_code)]
+//! Shared by the Kafka tests and the crash-test consumer binary (`oncely-kafka-consumer`).
 
-use oncely_broker_tests::ledger::Db;
+use crate::ledger::Db;
 use oncely_core::{Consumer, ConsumerName, Delivery, Result, RetryPolicy, Source, StatsSnapshot};
 use oncely_kafka::KafkaSource;
 use std::sync::{Arc, Mutex};
@@ -50,8 +49,11 @@ pub fn url(topic: &str, partitions: i32, idle_exit_ms: u64) -> String {
 /// of the group-join time.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Timing {
+    /// When the first delivery arrived.
     pub first: Option<Instant>,
+    /// When the last delivery arrived.
     pub last: Option<Instant>,
+    /// Deliveries seen.
     pub deliveries: u64,
 }
 
@@ -75,7 +77,9 @@ impl Timing {
 
 /// Wraps a source, recording [`Timing`].
 pub struct Timed<S> {
+    /// The source wrapped.
     pub inner: S,
+    /// What it recorded so far.
     pub timing: Arc<Mutex<Timing>>,
 }
 

@@ -2,9 +2,7 @@
 //! CI), as on every other broker: round trip, unsettled deliveries coming back, missing ids,
 //! exactly once under crashes.
 
-mod common;
-
-use common::{brokers, up};
+use oncely_broker_tests::kafka::{brokers, up};
 use oncely_broker_tests::services::unique;
 use oncely_core::{RawEnvelope, Result};
 use oncely_kafka::{KafkaSource, create_topic};
