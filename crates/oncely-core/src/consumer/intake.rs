@@ -188,6 +188,7 @@ async fn read_ahead<Src, K>(
 {
     loop {
         let next = tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             next = next_retrying(&mut source, &name) => next,
         };
@@ -199,6 +200,7 @@ async fn read_ahead<Src, K>(
             });
         let lane = &lanes[lane_of(key.as_deref(), lanes.len())];
         let sent = tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             sent = lane.send(Keyed { key, delivery }) => sent,
         };

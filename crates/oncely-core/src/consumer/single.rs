@@ -55,7 +55,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let mut store_backoff = Backoff::store();
         let mut probe: Probe<'_> = None;
         loop {
-            let started = Instant::now();
+            let started = self.health.stamp();
             let result = self.attempt(&envelope).await;
             drop(probe.take());
             if !matches!(result, Attempt::Failed { .. }) {
@@ -88,8 +88,9 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                             crate::metrics::retry(&self.name);
                             attempt += 1;
                             tokio::select! {
-                                _ = tokio::time::sleep(delay) => continue,
+                                biased;
                                 _ = stop.cancelled() => return self.nack(delivery, error).await,
+                                _ = tokio::time::sleep(delay) => continue,
                             }
                         }
                         DeadLetterReason::AttemptsExhausted {
