@@ -1,0 +1,105 @@
+//! The simulator's own tests: seeds pass with a stable digest, every plant is caught, a
+//! failure shrinks and replays exactly, and the CI budget (`ONCELY_SIM_SEEDS`, default
+//! 20,000 seeds) passes.
+
+use oncely_sim::{Plan, Plant, plan_at, run_plan, sweep};
+
+/// Seeds the budget test runs (CI's fixed budget; a soak sets more).
+fn budget() -> u64 {
+    std::env::var("ONCELY_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000)
+}
+
+#[test]
+fn five_hundred_seeds_pass_with_the_same_digest_twice() {
+    let a = sweep(0, 500, None, false, true);
+    assert!(
+        a.failed.is_empty(),
+        "failing seeds {:?}; first: {:?}",
+        a.failed,
+        a.first_failure
+            .map(|f| (f.replay_command(None), f.run.violations))
+    );
+    let b = sweep(0, 500, None, false, false);
+    assert_eq!(a.digest, b.digest, "two sweeps of the same seeds differ");
+    assert_ne!(a.digest, sweep(1, 500, None, false, false).digest);
+    for point in [
+        "mode: one per transaction",
+        "mode: group commit",
+        "crash: receive",
+        "crash: begin",
+        "crash: claim",
+        "crash: effect",
+        "crash: commit",
+        "crash: ack",
+        "crash: dead-letter",
+        "crash: dead-lettered",
+        "stop: process killed",
+        "stop: graceful shutdown",
+        "fault: store down",
+        "fault: store read-only",
+        "dead letter: conflict",
+        "outcome: stale",
+        "path: two workers",
+        "path: dead-letter replay during the run",
+    ] {
+        assert!(
+            a.coverage.get(point).copied().unwrap_or(0) > 0,
+            "no schedule reached {point}"
+        );
+    }
+}
+
+#[test]
+fn every_plant_is_caught_within_twenty_seeds() {
+    for plant in Plant::ALL {
+        let s = sweep(0, 20, Some(plant), true, false);
+        assert!(
+            !s.failed.is_empty(),
+            "plant {} not caught in 20 seeds",
+            plant.name()
+        );
+    }
+}
+
+#[test]
+fn a_failure_shrinks_and_its_replay_command_reproduces_it() {
+    let s = sweep(0, 20, Some(Plant::ClaimOwnTx), true, true);
+    let f = s.first_failure.expect("caught");
+    let original = Plan::generate(f.seed);
+    assert!(f.run.plan.msgs.len() <= original.msgs.len());
+    assert!(!f.path.is_empty(), "nothing was shrunk");
+    let again = run_plan(
+        &plan_at(f.seed, &f.path).expect("path applies"),
+        Some(Plant::ClaimOwnTx),
+    );
+    assert_eq!(again.violations, f.run.violations);
+    assert_eq!(again.digest, f.run.digest);
+    let cmd = f.replay_command(Some(Plant::ClaimOwnTx));
+    assert!(
+        cmd.contains(&format!("--seed {}", f.seed)) && cmd.contains("--shrink"),
+        "{cmd}"
+    );
+}
+
+#[test]
+fn ci_budget_of_seeds_passes() {
+    let n = budget();
+    let s = sweep(1_000_000, n, None, false, true);
+    assert!(
+        s.failed.is_empty(),
+        "{} of {n} seeds failed: {:?}; first: {:?}",
+        s.failed.len(),
+        &s.failed[..s.failed.len().min(20)],
+        s.first_failure
+            .map(|f| (f.replay_command(None), f.run.violations))
+    );
+    println!(
+        "oncely-sim budget: {n} seeds in {:.1} s ({:.0} seeds/s), digest {}",
+        s.elapsed.as_secs_f64(),
+        s.seeds_per_s(),
+        s.digest
+    );
+}
