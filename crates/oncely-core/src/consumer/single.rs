@@ -22,7 +22,13 @@ enum Attempt {
     Done(Outcome, Committed),
     Conflict(PayloadHash),
     Late(Duration, Duration),
-    Failed { error: Error, in_handler: bool },
+    /// `landed`: the commit itself failed (transiently) after the handler ran; its answer
+    /// may have been lost after the commit landed, with this outcome.
+    Failed {
+        error: Error,
+        in_handler: bool,
+        landed: Option<Outcome>,
+    },
     Panicked(String),
 }
 
@@ -69,7 +75,9 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 },
                 Attempt::Late(age, window) => DeadLetterReason::Late { age, window },
                 Attempt::Panicked(msg) => DeadLetterReason::Panicked(msg),
-                Attempt::Failed { error, in_handler } if error.is_unavailable() || !in_handler => {
+                Attempt::Failed {
+                    error, in_handler, ..
+                } if error.is_unavailable() || !in_handler => {
                     // The store failed (or is unavailable to the handler): hold the delivery.
                     match self.hold(&error, &mut store_backoff, stop).await {
                         Some(turn) => {
@@ -79,7 +87,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                         None => return self.nack(delivery, error).await,
                     }
                 }
-                Attempt::Failed { error, .. } => {
+                Attempt::Failed { error, landed, .. } => {
                     self.health.succeeded(started);
                     if error.is_transient() {
                         if let Some(delay) = delays.next() {
@@ -92,6 +100,15 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                                 _ = stop.cancelled() => return self.nack(delivery, error).await,
                                 _ = tokio::time::sleep(delay) => continue,
                             }
+                        }
+                        // The last commit failed, but its answer may have been lost after
+                        // it landed: the inbox tells. Dead-lettering a message whose effect
+                        // is committed would report a failure that did not happen (found by
+                        // oncely-sim, seed 419; tests/commit_answer_lost.rs).
+                        if let Some(outcome) = landed
+                            && self.commit_landed(&envelope).await
+                        {
+                            return self.ack(delivery, Committed::new(), outcome).await;
                         }
                         DeadLetterReason::AttemptsExhausted {
                             attempts: attempt,
@@ -127,6 +144,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let store_err = |error| Attempt::Failed {
             error,
             in_handler: false,
+            landed: None,
         };
         let hash = envelope.payload_hash();
         if self.config.check_inbox_first {
@@ -175,6 +193,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                         return Attempt::Failed {
                             error,
                             in_handler: true,
+                            landed: None,
                         };
                     }
                     Ok(Ok(Handled::Applied)) => Outcome::Applied,
@@ -195,10 +214,22 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 Attempt::Failed {
                     error: e,
                     in_handler: true,
+                    landed: Some(outcome),
                 }
             }
             Err(e) => store_err(e),
         }
+    }
+
+    /// Whether the inbox holds `envelope`'s claim with its payload hash: a commit reported
+    /// failed did land after all (or another delivery of the same message committed; either
+    /// way its effect is committed once). A failing read says no.
+    async fn commit_landed(&self, envelope: &Envelope) -> bool {
+        let held = self
+            .store
+            .committed_claim(&self.name, envelope.id(), envelope.payload_hash())
+            .await;
+        matches!(held, Ok(true))
     }
 
     /// `(age, window)` when `envelope` is a late duplicate risk to quarantine.
