@@ -77,6 +77,11 @@ impl SimStore {
         }
     }
 
+    /// A store error at `what` (its first two occurrences only), by the plan's rate.
+    fn store_error(&self, what: &str) -> bool {
+        self.world.chance(what, self.world.plan.store_error_rate, 2)
+    }
+
     fn tx_key(&self, tx: &SimTx) -> String {
         tx.ids
             .first()
@@ -117,6 +122,10 @@ impl Store for SimStore {
         {
             self.refuse(true)?;
         }
+        if self.store_error(&format!("deadlock:claim:{}", id.as_str())) {
+            self.world.mark("fault: store deadlock");
+            return Err(Error::transient("sim: deadlock detected (claim)"));
+        }
         let claim = self.memory.claim(tx.memory(), consumer, id, hash).await?;
         tx.ids.push(id.as_str().to_owned());
         self.world.maybe_crash("claim", id.as_str());
@@ -142,7 +151,13 @@ impl Store for SimStore {
         self.world.maybe_crash("effect", &key);
         let inner = tx.inner.take().expect("transaction open");
         // The version table commits with the reference store's transaction: both under its
-        // write lock, which the transaction holds until here.
+        // write lock, which the transaction holds until the end of this call.
+        if self.store_error(&format!("deadlock:commit:{key}")) {
+            self.world.mark("fault: store deadlock");
+            self.world
+                .event(format!("commit of {key} failed (deadlock), rolled back"));
+            return Err(Error::transient("sim: deadlock detected (commit)"));
+        }
         {
             let mut v = self.versions.lock().unwrap_or_else(|p| p.into_inner());
             for (k, version) in tx.versions.drain(..) {
@@ -153,6 +168,17 @@ impl Store for SimStore {
         }
         self.memory.commit(inner).await?;
         self.world.maybe_crash("commit", &key);
+        if self.store_error(&format!("lost-answer:{key}")) {
+            // Committed, but the answer never arrives: the caller cannot tell.
+            self.world.mark("fault: commit answer lost");
+            self.world
+                .event(format!("commit of {key} landed, answer lost"));
+            return Err(if self.world.draw("lost-answer-kind", 0) < 0.5 {
+                Error::unavailable("sim: connection reset after COMMIT")
+            } else {
+                Error::transient("sim: commit outcome unknown")
+            });
+        }
         Ok(())
     }
 
@@ -162,9 +188,35 @@ impl Store for SimStore {
     }
 
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
-        self.world.latency().await;
-        self.refuse(true)?;
         let key = letter.message.display_id().unwrap_or_default();
+        let hash = PayloadHash::of(&letter.message.payload);
+        let refused = format!("dead letter refused:{key}:{hash}");
+        // Before any await: the runtime decided just now, with nothing run in between, so
+        // a claim committed now was committed before its decision (unless an earlier try
+        // of this letter was refused and held, when another copy may have committed since).
+        if letter.reason.code() != "conflict" && self.world.counted(&refused) == 0 {
+            let raw = letter
+                .message
+                .id
+                .as_deref()
+                .and_then(|b| std::str::from_utf8(b).ok());
+            let name = crate::run::consumer_name();
+            let held = |id: &str| self.memory.claimed_hash(&name, id).now_or_never();
+            if let Some(id) = raw
+                && held(id).and_then(|r| r.ok()).flatten() == Some(hash)
+            {
+                self.world.violation(format!(
+                    "dead-lettered {} although its effect is committed: {id:?} ({})",
+                    letter.reason.code(),
+                    letter.reason
+                ));
+            }
+        }
+        self.world.latency().await;
+        if let Err(e) = self.refuse(true) {
+            self.world.count(&refused);
+            return Err(e);
+        }
         self.world.maybe_crash("dead-letter", &key);
         self.memory.dead_letter(letter).await?;
         self.world.mark(match letter.reason.code() {

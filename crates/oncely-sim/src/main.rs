@@ -184,7 +184,12 @@ fn print_table(s: &Summary, first: u64, plant: Option<Plant>) {
                 f.seed,
                 s.runs
             ),
-            None => println!("FAILED seeds: {:?}", s.failed),
+            None => println!(
+                "FAILED seeds ({}): {:?}{}",
+                s.failed.len(),
+                &s.failed[..s.failed.len().min(20)],
+                if s.failed.len() > 20 { " …" } else { "" }
+            ),
         }
         println!("seed {} shrunk: {}", f.seed, f.run.plan);
         for v in &f.run.violations {

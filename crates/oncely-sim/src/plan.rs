@@ -81,6 +81,9 @@ pub struct Plan {
     pub crash_rate: f64,
     /// Transient handler failure rate.
     pub transient_rate: f64,
+    /// Store errors: deadlocks on claim and commit, and commits whose answer is lost
+    /// (landed, but the caller sees an error).
+    pub store_error_rate: f64,
     /// Broker faults: `Source::next` failing (a dropped connection) and acks failing.
     pub broker_fault_rate: f64,
     /// Store outages and read-only phases.
@@ -169,6 +172,7 @@ impl Plan {
             lost_ack_rate: pick(&mut r, &[0.0, 0.05, 0.2]),
             crash_rate: pick(&mut r, &[0.0, 0.05, 0.15, 0.3]),
             transient_rate: pick(&mut r, &[0.0, 0.1, 0.3]),
+            store_error_rate: pick(&mut r, &[0.0, 0.0, 0.05, 0.2]),
             broker_fault_rate: pick(&mut r, &[0.0, 0.0, 0.05, 0.15]),
             outages,
             max_delay_ms: r.random_range(0..=3),
@@ -210,6 +214,7 @@ impl Plan {
         with(&|p| p.crash_rate = 0.0);
         with(&|p| p.transient_rate = 0.0);
         with(&|p| p.broker_fault_rate = 0.0);
+        with(&|p| p.store_error_rate = 0.0);
         with(&|p| p.dup_rate = 0.0);
         with(&|p| p.lost_ack_rate = 0.0);
         with(&|p| p.publish_spread_ms = 0);
@@ -239,7 +244,7 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "batch={} conc={} workers={} inbox_first={} linger={}ms attempts={} reorder={} dup={} lost_ack={} crash={} transient={} broker_faults={} delay<={}ms spread={}ms",
+            "batch={} conc={} workers={} inbox_first={} linger={}ms attempts={} reorder={} dup={} lost_ack={} crash={} transient={} store_errors={} broker_faults={} delay<={}ms spread={}ms",
             self.max_batch,
             self.concurrency,
             self.workers,
@@ -251,6 +256,7 @@ impl fmt::Display for Plan {
             self.lost_ack_rate,
             self.crash_rate,
             self.transient_rate,
+            self.store_error_rate,
             self.broker_fault_rate,
             self.max_delay_ms,
             self.publish_spread_ms

@@ -235,6 +235,8 @@ pub const MARKS: &[&str] = &[
     "fault: store read-only",
     "fault: handler write refused",
     "fault: handler transient error",
+    "fault: store deadlock",
+    "fault: commit answer lost",
     "fault: lost ack",
     "fault: ack failed",
     "fault: broker connection lost",
