@@ -128,6 +128,12 @@ impl Store for SimStore {
         }
         let claim = self.memory.claim(tx.memory(), consumer, id, hash).await?;
         tx.ids.push(id.as_str().to_owned());
+        let seen = match claim {
+            Claim::Fresh => "fresh",
+            Claim::Duplicate => "duplicate",
+            Claim::Conflict { .. } => "conflict",
+        };
+        self.world.event(format!("claim {:?} {seen}", id.as_str()));
         self.world.maybe_crash("claim", id.as_str());
         Ok(claim)
     }
@@ -167,6 +173,7 @@ impl Store for SimStore {
             v.stale.append(&mut tx.stale);
         }
         self.memory.commit(inner).await?;
+        self.world.event(format!("commit {:?}", tx.ids));
         self.world.maybe_crash("commit", &key);
         if self.store_error(&format!("lost-answer:{key}")) {
             // Committed, but the answer never arrives: the caller cannot tell.
@@ -219,6 +226,8 @@ impl Store for SimStore {
         }
         self.world.maybe_crash("dead-letter", &key);
         self.memory.dead_letter(letter).await?;
+        self.world
+            .event(format!("dead letter {key:?} {}", letter.reason.code()));
         self.world.mark(match letter.reason.code() {
             "bad_id" => "dead letter: bad_id",
             "conflict" => "dead letter: conflict",
