@@ -93,6 +93,13 @@ impl SimStore {
 impl Store for SimStore {
     type Tx = SimTx;
 
+    async fn check_ready(&self) -> Result<()> {
+        if self.world.store_state() == StoreState::Down {
+            self.world.mark("fault: store down at start");
+        }
+        self.refuse(false)
+    }
+
     async fn begin(&self) -> Result<SimTx> {
         self.world.latency().await;
         self.refuse(false)?;
@@ -235,6 +242,7 @@ impl Store for SimStore {
             "attempts_exhausted" => "dead letter: attempts_exhausted",
             "panic" => "dead letter: panic",
             "late" => "dead letter: late",
+            "undecodable_envelope" => "dead letter: undecodable_envelope",
             _ => "dead letter: other",
         });
         self.world.maybe_crash("dead-lettered", &key);
@@ -365,13 +373,26 @@ impl Source for SimSource {
                 continue;
             }
             let (world, store) = (self.world.clone(), self.store.clone());
-            return Ok(Some(delivery.relay(|original| {
-                Box::new(CheckedAck {
-                    original,
-                    world,
-                    store,
-                })
-            })));
+            let plan = &self.world.plan;
+            let hostile = plan.msgs.iter().any(|m| m.hostile && m.id == id);
+            let message = delivery.message().clone();
+            let checked = CheckedAck {
+                original: delivery,
+                world,
+                store,
+            };
+            if hostile {
+                // The broker mapping failed on this envelope (a header out of range).
+                self.world.mark("fault: undecodable envelope");
+                let why = "sim: timestamp header out of range";
+                return Ok(Some(Delivery::undecodable(
+                    message,
+                    attempt,
+                    Box::new(checked),
+                    why,
+                )));
+            }
+            return Ok(Some(Delivery::new(message, attempt, Box::new(checked))));
         }
     }
 

@@ -30,6 +30,8 @@ pub struct Msg {
     pub poison: bool,
     /// The handler panics on it (dead-lettered `panic`).
     pub panics: bool,
+    /// The broker's envelope cannot be mapped (dead-lettered `undecodable_envelope`).
+    pub hostile: bool,
 }
 
 /// Interruptions of the consumer process before its last run.
@@ -133,6 +135,7 @@ impl Plan {
                     bad_id,
                     poison: r.random_bool(0.04),
                     panics: r.random_bool(0.03),
+                    hostile: false,
                 }
             })
             .collect();
@@ -158,7 +161,7 @@ impl Plan {
                 (at, stop)
             })
             .collect();
-        Plan {
+        let mut plan = Plan {
             seed,
             msgs,
             max_batch: if batch { r.random_range(2..=8) } else { 1 },
@@ -179,7 +182,21 @@ impl Plan {
             stops,
             publish_spread_ms: pick(&mut r, &[0, 0, 50, 200]) as u64,
             replay_at: r.random_bool(0.2).then(|| r.random_range(1..400)),
+        };
+        // Drawn last, so the plans of earlier versions keep every other choice.
+        for m in &mut plan.msgs {
+            m.hostile = r.random_bool(0.03);
         }
+        if r.random_bool(0.05) {
+            // The store is down when the consumer starts (its start check fails).
+            let until = r.random_range(20..200);
+            plan.outages.push(Outage {
+                from: 0,
+                until,
+                read_only: false,
+            });
+        }
+        plan
     }
 
     /// Smaller plans with the same seed, most reducing first: each drops one message,
@@ -230,6 +247,7 @@ impl Plan {
             with(&|p| p.msgs[i].late = false);
             with(&|p| p.msgs[i].poison = false);
             with(&|p| p.msgs[i].panics = false);
+            with(&|p| p.msgs[i].hostile = false);
         }
         out
     }
@@ -279,6 +297,7 @@ impl fmt::Display for Plan {
                 (m.late, "+late"),
                 (m.poison, "+poison"),
                 (m.panics, "+panic"),
+                (m.hostile, "+hostile"),
             ];
             for (on, name) in flags {
                 if on {

@@ -84,6 +84,10 @@ impl Planted {
 impl Store for Planted {
     type Tx = SimTx;
 
+    async fn check_ready(&self) -> Result<()> {
+        self.inner.check_ready().await
+    }
+
     async fn begin(&self) -> Result<SimTx> {
         self.inner.begin().await
     }

@@ -115,7 +115,9 @@ fn seeds_that_found_bugs_pass() {
     }
     let shrunk = plan_at(
         419,
-        &[4, 0, 2, 0, 2, 1, 6, 6, 6, 6, 4, 0, 3, 4, 0, 3, 4, 4, 3, 3, 3, 4, 0],
+        &[
+            4, 0, 2, 0, 2, 1, 6, 6, 6, 6, 4, 0, 3, 4, 0, 3, 4, 4, 3, 3, 3, 4, 0,
+        ],
     )
     .expect("the shrink path of seed 419 applies");
     assert_eq!(shrunk.msgs.len(), 1);
