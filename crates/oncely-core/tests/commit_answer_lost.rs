@@ -1,13 +1,14 @@
 //! A commit whose answer is lost after it landed (the connection drops between COMMIT and
 //! its reply) on the last attempt: the runtime must not dead-letter `attempts_exhausted` a
-//! message whose effect is committed. Found by oncely-sim (seed 419; docs/testing.md).
+//! message whose effect is committed, not even when the store cannot answer at once whether
+//! the commit landed. Found by oncely-sim (seeds 419 and 145488; docs/testing.md).
 
 use oncely_core::{
     Claim, Consumer, ConsumerName, DeadLetter, Envelope, Error, Handled, Handler, MemorySource,
     MessageId, Outcome, PayloadHash, RawEnvelope, Result, RetryPolicy, Source, Store,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
@@ -24,6 +25,8 @@ struct LostAnswers {
     lose_answers: Arc<AtomicBool>,
     /// Commits fail for real (rolled back) instead.
     fail_commits: Arc<AtomicBool>,
+    /// Inbox reads that fail (the store unavailable) before one answers.
+    failing_reads: Arc<AtomicU32>,
 }
 
 #[derive(Default)]
@@ -62,6 +65,11 @@ impl Store for LostAnswers {
         id: &MessageId,
         hash: PayloadHash,
     ) -> Result<bool> {
+        let left = self.failing_reads.load(Relaxed);
+        if left > 0 {
+            self.failing_reads.store(left - 1, Relaxed);
+            return Err(Error::unavailable("connection refused"));
+        }
         Ok(self.tables.lock().unwrap().inbox.get(id.as_str()) == Some(&hash))
     }
 
@@ -129,4 +137,17 @@ async fn a_last_commit_that_failed_is_still_dead_lettered() {
     assert!(matches!(outcome, Outcome::DeadLettered(_)), "{outcome:?}");
     assert!(t.effects.is_empty());
     assert_eq!(t.dead_letters, vec!["attempts_exhausted".to_owned()]);
+}
+
+#[tokio::test]
+async fn the_inbox_read_waits_for_the_store_rather_than_dead_letter() {
+    let store = LostAnswers::default();
+    store.lose_answers.store(true, Relaxed);
+    store.failing_reads.store(2, Relaxed);
+    let outcome = one_attempt(&store).await;
+    let t = store.tables.lock().unwrap();
+    assert!(matches!(outcome, Outcome::Applied), "{outcome:?}");
+    assert_eq!(t.effects, vec!["m-1".to_owned()]);
+    assert!(t.dead_letters.is_empty(), "{:?}", t.dead_letters);
+    assert_eq!(store.failing_reads.load(Relaxed), 0, "the read was retried");
 }

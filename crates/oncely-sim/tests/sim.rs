@@ -109,8 +109,9 @@ fn ci_budget_of_seeds_passes() {
 #[test]
 fn seeds_that_found_bugs_pass() {
     // 419 and 466: a last commit whose answer was lost after it landed was dead-lettered
-    // attempts_exhausted (fixed in oncely-core, tests/commit_answer_lost.rs).
-    for seed in [419, 466] {
+    // attempts_exhausted; 145488: the same when the store went down before the inbox read
+    // that now decides it (both fixed in oncely-core, tests/commit_answer_lost.rs).
+    for seed in [419, 466, 145_488] {
         let run = run_plan(&Plan::generate(seed), None);
         assert!(run.passed(), "seed {seed}: {:?}", run.violations);
     }
