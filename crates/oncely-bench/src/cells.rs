@@ -2,15 +2,15 @@
 //! timed over a fixed set of messages and checked against the database afterwards.
 
 use crate::bed::{Counts, Ops};
+use crate::broker::Broker;
 use crate::{group, runners};
 use anyhow::{Result, bail};
 use oncely_core::{ConsumerName, MemorySource, RawEnvelope};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// What a cell runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// What a cell runs (serialized as its [`Mode::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
     /// An at-least-once consumer with the same effect and no dedup (the baseline).
     Plain,
@@ -34,10 +34,17 @@ pub enum Mode {
     /// Messages published one every 20 ms (idle: slower than any per-message cell) to one consumer with group commit up to `batch`
     /// (1: off); the cell reports publish-to-ack latency quantiles.
     Latency,
-    /// Through RabbitMQ: a bare lapin consumer, consume + ack only (see `broker.rs`).
-    AmqpBare,
-    /// Through RabbitMQ: oncely with its defaults and a plain URL, into the database.
-    Amqp,
+    /// Through a real broker: a bare consumer of the client library oncely uses, consume +
+    /// ack only (see `broker/`).
+    Bare(Broker),
+    /// Through a real broker: oncely with its defaults and a plain URL, into the database.
+    Through(Broker),
+}
+
+impl Serialize for Mode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
 }
 
 impl Mode {
@@ -53,8 +60,8 @@ impl Mode {
             Self::GroupDuplicate => "group_duplicate",
             Self::PkLookup => "pk_lookup",
             Self::Latency => "latency",
-            Self::AmqpBare => "amqp_bare",
-            Self::Amqp => "amqp",
+            Self::Bare(broker) => broker.bare_name(),
+            Self::Through(broker) => broker.name(),
         }
     }
 }
@@ -243,7 +250,7 @@ async fn consume<B: Ops>(
         (Mode::Group | Mode::GroupDuplicate, g) => {
             group::oncely_group(bed, name, source, g, spec.concurrency).await?;
         }
-        (Mode::PkLookup | Mode::Latency | Mode::AmqpBare | Mode::Amqp, _) => {
+        (Mode::PkLookup | Mode::Latency | Mode::Bare(_) | Mode::Through(_), _) => {
             bail!("{:?} is not a consumer of the in-process source", spec.mode)
         }
         (Mode::Plain, _) => runners::plain(bed, source, spec.concurrency).await?,
@@ -302,12 +309,12 @@ pub(crate) async fn run_cell<B: Ops>(
             latencies = lat;
             t
         }
-        Mode::AmqpBare => crate::broker::bare(&msgs).await?,
-        Mode::Amqp => crate::broker::oncely(bed, &name, &msgs).await?,
+        Mode::Bare(broker) => crate::broker::bare(broker, &msgs).await?,
+        Mode::Through(broker) => crate::broker::oncely(broker, bed, &name, &msgs).await?,
         _ => consume(bed, &name, spec, &msgs).await?,
     };
     let counts = bed.counts().await?;
-    let check = if spec.mode == Mode::AmqpBare {
+    let check = if matches!(spec.mode, Mode::Bare(_)) {
         Check::delivered(msgs.len() as u64)
     } else {
         Check::new(msgs.len() as u64, total, counts, spec.mode != Mode::Plain)

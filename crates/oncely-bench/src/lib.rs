@@ -5,15 +5,17 @@
 //!
 //! Every cell applies the same effect (a ledger row plus an account balance, see [`bed`]) to
 //! messages fed from an in-process [`oncely_core::MemorySource`] (so the broker is not
-//! measured), or through RabbitMQ in the `amqp` cells, and acks after its commit:
+//! measured), or through a real broker in the broker cells, and acks after its commit:
 //!
 //! - `plain`: an at-least-once consumer with no dedup (the baseline a user has today);
 //! - `oncely`: [`oncely_core::Consumer`] per message, and batch mode at B = 10, 100, 1000;
 //! - `raw`: the same claims and effect written by hand through sqlx in the same transaction
 //!   shape (`unnest` multi-row inserts for batches on PostgreSQL);
 //! - `duplicate`: every message delivered a second time, to price a redelivered duplicate;
-//! - `amqp_bare` and `amqp`: the same messages through RabbitMQ, to a bare lapin consumer
-//!   (consume + ack) and to oncely at its defaults with a plain URL.
+//! - `amqp_bare` and `amqp`, `nats_bare` and `nats`, `redis_bare` and `redis`: the same
+//!   messages through RabbitMQ, NATS JetStream and Redis Streams, to a bare consumer of the
+//!   client library oncely uses (consume + ack) and to oncely at its defaults with a plain URL
+//!   ([`broker`]).
 //!
 //! Each runs on PostgreSQL and on SQLite with `synchronous=FULL` and `NORMAL`, at 1, 4, 16
 //! and 32 consumers. After each cell an independent checker counts effect rows against the
@@ -21,7 +23,7 @@
 //! SVG charts in the results folder.
 
 pub mod bed;
-mod broker;
+pub mod broker;
 pub mod cells;
 mod chart;
 mod group;

@@ -1,6 +1,7 @@
 //! `oncely bench`: the flags, the matrix of cells, the databases, and the run.
 
 use crate::bed::{Bed, Ops};
+use crate::broker::Broker;
 use crate::cells::{Cell, Mode, Spec, run_cell};
 use crate::report::{Machine, Report};
 use anyhow::{Context, Result};
@@ -47,6 +48,20 @@ pub struct BenchArgs {
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
     pub amqp: String,
+    /// NATS URL for the cells through JetStream (a fresh stream per cell, deleted after).
+    #[arg(
+        long,
+        env = "ONCELY_BENCH_NATS",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub nats: String,
+    /// Redis URL for the cells through Redis Streams (a fresh stream per cell, deleted after).
+    #[arg(
+        long,
+        env = "ONCELY_BENCH_REDIS",
+        default_value = "redis://127.0.0.1:6379/"
+    )]
+    pub redis: String,
     /// Skip the cells through a broker.
     #[arg(long)]
     pub no_brokers: bool,
@@ -81,8 +96,8 @@ pub struct BenchArgs {
     pub sqlite_pool: u32,
 }
 
-/// Most deliveries per transaction in the group-commit cells.
-pub(crate) const GROUP: usize = 64;
+/// Most deliveries per transaction in the group-commit cells: the library's default.
+pub(crate) const GROUP: usize = oncely_core::DEFAULT_MAX_BATCH;
 
 /// The cells of the per-message API with group commit, on every database (MariaDB runs only
 /// these): group commit vs the plain consumer (and per-message oncely) at 1 and 16 consumers,
@@ -111,17 +126,21 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
         ],
         // How group commit scales with groups in flight (lanes of accounts).
         vec![spec(Mode::Group, GROUP, 2, many)],
-        // The defaults (4 lanes of 64) in process, and the same through RabbitMQ next to a
-        // bare consumer of the same client library.
-        if crate::broker::amqp_enabled() {
-            vec![
-                spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many),
-                spec(Mode::AmqpBare, 1, 1, many),
-                spec(Mode::Amqp, GROUP, DEFAULT_CONCURRENCY, many),
-            ]
-        } else {
-            vec![spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many)]
-        },
+        // The defaults (4 lanes of 64) in process, and the same through each real broker
+        // next to a bare consumer of the same client library.
+        std::iter::once(spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many))
+            .chain(
+                Broker::ALL
+                    .into_iter()
+                    .filter(|b| b.enabled())
+                    .flat_map(|b| {
+                        [
+                            spec(Mode::Bare(b), 1, 1, many),
+                            spec(Mode::Through(b), GROUP, DEFAULT_CONCURRENCY, many),
+                        ]
+                    }),
+            )
+            .collect(),
         vec![
             spec(Mode::GroupDuplicate, GROUP, 1, many),
             spec(Mode::PkLookup, GROUP, 1, many),
@@ -332,12 +351,24 @@ async fn sweep<B: Ops>(
 /// Runs the benchmark; returns whether every cell's checker found 0 double and 0 lost.
 pub async fn run(args: BenchArgs) -> Result<bool> {
     if !args.no_brokers {
-        match crate::broker::probe(&args.amqp).await {
-            Ok(()) => crate::broker::set_amqp_url(&args.amqp),
-            Err(e) if !services_required() => eprintln!(
-                "SKIPPED: the cells through RabbitMQ ({e:#}); set CI or ONCELY_REQUIRE_SERVICES to fail instead"
-            ),
-            Err(e) => return Err(e.context("RabbitMQ is required (CI / ONCELY_REQUIRE_SERVICES)")),
+        for (broker, url) in [
+            (Broker::Amqp, &args.amqp),
+            (Broker::Nats, &args.nats),
+            (Broker::Redis, &args.redis),
+        ] {
+            match broker.probe(url).await {
+                Ok(()) => broker.enable(url),
+                Err(e) if !services_required() => eprintln!(
+                    "SKIPPED: the cells through {} ({e:#}); set CI or ONCELY_REQUIRE_SERVICES to fail instead",
+                    broker.name()
+                ),
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "{} is required (CI / ONCELY_REQUIRE_SERVICES)",
+                        broker.name()
+                    )));
+                }
+            }
         }
     }
     let groups = matrix(&args);

@@ -1,6 +1,7 @@
 //! The results: the terminal table, `--json`, the CSV and the charts, plus the ratios the
 //! issue sets targets for.
 
+use crate::broker::Broker;
 use crate::cells::{Cell, Mode};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -147,12 +148,12 @@ impl Report {
         Some(cell.msgs_per_sec / cell.first_msgs_per_sec?)
     }
 
-    /// oncely through RabbitMQ / the lower of the bare consumer and oncely in process (at
+    /// oncely through `broker` / the lower of the bare consumer and oncely in process (at
     /// the same defaults): how much of the ceiling the broker path reaches.
-    fn broker_ratio(&self, backend: &str) -> Option<f64> {
+    fn broker_ratio(&self, broker: Broker, backend: &str) -> Option<f64> {
         let (g, lanes) = (crate::plan::GROUP, oncely_core::DEFAULT_CONCURRENCY);
-        let oncely = self.rate(backend, Mode::Amqp, g, lanes)?;
-        let bare = self.rate(backend, Mode::AmqpBare, 1, 1)?;
+        let oncely = self.rate(backend, Mode::Through(broker), g, lanes)?;
+        let bare = self.rate(backend, Mode::Bare(broker), 1, 1)?;
         let in_process = self.rate(backend, Mode::Group, g, lanes)?;
         Some(oncely / bare.min(in_process))
     }
@@ -199,7 +200,19 @@ impl Report {
             t(
                 "amqp_pg_vs_bare_consumer",
                 "RabbitMQ into PostgreSQL, defaults and a plain URL: oncely / min(bare lapin consumer, oncely in process)",
-                self.broker_ratio(pg),
+                self.broker_ratio(Broker::Amqp, pg),
+                0.8,
+            ),
+            t(
+                "nats_pg_vs_bare_consumer",
+                "NATS JetStream into PostgreSQL, defaults and a plain URL: oncely / min(bare async-nats consumer, oncely in process)",
+                self.broker_ratio(Broker::Nats, pg),
+                0.8,
+            ),
+            t(
+                "redis_pg_vs_bare_consumer",
+                "Redis Streams into PostgreSQL, defaults and a plain URL: oncely / min(bare redis-rs consumer, oncely in process)",
+                self.broker_ratio(Broker::Redis, pg),
                 0.8,
             ),
             t(
@@ -287,10 +300,12 @@ impl Report {
                 format!("{backend}_group_commit_p99_latency_ratio_c1"),
                 json!(self.latency_ratio(backend, g, |c| c.p99_ms)),
             );
-            m.insert(
-                format!("amqp_{backend}_vs_bare_consumer"),
-                json!(self.broker_ratio(backend)),
-            );
+            for broker in Broker::ALL {
+                m.insert(
+                    format!("{}_{backend}_vs_bare_consumer", broker.name()),
+                    json!(self.broker_ratio(broker, backend)),
+                );
+            }
             for c in [1, 2, 4] {
                 let v = self.ratio((backend, Group, g, c), (backend, Plain, 1, 16));
                 m.insert(

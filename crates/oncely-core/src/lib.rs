@@ -36,7 +36,9 @@ pub mod trace;
 pub mod wire;
 
 pub(crate) use consumer::panic_message;
-pub use consumer::{BatchStats, Consumer, DEFAULT_CONCURRENCY, DEFAULT_RETENTION, LatePolicy};
+pub use consumer::{
+    BatchStats, Consumer, DEFAULT_CONCURRENCY, DEFAULT_MAX_BATCH, DEFAULT_RETENTION, LatePolicy,
+};
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use handler::{Handler, Json, JsonHandler};

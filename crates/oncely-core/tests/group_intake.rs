@@ -231,3 +231,96 @@ async fn lanes_never_share_a_key_and_keep_its_order() {
         "lanes never overlapped (most at once: {at_once})"
     );
 }
+
+/// A finite source whose acks go through a connection it owns: once the source is dropped,
+/// every ack fails (as an AMQP ack does on a closed channel).
+struct OwnsConnection {
+    queue: VecDeque<RawEnvelope>,
+    open: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for OwnsConnection {
+    fn drop(&mut self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+struct ThroughConnection {
+    open: Arc<std::sync::atomic::AtomicBool>,
+    failed: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Acker for ThroughConnection {
+    fn ack(self: Box<Self>) -> futures::future::BoxFuture<'static, Result<()>> {
+        Box::pin(async move {
+            // An ack takes a moment on the wire, so the lanes are still acking when the
+            // source has handed out its last delivery.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+                Ok(())
+            } else {
+                self.failed
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Err(oncely_core::Error::transient("channel closed"))
+            }
+        })
+    }
+    fn nack(self: Box<Self>) -> futures::future::BoxFuture<'static, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+struct Connected {
+    source: OwnsConnection,
+    failed: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Source for Connected {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        let Some(message) = self.source.queue.pop_front() else {
+            return Ok(None);
+        };
+        let acker = ThroughConnection {
+            open: self.source.open.clone(),
+            failed: self.failed.clone(),
+        };
+        Ok(Some(Delivery::new(message, 1, Box::new(acker))))
+    }
+}
+
+/// When a finite source ends under group commit, the source (and the connection its acks
+/// use) stays open until the lanes have acked their last groups: no ack fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_source_outlives_the_last_acks_of_the_lanes() {
+    let ids: Vec<String> = (0..400).map(|i| format!("m-{i}")).collect();
+    let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let source = Connected {
+        source: OwnsConnection {
+            queue: ids
+                .iter()
+                .map(|id| RawEnvelope::new(id.as_str(), "1"))
+                .collect(),
+            open: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        },
+        failed: failed.clone(),
+    };
+    let store = MemStore::default();
+    let consumer = Consumer::new(
+        ConsumerName::new("outlives").unwrap(),
+        store.clone(),
+        Ledger::default(),
+    )
+    .max_batch(32)
+    .concurrency(4);
+    let stats = consumer
+        .run(source, CancellationToken::new())
+        .await
+        .unwrap();
+    let (double, lost) = double_and_lost(&store.ledger(), &ids);
+    assert_eq!((double, lost, stats.applied), (0, 0, 400), "{stats:?}");
+    assert_eq!(
+        failed.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "acks failed after the source was dropped"
+    );
+}

@@ -11,8 +11,11 @@ use tokio::time::Instant;
 
 /// First wait before a handed-back publish is delivered again; doubled per attempt.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// Longest wait before a handed-back publish is delivered again.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Longest wait before a handed-back publish is delivered again. Short, because under group
+/// commit a delivery is also handed back when another message of its group failed, so its
+/// attempt count climbs faster than its own failures; and a consumer that stops after an
+/// idle spell (`oncely demo --idle-exit`) must see it again well before that.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A publish received on one connection, with the client handle that must ack it.
 pub(crate) struct Item {
@@ -88,7 +91,7 @@ impl Hold {
     }
 }
 
-/// Wait before delivery `attempt` + 1: 50 ms doubled per attempt, at most 5 s.
+/// Wait before delivery `attempt` + 1: 50 ms doubled per attempt, at most 1 s.
 fn backoff(attempt: u32) -> Duration {
     FIRST_BACKOFF
         .saturating_mul(1 << attempt.saturating_sub(1).min(16))

@@ -31,4 +31,7 @@ pub use mapping::{
     envelope_of, properties_of,
 };
 pub use producer::{MqttProducer, PACING_WINDOW, publish, publish_paced};
-pub use source::{Count, DEFAULT_TOPIC, MqttOptions5, MqttSource, ReconnectHandle, connect_source};
+pub use source::{
+    Count, DEFAULT_INFLIGHT, DEFAULT_TOPIC, MqttOptions5, MqttSource, ReconnectHandle,
+    connect_source,
+};

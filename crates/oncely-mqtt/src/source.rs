@@ -30,11 +30,20 @@ pub struct MqttOptions5 {
     pub topic: String,
     /// Client id: the broker keeps the session (subscription and unacked messages) under it.
     pub client_id: String,
-    /// Unacked messages the broker may send at once (MQTT 5 receive maximum, default 20).
+    /// Unacked messages the broker may send at once (MQTT 5 receive maximum, default
+    /// [`DEFAULT_INFLIGHT`]). Fixed per connection, so it cannot follow the consumer's
+    /// read-ahead once connected; the default is what the default consumer keeps in hand.
     pub inflight: u16,
     /// How long the broker keeps the session while disconnected (default 1 day).
     pub session_expiry: Duration,
 }
+
+/// The default receive maximum: what a consumer at oncely's defaults keeps in hand (two
+/// groups of [`oncely_core::DEFAULT_MAX_BATCH`] per lane, [`oncely_core::DEFAULT_CONCURRENCY`]
+/// lanes), as AMQP's prefetch, the NATS pull batch and the Redis `COUNT` follow
+/// [`oncely_core::Source::read_ahead`]. Set `?inflight=` for a consumer sized otherwise.
+pub const DEFAULT_INFLIGHT: u16 =
+    (2 * oncely_core::DEFAULT_CONCURRENCY * oncely_core::DEFAULT_MAX_BATCH) as u16;
 
 impl MqttOptions5 {
     /// Options from `mqtt://host:port?topic=…&client_id=…&inflight=…&session_expiry=SECS`;
@@ -64,7 +73,7 @@ impl MqttOptions5 {
                 .map_or_else(|| format!("oncely-{consumer}"), str::to_owned),
             inflight: p
                 .number::<u64>("inflight")?
-                .map_or(20, |n| n.clamp(1, 65_535) as u16),
+                .map_or(DEFAULT_INFLIGHT, |n| n.clamp(1, 65_535) as u16),
             session_expiry: p
                 .secs("session_expiry")?
                 .unwrap_or(Duration::from_secs(86_400)),
@@ -94,7 +103,7 @@ impl MqttOptions5 {
 /// MQTT 5, QoS 1, persistent session (`clean_start = false`, session expiry), manual acks:
 /// the PUBACK is sent only after the commit. A nack or a delivery dropped unsettled is
 /// held in this process and delivered again after a backoff (50 ms, doubled per attempt, at
-/// most 5 s); the broker sees no nack and keeps the message in flight (one slot of the
+/// most 1 s); the broker sees no nack and keeps the message in flight (one slot of the
 /// receive maximum) until it is acked. A lost connection is re-established with backoff
 /// and the broker redelivers what was unacked; held publishes of the old connection are
 /// then forgotten. Each connection gets its own client handle, so a stale ack can never

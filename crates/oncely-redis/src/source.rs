@@ -1,12 +1,13 @@
 //! [`RedisSource`]: a Redis stream consumer group as an oncely [`Source`].
 
+use crate::acks::Acks;
 use crate::mapping::envelope_of;
 use futures::future::BoxFuture;
 use oncely_core::wire::UrlParams;
 use oncely_core::{Acker, Delivery, Error, Result, Source};
 use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
-use redis::{AsyncConnectionConfig, Client, Value};
+use redis::{AsyncConnectionConfig, Client};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -114,11 +115,12 @@ impl Redo {
 
 struct Live {
     read: MultiplexedConnection,
-    ack: MultiplexedConnection,
+    acks: Acks,
     broken: Arc<AtomicBool>,
 }
 
-/// A Redis stream read through a consumer group: `XREADGROUP`, `XACK` after the commit,
+/// A Redis stream read through a consumer group: `XREADGROUP`, `XACK` after the commit
+/// (the acks of a group coalesced into one `XACK` with many ids),
 /// and `XAUTOCLAIM` of entries left pending longer than
 /// [`RedisOptions::reclaim_idle`] by a member that died or could not ack. After a
 /// (re)connect it first re-reads its own pending entries. A delivery this member nacks or
@@ -209,11 +211,14 @@ impl RedisSource {
         {
             return Err(redis_err("XGROUP CREATE", e));
         }
-        Ok(Live {
-            read,
+        let broken = Arc::new(AtomicBool::new(false));
+        let acks = Acks::start(
             ack,
-            broken: Arc::new(AtomicBool::new(false)),
-        })
+            self.options.stream.clone(),
+            self.options.group.clone(),
+            broken.clone(),
+        );
+        Ok(Live { read, acks, broken })
     }
 
     async fn reconnect(&mut self) {
@@ -362,10 +367,7 @@ impl RedisSource {
                 .or_else(|| counts.get(&entry.id).copied())
                 .unwrap_or(2);
             let acker = RedisAcker {
-                conn: live.ack.clone(),
-                broken: live.broken.clone(),
-                stream: self.options.stream.clone(),
-                group: self.options.group.clone(),
+                acks: live.acks.clone(),
                 entry: entry.id,
                 attempt: n,
                 redo: Some(self.redo.clone()),
@@ -437,10 +439,7 @@ impl Source for RedisSource {
 }
 
 struct RedisAcker {
-    conn: MultiplexedConnection,
-    broken: Arc<AtomicBool>,
-    stream: String,
-    group: String,
+    acks: Acks,
     entry: String,
     attempt: u32,
     /// Set until the delivery is settled; a nack or a drop hands the entry back through it.
@@ -464,19 +463,9 @@ impl Drop for RedisAcker {
 impl Acker for RedisAcker {
     fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
         self.redo = None;
-        Box::pin(async move {
-            let mut conn = self.conn.clone();
-            let done: redis::RedisResult<Value> = redis::cmd("XACK")
-                .arg(&self.stream)
-                .arg(&self.group)
-                .arg(&self.entry)
-                .query_async(&mut conn)
-                .await;
-            done.map(|_| ()).map_err(|e| {
-                self.broken.store(true, Ordering::Relaxed);
-                redis_err("XACK", e)
-            })
-        })
+        let entry = std::mem::take(&mut self.entry);
+        let acks = self.acks.clone();
+        Box::pin(async move { acks.ack(entry).await })
     }
 
     /// Leaves the entry pending and hands it back to this source, which claims it again

@@ -82,7 +82,8 @@ pub trait Chaos: Send + Sync + 'static {
 /// Crashes after each step with probability `rate`, decided by hashing
 /// `(seed, id, attempt, step)`: the same seed gives the same crashes, whatever the
 /// scheduling. Attempts beyond `max_crashing_attempt` never crash, so every message gets
-/// through eventually. Clones share one count of the crashes fired ([`CrashPlan::fired`]).
+/// through eventually. Clones share one count of the crashes fired ([`CrashPlan::fired`],
+/// per step [`CrashPlan::fired_at`]).
 ///
 /// ```
 /// use oncely_testkit::chaos::{Chaos, CrashPlan, Step};
@@ -96,7 +97,8 @@ pub struct CrashPlan {
     rate: f64,
     steps: Vec<Step>,
     max_crashing_attempt: u32,
-    fired: Arc<AtomicU64>,
+    /// Crashes fired, per step (indexed by [`Step::ALL`] order).
+    fired: Arc<[AtomicU64; Step::ALL.len()]>,
 }
 
 impl CrashPlan {
@@ -125,7 +127,14 @@ impl CrashPlan {
 
     /// Crashes fired so far by this plan and its clones.
     pub fn fired(&self) -> u64 {
-        self.fired.load(Relaxed)
+        self.fired.iter().map(|n| n.load(Relaxed)).sum()
+    }
+
+    /// Crashes fired so far after `step`. After [`Step::Received`] a crash drops a delivery
+    /// before the runtime sees it; after any other step the runtime counts the deliveries
+    /// it abandoned (with group commit, a whole group per crash).
+    pub fn fired_at(&self, step: Step) -> u64 {
+        self.fired[step as usize].load(Relaxed)
     }
 }
 
@@ -143,7 +152,7 @@ impl Chaos for CrashPlan {
         let draw = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
         let crash = (draw as f64) < self.rate * (u64::MAX as f64);
         if crash {
-            self.fired.fetch_add(1, Relaxed);
+            self.fired[step as usize].fetch_add(1, Relaxed);
         }
         crash
     }

@@ -21,7 +21,9 @@ use oncely_sql::AnyStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::with_store;
 use oncely_sql::{ConnectOptions, Dialect, INBOX, MigrationSet, Tables, redact_url, reset_sql};
-use oncely_testkit::chaos::{AckEarly, CrashPlan, CrashingHandler, CrashingSource, CrashingStore};
+use oncely_testkit::chaos::{
+    AckEarly, CrashPlan, CrashingHandler, CrashingSource, CrashingStore, Step,
+};
 use publish::{Mix, generate};
 use report::Report;
 use std::time::{Duration, Instant};
@@ -37,12 +39,12 @@ pub struct DemoArgs {
     /// Seed for every random choice (same seed, same stream and faults).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Deliveries processed at once; with `--group`, groups in flight (lanes of accounts).
-    #[arg(long, default_value_t = 8)]
+    /// Groups in flight (lanes of accounts); with `--group 1`, deliveries processed at once.
+    #[arg(long, default_value_t = oncely_core::DEFAULT_CONCURRENCY)]
     pub workers: usize,
-    /// Group commit: up to this many ready deliveries share one transaction (1: off, every
-    /// delivery in its own).
-    #[arg(long, default_value_t = 1)]
+    /// Group commit: up to this many ready deliveries share one transaction (the library's
+    /// default; 1: off, every delivery in its own).
+    #[arg(long, default_value_t = oncely_core::DEFAULT_MAX_BATCH)]
     pub group: usize,
     /// Share of messages delivered twice by the broker.
     #[arg(long, default_value_t = 0.2)]
@@ -207,7 +209,8 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         &verdict,
         elapsed,
     );
-    report.crashes = crashes;
+    report.crashes = crashes.total;
+    report.crashes_at_receipt = crashes.at_receipt;
     report.print(args.json);
     metrics.hold().await;
     Ok(verdict.holds())
@@ -229,6 +232,22 @@ async fn open_store(url: &str, args: &DemoArgs) -> Result<(AnyStore, CreditTable
     Ok((store, CreditTables::new(dialect, schema)))
 }
 
+/// The crashes a run's plan injected.
+struct Crashes {
+    total: u64,
+    /// After receipt: the delivery was dropped before the runtime saw it (no outcome).
+    at_receipt: u64,
+}
+
+impl Crashes {
+    fn of(plan: &CrashPlan) -> Self {
+        Self {
+            total: plan.fired(),
+            at_receipt: plan.fired_at(Step::Received),
+        }
+    }
+}
+
 async fn consume_with<Src: Source>(
     args: &DemoArgs,
     store: &AnyStore,
@@ -236,7 +255,7 @@ async fn consume_with<Src: Source>(
     name: &ConsumerName,
     source: Src,
     copies: u64,
-) -> Result<(StatsSnapshot, u64)> {
+) -> Result<(StatsSnapshot, Crashes)> {
     let handler = CrashingHandler(Credits::new(tables.clone()));
     let progress = progress_bar(copies, args.json);
     // Consumer crashes come from oncely-testkit's chaos wrappers around the store and source.
@@ -259,7 +278,7 @@ async fn consume_with<Src: Source>(
         }
     };
     progress.finish_and_clear();
-    Ok((stats, plan.fired()))
+    Ok((stats, Crashes::of(&plan)))
 }
 
 async fn consume<S, H, Src>(

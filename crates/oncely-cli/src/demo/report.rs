@@ -30,6 +30,10 @@ pub struct Report {
     pub dead_letters_by_reason: std::collections::BTreeMap<String, u64>,
     /// Consumer crashes injected (oncely-testkit chaos wrappers) and survived.
     pub crashes: u64,
+    /// Of those, crashes right after receipt: the delivery was dropped before the runtime
+    /// saw it, so it has no outcome (every other crash abandons the deliveries it held, one
+    /// or, with group commit, a whole group, each counted as `abandoned`).
+    pub crashes_at_receipt: u64,
     /// Acks dropped by the broker on purpose.
     pub lost_acks: u64,
     /// Transient failures retried.
@@ -79,6 +83,7 @@ impl Report {
             dead_lettered: verdict.dead_letter_rows,
             dead_letters_by_reason: verdict.dead_letters_by_reason.clone(),
             crashes: 0, // set by the caller: the crash plan counts them
+            crashes_at_receipt: 0,
             lost_acks: source.lost_acks,
             retries: stats.retries,
             expected_total: verdict.expected_total,

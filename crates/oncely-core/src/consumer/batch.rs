@@ -14,6 +14,7 @@ use crate::outcome::{DeadLetterReason, Handled, Outcome};
 use crate::source::Delivery;
 use crate::store::{Claim, Committed, Store};
 use futures::FutureExt;
+use futures::future::join_all;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use tokio_util::sync::CancellationToken;
@@ -92,16 +93,20 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             match read {
                 Ok(held) if held.len() == items.len() && held.contains(&true) => {
                     let mut kept = (Vec::new(), Vec::new());
+                    let mut acks = Vec::new();
                     for ((message, (at, delivery)), held) in
                         valid.into_iter().zip(pending).zip(held)
                     {
                         if held {
-                            let outcome = self.ack(delivery, Committed::new(), Outcome::Duplicate);
-                            outcomes[at] = Some(outcome.await);
+                            let ack = self.ack(delivery, Committed::new(), Outcome::Duplicate);
+                            acks.push(async move { (at, ack.await) });
                         } else {
                             kept.0.push(message);
                             kept.1.push((at, delivery));
                         }
+                    }
+                    for (at, outcome) in join_all(acks).await {
+                        outcomes[at] = Some(outcome);
                     }
                     (valid, pending) = kept;
                 }
@@ -129,18 +134,28 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                     if duplicates {
                         self.batches.duplicates_seen.store(true, Relaxed);
                     }
+                    // The group's acks go out at once (pipelined: one wait for the group,
+                    // not a round trip per message on brokers whose ack is confirmed).
+                    let mut acks = Vec::with_capacity(pending.len());
+                    let mut conflicts = Vec::new();
                     let rows = pending.into_iter().zip(&valid).zip(settled);
                     for (((at, delivery), message), settled) in rows {
-                        outcomes[at] = Some(match settled {
+                        match settled {
                             Committable::Done(outcome, proof) => {
-                                self.ack(delivery, proof, outcome).await
+                                let ack = self.ack(delivery, proof, outcome);
+                                acks.push(async move { (at, ack.await) });
                             }
                             Committable::Conflict(stored) => {
-                                let received = message.payload_hash();
-                                let reason = DeadLetterReason::Conflict { stored, received };
-                                self.dead_letter(delivery, reason, 1, stop).await
+                                conflicts.push((at, delivery, stored, message.payload_hash()));
                             }
-                        });
+                        }
+                    }
+                    for (at, outcome) in join_all(acks).await {
+                        outcomes[at] = Some(outcome);
+                    }
+                    for (at, delivery, stored, received) in conflicts {
+                        let reason = DeadLetterReason::Conflict { stored, received };
+                        outcomes[at] = Some(self.dead_letter(delivery, reason, 1, stop).await);
                     }
                 }
                 Err(e) if stop.is_cancelled() && e.is_unavailable() => {

@@ -50,9 +50,11 @@ pub(super) fn lane_of(key: Option<&str>, lanes: usize) -> usize {
 }
 
 /// The reader task and the lanes it fills.
-pub(super) struct Lanes {
+pub(super) struct Lanes<Src> {
     lanes: Vec<Lane>,
-    reader: JoinHandle<()>,
+    /// The reader hands the source back when it stops, so the source (and the broker
+    /// connection the deliveries ack through) outlives the lanes' last acks.
+    reader: JoinHandle<Src>,
     stop: CancellationToken,
 }
 
@@ -61,10 +63,10 @@ pub(super) struct Lane {
     ready: mpsc::Receiver<Keyed>,
 }
 
-impl Lanes {
+impl<Src: Source> Lanes<Src> {
     /// Starts the reader over `source`, routing into `lanes` buffers of `max_batch` each by
     /// the key `key_of` gives.
-    pub(super) fn start<Src, K>(
+    pub(super) fn start<K>(
         source: Src,
         name: ConsumerName,
         lanes: usize,
@@ -73,7 +75,6 @@ impl Lanes {
         shutdown: &CancellationToken,
     ) -> Self
     where
-        Src: Source,
         K: Fn(&RawEnvelope) -> Option<String> + Send + 'static,
     {
         let (senders, lanes): (Vec<_>, Vec<_>) = (0..lanes.max(1))
@@ -96,12 +97,15 @@ impl Lanes {
         std::mem::take(&mut self.lanes)
     }
 
-    /// Stops the reader; deliveries still buffered are dropped unsettled (the broker
-    /// redelivers them).
+    /// Stops the reader, then drops the source; deliveries still buffered are dropped
+    /// unsettled (the broker redelivers them). Called once the lanes have settled what they
+    /// took, so their acks went out over a source that was still open.
     pub(super) async fn close(self) {
         self.stop.cancel();
         drop(self.lanes);
-        let _ = self.reader.await;
+        if let Ok(source) = self.reader.await {
+            drop(source);
+        }
     }
 }
 
@@ -174,25 +178,27 @@ async fn guarded_next<Src: Source>(source: &mut Src) -> crate::Result<Option<Del
         })
 }
 
-/// The reader: routes each delivery to its key's lane, waiting while that lane is full.
-/// A panicking key function routes the delivery to lane 0 (the handler sees it as usual).
+/// The reader: routes each delivery to its key's lane, waiting while that lane is full, and
+/// returns the source when it ends or is stopped. A panicking key function routes the
+/// delivery to lane 0 (the handler sees it as usual).
 async fn read_ahead<Src, K>(
     mut source: Src,
     name: ConsumerName,
     lanes: Vec<mpsc::Sender<Keyed>>,
     key_of: K,
     stop: CancellationToken,
-) where
+) -> Src
+where
     Src: Source,
     K: Fn(&RawEnvelope) -> Option<String>,
 {
     loop {
         let next = tokio::select! {
             biased;
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return source,
             next = next_retrying(&mut source, &name) => next,
         };
-        let Some(delivery) = next else { return };
+        let Some(delivery) = next else { return source };
         let key = std::panic::catch_unwind(AssertUnwindSafe(|| key_of(delivery.message())))
             .unwrap_or_else(|panic| {
                 warn!(consumer = %name, panic = %crate::panic_message(&*panic), "Handler::lock_key panicked; the delivery goes to lane 0");
@@ -201,11 +207,11 @@ async fn read_ahead<Src, K>(
         let lane = &lanes[lane_of(key.as_deref(), lanes.len())];
         let sent = tokio::select! {
             biased;
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return source,
             sent = lane.send(Keyed { key, delivery }) => sent,
         };
         if sent.is_err() {
-            return;
+            return source;
         }
     }
 }

@@ -45,6 +45,13 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// each other's rows.
 pub const DEFAULT_CONCURRENCY: usize = 4;
 
+/// The default [`Consumer::max_batch`]: group commit on, up to 64 ready deliveries per
+/// transaction. A group is what is ready, so at low load it is one message (no added
+/// latency); under a backlog it grows to this cap. 64 is where the commit's cost is spread
+/// thin and a rolled-back group (one bad message) is still cheap to redo one by one
+/// (docs/performance.md).
+pub const DEFAULT_MAX_BATCH: usize = 64;
+
 /// What to do with a message whose source time is older than the retention window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LatePolicy {
@@ -76,7 +83,7 @@ impl Default for ConsumerConfig {
             late_window: Some(DEFAULT_RETENTION),
             late_policy: LatePolicy::default(),
             check_inbox_first: false,
-            max_batch: 1,
+            max_batch: DEFAULT_MAX_BATCH,
             linger: Duration::ZERO,
         }
     }
@@ -150,8 +157,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     }
 
     /// Group commit: up to `n` deliveries share one transaction and one claim statement, and
-    /// are acked after its commit (default 1: every delivery in its own transaction; 64 is
-    /// the size measured in docs/performance.md). A group is what is ready when its first
+    /// are acked after its commit (default [`DEFAULT_MAX_BATCH`], 64; 1 turns group commit
+    /// off: every delivery in its own transaction). A group is what is ready when its first
     /// delivery arrives (plus what arrives within
     /// [`Consumer::linger`], default zero), so an idle consumer adds no latency: a lone
     /// delivery is a group of one. The handler's [`Handler::handle_batch`] runs the group's
@@ -167,8 +174,12 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// # use std::time::Duration;
     /// # fn f<S: oncely_core::Store, H: oncely_core::Handler<S::Tx>>(store: S, handler: H) {
     /// let consumer = Consumer::new(ConsumerName::new("billing").unwrap(), store, handler)
-    ///     .max_batch(64)                      // group commit, 4 lanes by default
+    ///     .max_batch(256)                     // larger groups (default 64, 4 lanes)
     ///     .linger(Duration::from_millis(5));  // optional: fuller groups under light load
+    /// // Group commit off: one delivery per transaction.
+    /// # let store: S = todo!(); let handler: H = todo!();
+    /// let per_message = Consumer::new(ConsumerName::new("billing").unwrap(), store, handler)
+    ///     .max_batch(1);
     /// # }
     /// ```
     pub fn max_batch(mut self, n: usize) -> Self {
