@@ -11,10 +11,11 @@
 use crate::error::{Error, ErrorKind};
 use crate::id::ConsumerName;
 use crate::retry::Backoff;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -28,7 +29,11 @@ pub(crate) const MIGRATE_HINT: &str = "this is not an outage: create or upgrade 
 #[derive(Debug)]
 pub struct StoreHealth {
     consumer: ConsumerName,
-    healthy: watch::Sender<bool>,
+    /// Closed breaker. Changes wake every task in `changed` (a `Notify`, not a `watch`
+    /// channel: watch spreads its waiters over shards picked at random, so the order in which
+    /// held deliveries resume would differ from run to run; see crates/oncely-sim).
+    healthy: AtomicBool,
+    changed: Notify,
     probe: tokio::sync::Mutex<()>,
     outage: Mutex<Outage>,
     in_flight: AtomicUsize,
@@ -36,11 +41,15 @@ pub struct StoreHealth {
     recoveries: AtomicU64,
     failures: AtomicU64,
     probes: AtomicU64,
+    /// Stamps store calls and outages in the order they happen (see [`StoreHealth::stamp`]).
+    calls: AtomicU64,
 }
 
 #[derive(Debug)]
 struct Outage {
     since: Option<Instant>,
+    /// The stamp taken when the outage began: only a call stamped later proves recovery.
+    since_call: u64,
     backoff: Backoff,
 }
 
@@ -61,10 +70,12 @@ impl StoreHealth {
     pub(crate) fn new(consumer: ConsumerName) -> Self {
         Self {
             consumer,
-            healthy: watch::Sender::new(true),
+            healthy: AtomicBool::new(true),
+            changed: Notify::new(),
             probe: tokio::sync::Mutex::new(()),
             outage: Mutex::new(Outage {
                 since: None,
+                since_call: 0,
                 backoff: Backoff::store(),
             }),
             in_flight: AtomicUsize::new(0),
@@ -72,12 +83,13 @@ impl StoreHealth {
             recoveries: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             probes: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
         }
     }
 
     /// True unless the store is failing.
     pub fn is_healthy(&self) -> bool {
-        *self.healthy.borrow()
+        self.healthy.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Times the store went unhealthy (one WARN each).
@@ -128,9 +140,10 @@ impl StoreHealth {
             return;
         }
         outage.since = Some(Instant::now());
+        outage.since_call = self.stamp();
         outage.backoff = Backoff::store();
         self.outages.fetch_add(1, Relaxed);
-        self.healthy.send_replace(false);
+        self.set_healthy(false);
         drop(outage);
         crate::metrics::store_healthy(&self.consumer, false);
         if error.kind() == ErrorKind::Config {
@@ -151,20 +164,28 @@ impl StoreHealth {
         );
     }
 
-    /// A store call begun at `started` succeeded: closes the breaker (one INFO on the
+    /// A stamp for a store call about to begin, to pass to [`StoreHealth::succeeded`]:
+    /// stamps follow the order of events exactly (a clock's reading may tie, and two
+    /// readings in a row may be equal), so "begun after the outage began" is never a guess.
+    pub(crate) fn stamp(&self) -> u64 {
+        self.calls.fetch_add(1, Relaxed) + 1
+    }
+
+    /// A store call stamped `started` succeeded: closes the breaker (one INFO on the
     /// transition). A call begun before the outage proves nothing and is ignored.
-    pub(crate) fn succeeded(&self, started: Instant) {
+    pub(crate) fn succeeded(&self, started: u64) {
         if self.is_healthy() {
             return;
         }
         let mut outage = self.outage();
-        let Some(since) = outage.since.filter(|since| started >= *since) else {
+        let since_call = outage.since_call;
+        let Some(since) = outage.since.filter(|_| started > since_call) else {
             return;
         };
         outage.since = None;
         drop(outage);
         self.recoveries.fetch_add(1, Relaxed);
-        self.healthy.send_replace(true);
+        self.set_healthy(true);
         crate::metrics::store_healthy(&self.consumer, true);
         info!(
             consumer = %self.consumer,
@@ -173,12 +194,31 @@ impl StoreHealth {
         );
     }
 
+    fn set_healthy(&self, healthy: bool) {
+        self.healthy
+            .store(healthy, std::sync::atomic::Ordering::Release);
+        self.changed.notify_waiters();
+    }
+
+    /// Returns once the breaker is closed (at once if it is).
+    async fn healthy_again(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.is_healthy() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Waits until the store is healthy (true) or `stop` is cancelled (false).
     pub(crate) async fn until_healthy(&self, stop: &CancellationToken) -> bool {
-        let mut rx = self.healthy.subscribe();
         tokio::select! {
+            biased;
             _ = stop.cancelled() => false,
-            ok = rx.wait_for(|healthy| *healthy) => ok.is_ok(),
+            _ = self.healthy_again() => true,
         }
     }
 
@@ -198,6 +238,7 @@ impl StoreHealth {
             let delay = backoff.next_delay();
             debug!(consumer = %self.consumer, error = %error, ?delay, "transient store failure; retrying");
             return tokio::select! {
+                biased;
                 _ = stop.cancelled() => None,
                 _ = tokio::time::sleep(delay) => Some(None),
             };
@@ -209,16 +250,17 @@ impl StoreHealth {
     /// Waits until the store is healthy again or it is this task's turn to probe, after the
     /// outage's backoff delay.
     async fn turn(&self, stop: &CancellationToken) -> Option<Probe<'_>> {
-        let mut rx = self.healthy.subscribe();
         let guard = tokio::select! {
+            biased;
             _ = stop.cancelled() => return None,
-            _ = rx.wait_for(|healthy| *healthy) => return Some(None),
+            _ = self.healthy_again() => return Some(None),
             guard = self.probe.lock() => guard,
         };
         let delay = self.outage().backoff.next_delay();
         tokio::select! {
+            biased;
             _ = stop.cancelled() => None,
-            _ = rx.wait_for(|healthy| *healthy) => Some(None),
+            _ = self.healthy_again() => Some(None),
             _ = tokio::time::sleep(delay) => {
                 self.probes.fetch_add(1, Relaxed);
                 Some(Some(guard))

@@ -93,7 +93,9 @@ impl Backoff {
             .min(self.cap);
         self.step = self.step.saturating_add(1);
         let base = self.base.min(ceiling);
-        base + (ceiling - base).mul_f64(rand::random::<f64>())
+        // The thread-local generator backon's retry jitter uses too: a deterministic
+        // simulation seeds it (`fastrand::seed`) and gets the same delays every run.
+        base + (ceiling - base).mul_f64(fastrand::f64())
     }
 }
 

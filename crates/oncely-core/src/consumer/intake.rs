@@ -194,6 +194,7 @@ where
 {
     loop {
         let next = tokio::select! {
+            biased;
             _ = stop.cancelled() => return source,
             next = next_retrying(&mut source, &name) => next,
         };
@@ -205,6 +206,7 @@ where
             });
         let lane = &lanes[lane_of(key.as_deref(), lanes.len())];
         let sent = tokio::select! {
+            biased;
             _ = stop.cancelled() => return source,
             sent = lane.send(Keyed { key, delivery }) => sent,
         };

@@ -287,6 +287,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let mut tasks = JoinSet::new();
         loop {
             let permit = tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => break,
                 p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
             };
@@ -294,6 +295,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             // in as the probe.
             while !self.health.is_healthy() && !tasks.is_empty() {
                 tokio::select! {
+                    biased;
                     _ = self.health.until_healthy(shutdown) => break,
                     Some(done) = tasks.join_next() => self.joined(done),
                 }
@@ -355,6 +357,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             // goes in as the probe.
             while !self.health.is_healthy() && self.health.in_flight() > 0 {
                 tokio::select! {
+                    biased;
                     _ = self.health.until_healthy(shutdown) => break,
                     _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 }

@@ -9,7 +9,7 @@ use crate::outcome::{DeadLetterReason, Outcome};
 use crate::retry::Backoff;
 use crate::source::Delivery;
 use crate::store::{Committed, DeadLetter, Store};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -113,7 +113,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let mut backoff = Backoff::store();
         let mut probe: Probe<'_> = None;
         loop {
-            let started = Instant::now();
+            let started = self.health.stamp();
             let result = op().await;
             drop(probe.take());
             match result {

@@ -22,7 +22,13 @@ enum Attempt {
     Done(Outcome, Committed),
     Conflict(PayloadHash),
     Late(Duration, Duration),
-    Failed { error: Error, in_handler: bool },
+    /// `landed`: the commit itself failed (transiently) after the handler ran; its answer
+    /// may have been lost after the commit landed, with this outcome.
+    Failed {
+        error: Error,
+        in_handler: bool,
+        landed: Option<Outcome>,
+    },
     Panicked(String),
 }
 
@@ -55,7 +61,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let mut store_backoff = Backoff::store();
         let mut probe: Probe<'_> = None;
         loop {
-            let started = Instant::now();
+            let started = self.health.stamp();
             let result = self.attempt(&envelope).await;
             drop(probe.take());
             if !matches!(result, Attempt::Failed { .. }) {
@@ -69,7 +75,9 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 },
                 Attempt::Late(age, window) => DeadLetterReason::Late { age, window },
                 Attempt::Panicked(msg) => DeadLetterReason::Panicked(msg),
-                Attempt::Failed { error, in_handler } if error.is_unavailable() || !in_handler => {
+                Attempt::Failed {
+                    error, in_handler, ..
+                } if error.is_unavailable() || !in_handler => {
                     // The store failed (or is unavailable to the handler): hold the delivery.
                     match self.hold(&error, &mut store_backoff, stop).await {
                         Some(turn) => {
@@ -79,7 +87,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                         None => return self.nack(delivery, error).await,
                     }
                 }
-                Attempt::Failed { error, .. } => {
+                Attempt::Failed { error, landed, .. } => {
                     self.health.succeeded(started);
                     if error.is_transient() {
                         if let Some(delay) = delays.next() {
@@ -88,8 +96,22 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                             crate::metrics::retry(&self.name);
                             attempt += 1;
                             tokio::select! {
-                                _ = tokio::time::sleep(delay) => continue,
+                                biased;
                                 _ = stop.cancelled() => return self.nack(delivery, error).await,
+                                _ = tokio::time::sleep(delay) => continue,
+                            }
+                        }
+                        // The last commit failed, but its answer may have been lost after
+                        // it landed: the inbox tells. Dead-lettering a message whose effect
+                        // is committed would report a failure that did not happen (found by
+                        // oncely-sim, seed 419; tests/commit_answer_lost.rs).
+                        if let Some(outcome) = landed {
+                            match self.commit_landed(&envelope, stop).await {
+                                Ok(true) => {
+                                    return self.ack(delivery, Committed::new(), outcome).await;
+                                }
+                                Ok(false) => {}
+                                Err(e) => return self.nack(delivery, e).await,
                             }
                         }
                         DeadLetterReason::AttemptsExhausted {
@@ -126,6 +148,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let store_err = |error| Attempt::Failed {
             error,
             in_handler: false,
+            landed: None,
         };
         let hash = envelope.payload_hash();
         if self.config.check_inbox_first {
@@ -174,6 +197,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                         return Attempt::Failed {
                             error,
                             in_handler: true,
+                            landed: None,
                         };
                     }
                     Ok(Ok(Handled::Applied)) => Outcome::Applied,
@@ -194,10 +218,30 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 Attempt::Failed {
                     error: e,
                     in_handler: true,
+                    landed: Some(outcome),
                 }
             }
             Err(e) => store_err(e),
         }
+    }
+
+    /// Whether the inbox holds `envelope`'s claim with its payload hash: a commit reported
+    /// failed did land after all (or another delivery of the same message committed; either
+    /// way its effect is committed once). While the store cannot answer, the delivery is
+    /// held as for any store failure (deciding without the answer could dead-letter a
+    /// committed message: oncely-sim seed 145488); `Err` only on shutdown.
+    async fn commit_landed(
+        &self,
+        envelope: &Envelope,
+        stop: &CancellationToken,
+    ) -> crate::Result<bool> {
+        let hash = envelope.payload_hash();
+        self.held(
+            stop,
+            |_| true,
+            || self.store.committed_claim(&self.name, envelope.id(), hash),
+        )
+        .await
     }
 
     /// `(age, window)` when `envelope` is a late duplicate risk to quarantine.
