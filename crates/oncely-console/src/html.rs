@@ -45,7 +45,8 @@ pub(crate) fn page(base: &str, title: &str, head: &str, body: &str) -> Response 
         out,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} · oncely console</title><link rel=\"stylesheet\" href=\"{b}/assets/console.css\">{head}\
+         <title>{} · oncely console</title><link rel=\"stylesheet\" href=\"{b}/assets/console.css\">\
+         <link rel=\"icon\" href=\"{b}/assets/favicon.svg\">{head}\
          </head><body><header><strong>oncely console</strong><nav><a href=\"{b}/\">Overview</a> \
          <a href=\"{b}/dead-letters\">Dead letters</a> <a href=\"{b}/audit\">Audit</a></nav></header>\
          <main>{body}</main></body></html>",

@@ -230,11 +230,11 @@ fn payload_text(payload: &[u8], redact: &[String]) -> String {
         );
     }
     let head = &payload[..payload.len().min(PAYLOAD_SHOWN * 4)];
-    let text = cut(&String::from_utf8_lossy(head), PAYLOAD_SHOWN);
-    if head.len() < payload.len() && !text.ends_with("in all)") {
-        format!("{text}… ({} bytes in all)", payload.len())
-    } else {
-        text
+    let text = String::from_utf8_lossy(head);
+    match text.char_indices().nth(PAYLOAD_SHOWN) {
+        Some((at, _)) => format!("{}… ({} bytes in all)", &text[..at], payload.len()),
+        None if head.len() < payload.len() => format!("{text}… ({} bytes in all)", payload.len()),
+        None => text.into_owned(),
     }
 }
 

@@ -162,12 +162,16 @@ impl Console {
             .route("/jobs/{id}", get(pages::job))
             .route("/audit", get(pages::audit))
             .route("/assets/console.css", get(pages::css))
+            .route("/assets/favicon.svg", get(pages::favicon))
             .route("/api/csrf", get(api::csrf))
             .route("/api/overview", get(api::overview))
             .route("/api/dead-letters", get(api::dead_letters))
             .route("/api/dead-letters/groups", get(api::groups))
-            .route("/api/dead-letters/{id}", get(api::dead_letter))
-            .route("/api/dead-letters/{action}", post(api::action))
+            // GET a row by id; POST `replay`, `resolve` or `purge`.
+            .route(
+                "/api/dead-letters/{id}",
+                get(api::dead_letter).post(api::action),
+            )
             .route("/api/jobs/{id}", get(api::job))
             .route("/api/audit", get(api::audit))
             .layer(axum::middleware::from_fn_with_state(

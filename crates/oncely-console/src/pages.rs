@@ -25,6 +25,15 @@ pub(crate) async fn css() -> Response {
         .into_response()
 }
 
+/// The icon (so browsers do not ask for a `/favicon.ico` the console may not own).
+pub(crate) async fn favicon() -> Response {
+    (
+        [(header::CONTENT_TYPE, "image/svg+xml")],
+        include_str!("../assets/favicon.svg"),
+    )
+        .into_response()
+}
+
 fn when(ms: Option<i64>) -> String {
     ms.map_or_else(|| "-".to_owned(), time::format)
 }
