@@ -5,11 +5,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::fmt::Write;
 
-/// Escapes `&`, `<`, `>`, `"` and `'`: safe in text and in quoted attribute values.
-///
-/// ```ignore
-/// assert_eq!(esc("\"><img src=x>"), "&quot;&gt;&lt;img src=x&gt;");
-/// ```
+/// Escapes `&`, `<`, `>`, `"` and `'`: safe in text and in quoted attribute values
+/// (`"><img src=x>` becomes `&quot;&gt;&lt;img src=x&gt;`).
 pub(crate) fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {

@@ -58,6 +58,7 @@ pub(crate) async fn overview(State(c): State<Console>) -> Response {
         Err(e) => return error(base, StatusCode::SERVICE_UNAVAILABLE, &actions::db(e).0),
     };
     let took = started.elapsed();
+    let chart = chart(&c).await;
     let rows: Vec<Vec<String>> = s
         .consumers
         .iter()
@@ -100,7 +101,7 @@ pub(crate) async fn overview(State(c): State<Console>) -> Response {
         "<h1>Overview</h1>\
          <p class=\"ok\" id=\"health\">Store answering ({} ms for these numbers). Inbox: {} ids; \
          dead letters: {}. Last prune cutoff: {}.</p>\
-         <h2>Consumers</h2>{}<h2>Dead letters by reason</h2>{}",
+         <h2>Consumers</h2>{}<h2>Dead letters by reason</h2>{}{chart}",
         took.as_millis(),
         count("ids_held", s.ids_held),
         count("dead_letters", s.dead_letters),
@@ -124,6 +125,54 @@ pub(crate) async fn overview(State(c): State<Console>) -> Response {
         ),
     );
     page(base, "Overview", "", &body)
+}
+
+/// The last 24 hours per hour: inbox claims and dead letters, as bars (`<progress>`, so no
+/// script and no inline style).
+async fn chart(c: &Console) -> String {
+    use oncely_ops::browse::{Timeline, per_hour};
+    let ops = &c.inner.ops;
+    let now = oncely_sql::now_ms();
+    let since = now - now % 3_600_000 - 23 * 3_600_000;
+    let (claims, dead) = match tokio::try_join!(
+        per_hour(ops, Timeline::Claims, since),
+        per_hour(ops, Timeline::DeadLetters, since)
+    ) {
+        Ok(x) => x,
+        Err(e) => return format!("<p class=\"err\">{}</p>", esc(&actions::db(e).0)),
+    };
+    let at = |v: &[(i64, i64)], h: i64| v.iter().find(|(t, _)| *t == h).map_or(0, |(_, n)| *n);
+    let max = claims
+        .iter()
+        .chain(&dead)
+        .map(|(_, n)| *n)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let rows: Vec<Vec<String>> = (0..24)
+        .map(|i| since + i * 3_600_000)
+        .rev()
+        .map(|h| {
+            let (a, d) = (at(&claims, h), at(&dead, h));
+            vec![
+                esc(&time::format(h)[..16]),
+                format!(
+                    "<progress max=\"{max}\" value=\"{a}\"></progress> {}",
+                    count(&format!("claimed_hour:{h}"), a)
+                ),
+                format!(
+                    "<progress class=\"bad\" max=\"{max}\" value=\"{d}\"></progress> {}",
+                    count(&format!("dead_hour:{h}"), d)
+                ),
+            ]
+        })
+        .collect();
+    format!(
+        "<h2>Last 24 hours (UTC), per hour</h2><p class=\"muted\">From the tables' own \
+         timestamps: ids claimed (messages applied) and dead letters first seen. Duplicates are not \
+         written to the database: see the <code>oncely_deliveries_total</code> metric.</p>{}",
+        table("timeline", &["hour", "claimed", "dead-lettered"], &rows)
+    )
 }
 
 /// The fields of an action form (`id` repeated, or `all` + filter fields).

@@ -239,5 +239,5 @@ async fn replay_prune_replay_postgres() {
 
 #[tokio::test]
 async fn replay_prune_replay_mariadb() {
-    sequence("replay_prune_replay_mariadb", Db::MariaDb).await
+    sequence("replay_prune_replay_mariadb", Db::MySql).await
 }

@@ -242,3 +242,41 @@ pub async fn groups(ops: &Ops, q: &Query) -> Result<Vec<Group>> {
             .map_err(|e| db("decoding dead-letter groups", e))
     })?
 }
+
+/// Rows per hour of a table's timestamp column since `since_ms`: `(hour start in unix ms,
+/// rows)`, oldest first, hours without rows left out. What the console charts: inbox claims
+/// (`inbox`, `received_at`) and dead letters (`dead_letters`, `dead_lettered_at`), from the
+/// tables' own timestamps, without a metrics system.
+pub async fn per_hour(ops: &Ops, table: Timeline, since_ms: i64) -> Result<Vec<(i64, i64)>> {
+    let d = ops.dialect();
+    let (name, column) = match table {
+        Timeline::Claims => (ops.tables().inbox(), "received_at"),
+        Timeline::DeadLetters => (ops.tables().dead_letters(), "dead_lettered_at"),
+    };
+    let sql = format!(
+        "SELECT {hour} AS hour, {n} AS n FROM {name} WHERE {column} >= {p} GROUP BY 1 ORDER BY 1",
+        hour = d.cast_i64(&format!("{column} - {column} % 3600000")),
+        n = d.cast_i64("COUNT(*)"),
+        p = d.param(1),
+    );
+    with_autocommit!(ops.pool(), c => {
+        let rows = oncely_sql::query(AssertSqlSafe(sql))
+            .bind(since_ms)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(|e| db("counting rows per hour", e))?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("hour")?, r.try_get("n")?)))
+            .collect::<std::result::Result<Vec<_>, oncely_sql::sqlx::Error>>()
+            .map_err(|e| db("decoding rows per hour", e))
+    })?
+}
+
+/// Which timestamps [`per_hour`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timeline {
+    /// Inbox claims by `received_at` (messages applied, first deliveries).
+    Claims,
+    /// Dead letters by `dead_lettered_at` (first seen).
+    DeadLetters,
+}

@@ -16,7 +16,8 @@ use std::net::SocketAddr;
 pub enum Db {
     Sqlite,
     Postgres,
-    MariaDb,
+    /// MariaDB (or MySQL).
+    MySql,
 }
 
 /// A test's store, its tables under a prefix of its own.
@@ -53,7 +54,7 @@ pub async fn fixture(test: &str, db: Db) -> Option<Fixture> {
             )
         }
         Db::Postgres => (services::pg_url(), None, "PostgreSQL"),
-        Db::MariaDb => (services::mysql_url(), None, "MariaDB"),
+        Db::MySql => (services::mysql_url(), None, "MariaDB"),
     };
     if db != Db::Sqlite
         && let Err(why) = services::probe(&url).await
