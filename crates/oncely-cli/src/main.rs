@@ -1,6 +1,7 @@
 //! The `oncely` command: the admin commands of `oncely::cli` (with the demo's `credits`
 //! handler registered for `dlq replay`) plus `demo` and `bench`.
 
+mod console;
 mod demo;
 mod http_demo;
 #[cfg(feature = "otlp")]
@@ -33,6 +34,8 @@ enum Command {
     Bench(oncely_bench::BenchArgs),
     /// Serve POST /orders behind the HTTP Idempotency-Key layer (docs/http.md).
     HttpDemo(http_demo::HttpDemoArgs),
+    /// Serve the operator console: dead letters, safe replay, audit (docs/console.md).
+    Console(console::ConsoleArgs),
     #[command(flatten)]
     Admin(AdminCommand),
 }
@@ -101,6 +104,7 @@ async fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => oncely_bench::run(args).await,
         Command::HttpDemo(args) => http_demo::run(args).await,
+        Command::Console(args) => console::run(args).await,
         Command::Admin(command) => admin().execute(command).await,
     })
 }
