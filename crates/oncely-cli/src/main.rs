@@ -2,6 +2,7 @@
 //! handler registered for `dlq replay`) plus `demo` and `http-demo`. The benchmark is its own
 //! binary: `cargo run --release -p oncely-bench -- --quick` (docs/performance.md).
 
+mod console;
 mod demo;
 mod http_demo;
 #[cfg(feature = "otlp")]
@@ -32,6 +33,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Serve POST /orders behind the HTTP Idempotency-Key layer (docs/http.md).
     HttpDemo(http_demo::HttpDemoArgs),
+    /// Serve the operator console: dead letters, safe replay, audit (docs/console.md).
+    Console(console::ConsoleArgs),
     #[command(flatten)]
     Admin(AdminCommand),
 }
@@ -99,6 +102,7 @@ async fn main() -> ExitCode {
     exit_code(match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::HttpDemo(args) => http_demo::run(args).await,
+        Command::Console(args) => console::run(args).await,
         Command::Admin(command) => admin().execute(command).await,
     })
 }

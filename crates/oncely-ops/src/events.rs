@@ -77,3 +77,51 @@ pub async fn prune_watermark(ops: &Ops) -> Result<Option<i64>> {
         .map_err(|e| db("reading the prune watermark", e))?)?;
     Ok(mark)
 }
+
+/// One row of the operations journal.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Event {
+    /// Row id.
+    pub id: i64,
+    /// `prune`, `dlq_replayed`, `dlq_keep_stored`, `console_replay`, …
+    pub kind: String,
+    /// When (unix ms).
+    pub at: i64,
+    /// The prune cutoff (unix ms), for `prune` rows.
+    pub cutoff: Option<i64>,
+    /// The JSON detail, as stored.
+    pub detail: String,
+}
+
+/// The newest `limit` events with an id below `before_id` (all when `None`), newest first;
+/// a keyset page on the journal's primary key.
+pub async fn list(ops: &Ops, before_id: Option<i64>, limit: u32) -> Result<Vec<Event>> {
+    use oncely_sql::sqlx::Row;
+    ensure(ops).await?;
+    let d = ops.dialect();
+    let sql = format!(
+        "SELECT id, {} AS kind, at, cutoff, detail FROM {} WHERE id < {} ORDER BY id DESC LIMIT {limit}",
+        d.text("kind"),
+        ops.tables().ops_events(),
+        d.param(1)
+    );
+    with_autocommit!(ops.pool(), c => {
+        let rows = oncely_sql::query(AssertSqlSafe(sql))
+            .bind(before_id.unwrap_or(i64::MAX))
+            .fetch_all(&mut *c)
+            .await
+            .map_err(|e| db("reading the operations journal", e))?;
+        rows.iter()
+            .map(|r| {
+                Ok(Event {
+                    id: r.try_get("id")?,
+                    kind: r.try_get("kind")?,
+                    at: r.try_get("at")?,
+                    cutoff: r.try_get("cutoff")?,
+                    detail: r.try_get("detail")?,
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
+            .map_err(|e| db("decoding the operations journal", e))
+    })?
+}

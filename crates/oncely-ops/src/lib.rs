@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod browse;
 mod db;
 pub mod dlq;
 pub mod events;

@@ -1,0 +1,215 @@
+//! A headless Chromium over WebDriver: `chromedriver` (Debian's chromium-driver) started on a
+//! free port for the test, killed when the [`Browser`] drops.
+
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::{Client, ClientBuilder, Locator};
+use oncely_testkit::services;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A browser session and its driver process.
+pub struct Browser {
+    pub client: Client,
+    driver: Child,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn which(name: &str) -> Option<String> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+}
+
+/// The Chromium binary: `chromium` (Debian) or `chromium-browser`.
+fn chromium() -> Option<String> {
+    which("chromium").or_else(|| which("chromium-browser"))
+}
+
+/// Starts chromedriver and a headless Chromium, or `None` (SKIPPED banner; a failure under CI)
+/// when they are not installed.
+pub async fn start(test: &str) -> Option<Browser> {
+    let (Some(driver), Some(chrome)) = (which("chromedriver"), chromium()) else {
+        services::unavailable(
+            test,
+            "chromium and chromium-driver",
+            &"not installed (apt-get install chromium chromium-driver)",
+        );
+        return None;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let driver = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting chromedriver");
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": chrome,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1100,760", "--hide-scrollbars"],
+        }),
+    );
+    caps.insert(
+        "goog:loggingPrefs".into(),
+        serde_json::json!({ "browser": "ALL" }),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let mut last = None;
+    for _ in 0..50 {
+        match ClientBuilder::rustls()
+            .unwrap()
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await
+        {
+            Ok(client) => return Some(Browser { client, driver }),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("chromedriver did not start a session: {last:?}");
+}
+
+/// `POST /session/{id}/se/log {"type": "browser"}`: the console messages so far (chromedriver).
+#[derive(Debug)]
+struct BrowserLog;
+
+impl WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/se/log", session.unwrap_or_default()))
+    }
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some("{\"type\":\"browser\"}".into()))
+    }
+}
+
+impl Browser {
+    pub async fn goto(&self, url: &str) {
+        self.client.goto(url).await.unwrap();
+    }
+
+    pub async fn text(&self, css: &str) -> String {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .text()
+            .await
+            .unwrap()
+    }
+
+    pub async fn click(&self, css: &str) {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .click()
+            .await
+            .unwrap();
+    }
+
+    pub async fn fill(&self, css: &str, value: &str) {
+        let e = self.client.find(Locator::Css(css)).await.unwrap();
+        e.clear().await.unwrap();
+        e.send_keys(value).await.unwrap();
+    }
+
+    /// The page's whole text.
+    pub async fn body(&self) -> String {
+        self.text("body").await
+    }
+
+    /// Console messages (errors and warnings included) since the last call.
+    pub async fn console(&self) -> Vec<serde_json::Value> {
+        let v = self
+            .client
+            .issue_cmd(BrowserLog)
+            .await
+            .expect("reading the browser log");
+        v.as_array().cloned().unwrap_or_default()
+    }
+
+    /// Asserts that no alert is open and that the console logged no error.
+    pub async fn assert_clean(&self, what: &str) {
+        if let Ok(text) = self.client.get_alert_text().await {
+            panic!("{what}: an alert fired: {text:?}");
+        }
+        let errors: Vec<_> = self
+            .console()
+            .await
+            .into_iter()
+            .filter(|m| m["level"] == "SEVERE" || m["level"] == "WARNING")
+            .collect();
+        assert!(errors.is_empty(), "{what}: console messages: {errors:?}");
+    }
+
+    /// Waits for the job page to say finished (it refreshes itself).
+    pub async fn wait_job(&self) {
+        for _ in 0..300 {
+            if let Ok(e) = self.client.find(Locator::Css("#job-state")).await
+                && e.attr("data-state").await.ok().flatten().as_deref() == Some("finished")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the job did not finish");
+    }
+
+    /// `data-id` → outcome on a job page.
+    pub async fn outcomes(&self) -> std::collections::BTreeMap<i64, String> {
+        let mut out = std::collections::BTreeMap::new();
+        for e in self
+            .client
+            .find_all(Locator::Css("span.outcome"))
+            .await
+            .unwrap()
+        {
+            let id = e.attr("data-id").await.unwrap().unwrap().parse().unwrap();
+            out.insert(id, e.text().await.unwrap());
+        }
+        out
+    }
+
+    /// Every `[data-count]` number on the page, by its key.
+    pub async fn counts(&self) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for e in self
+            .client
+            .find_all(Locator::Css("[data-count]"))
+            .await
+            .unwrap()
+        {
+            let key = e.attr("data-count").await.unwrap().unwrap();
+            out.push((key, e.text().await.unwrap().trim().parse().unwrap()));
+        }
+        out
+    }
+
+    /// Saves a screenshot to docs/console/{name}.png (repository root).
+    pub async fn screenshot(&self, name: &str) {
+        let png = self.client.screenshot().await.unwrap();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/console");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+}

@@ -1,0 +1,282 @@
+//! Browsing dead letters the way a console does: a richer filter than [`crate::dlq::Filter`]
+//! (time range, exact id, text), pages read by keyset, the total matching a filter, and
+//! groups by consumer and reason.
+//!
+//! Listing reads no payloads (only their length) and cuts message ids and details to
+//! [`CUT`] characters, so a page stays small whatever producers stored. A page is
+//! `WHERE … AND id < $last ORDER BY id DESC LIMIT n`: a backward range scan of the primary key
+//! (SQLite's rowid, PostgreSQL's `{prefix}dead_letters_pkey`, MySQL's `PRIMARY`), so page
+//! 1,000 costs what page 1 costs, at any table size. Totals and groups are one `COUNT(*)` /
+//! `GROUP BY` over the rows matching the filter.
+
+use crate::db::Ops;
+use oncely_core::Result;
+use oncely_sql::sqlx::{AssertSqlSafe, Row};
+use oncely_sql::{Value, db, with_autocommit};
+
+/// How many characters of a message id or detail a listing returns.
+pub const CUT: usize = 200;
+
+/// Which dead letters a console page or bulk action covers. Empty fields match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Query {
+    /// Only this consumer's.
+    pub consumer: Option<String>,
+    /// Only this reason code.
+    pub reason: Option<String>,
+    /// Only rows first seen at or after this time (unix ms).
+    pub from_ms: Option<i64>,
+    /// Only rows first seen before this time (unix ms).
+    pub to_ms: Option<i64>,
+    /// Only this exact message id.
+    pub message_id: Option<String>,
+    /// Only rows whose message id or detail contains this text (`%` and `_` are wildcards).
+    pub text: Option<String>,
+}
+
+/// One row of a listing: no payload, message id and detail cut to [`CUT`] characters.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    /// Row id.
+    pub id: i64,
+    /// Consumer.
+    pub consumer: String,
+    /// Message id (cut), if the message had one.
+    pub message_id: Option<String>,
+    /// Reason code.
+    pub reason: String,
+    /// Detail (cut).
+    pub detail: String,
+    /// Attempts made.
+    pub attempts: i64,
+    /// First seen (unix ms).
+    pub dead_lettered_at: i64,
+    /// Last seen (unix ms).
+    pub last_seen: i64,
+    /// Times dead-lettered.
+    pub deliveries: i64,
+    /// Payload length in bytes.
+    pub payload_len: i64,
+}
+
+/// Dead letters of one consumer and reason.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Group {
+    /// Consumer.
+    pub consumer: String,
+    /// Reason code.
+    pub reason: String,
+    /// Rows.
+    pub rows: i64,
+    /// Deliveries, summed over the rows.
+    pub deliveries: i64,
+    /// Earliest first-seen time (unix ms).
+    pub first_seen: i64,
+    /// Latest last-seen time (unix ms).
+    pub last_seen: i64,
+}
+
+/// The WHERE clause of `q` and its binds, in order (placeholders numbered from 1, so the
+/// positional `?` of MySQL lines up too).
+fn condition(ops: &Ops, q: &Query) -> (String, Vec<Value>) {
+    let d = ops.dialect();
+    let mut clauses = vec!["1 = 1".to_owned()];
+    let mut binds: Vec<Value> = Vec::new();
+    let mut param = |value: Value| {
+        binds.push(value);
+        d.param(binds.len())
+    };
+    if let Some(c) = &q.consumer {
+        clauses.push(format!("consumer = {}", param(c.into())));
+    }
+    if let Some(r) = &q.reason {
+        clauses.push(format!("reason = {}", param(r.into())));
+    }
+    if let Some(ms) = q.from_ms {
+        clauses.push(format!("dead_lettered_at >= {}", param(ms.into())));
+    }
+    if let Some(ms) = q.to_ms {
+        clauses.push(format!("dead_lettered_at < {}", param(ms.into())));
+    }
+    if let Some(m) = &q.message_id {
+        clauses.push(format!("message_id = {}", param(m.into())));
+    }
+    if let Some(t) = &q.text {
+        let pattern = format!("%{t}%");
+        let (a, b) = (param((&pattern).into()), param(pattern.into()));
+        clauses.push(format!("(message_id LIKE {a} OR detail LIKE {b})"));
+    }
+    (clauses.join(" AND "), binds)
+}
+
+macro_rules! bind_values {
+    ($q:expr, $binds:expr) => {{
+        let mut q = $q;
+        for b in $binds {
+            q = match b {
+                Value::I64(v) => q.bind(*v),
+                Value::Text(v) => q.bind(v.clone()),
+                Value::Bytes(v) => q.bind(v.clone()),
+                Value::NullI64 => q.bind(None::<i64>),
+                Value::NullText => q.bind(None::<String>),
+            };
+        }
+        q
+    }};
+}
+
+/// One page of rows matching `q`, newest first: the `limit` rows with an id below `before_id`
+/// (all rows when `None`). The next page starts before the last row's id.
+pub async fn page(
+    ops: &Ops,
+    q: &Query,
+    before_id: Option<i64>,
+    limit: u32,
+) -> Result<Vec<Summary>> {
+    let d = ops.dialect();
+    let (mut cond, mut binds) = condition(ops, q);
+    if let Some(id) = before_id {
+        binds.push(id.into());
+        cond.push_str(&format!(" AND id < {}", d.param(binds.len())));
+    }
+    let sql = format!(
+        "SELECT id, {consumer} AS consumer, SUBSTR(message_id, 1, {CUT}) AS message_id, reason, \
+         SUBSTR(detail, 1, {CUT}) AS detail, {attempts} AS attempts, dead_lettered_at, last_seen, \
+         {deliveries} AS deliveries, {len} AS payload_len FROM {table} WHERE {cond} \
+         ORDER BY id DESC LIMIT {limit}",
+        consumer = d.text("consumer"),
+        attempts = d.cast_i64("attempts"),
+        deliveries = d.cast_i64("deliveries"),
+        len = d.cast_i64("LENGTH(payload)"),
+        table = ops.tables().dead_letters(),
+    );
+    with_autocommit!(ops.pool(), c => {
+        let rows = bind_values!(oncely_sql::query(AssertSqlSafe(sql)), &binds)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(|e| db("listing dead letters", e))?;
+        rows.iter()
+            .map(|r| {
+                Ok(Summary {
+                    id: r.try_get("id")?,
+                    consumer: r.try_get("consumer")?,
+                    message_id: r.try_get("message_id")?,
+                    reason: r.try_get("reason")?,
+                    detail: r.try_get("detail")?,
+                    attempts: r.try_get("attempts")?,
+                    dead_lettered_at: r.try_get("dead_lettered_at")?,
+                    last_seen: r.try_get("last_seen")?,
+                    deliveries: r.try_get("deliveries")?,
+                    payload_len: r.try_get("payload_len")?,
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, oncely_sql::sqlx::Error>>()
+            .map_err(|e| db("decoding dead letters", e))
+    })?
+}
+
+/// How many rows match `q`.
+pub async fn count(ops: &Ops, q: &Query) -> Result<i64> {
+    let (cond, binds) = condition(ops, q);
+    let sql = format!(
+        "SELECT {} FROM {} WHERE {cond}",
+        ops.dialect().cast_i64("COUNT(*)"),
+        ops.tables().dead_letters()
+    );
+    with_autocommit!(ops.pool(), c => {
+        bind_values!(oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql)), &binds)
+            .fetch_one(&mut *c)
+            .await
+            .map_err(|e| db("counting dead letters", e))
+    })?
+}
+
+/// The ids of the rows matching `q`, oldest first, at most `limit`.
+pub async fn ids(ops: &Ops, q: &Query, limit: u32) -> Result<Vec<i64>> {
+    let (cond, binds) = condition(ops, q);
+    let sql = format!(
+        "SELECT id FROM {} WHERE {cond} ORDER BY id LIMIT {limit}",
+        ops.tables().dead_letters()
+    );
+    with_autocommit!(ops.pool(), c => {
+        bind_values!(oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql)), &binds)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(|e| db("listing dead letters", e))
+    })?
+}
+
+/// The rows matching `q` grouped by consumer and reason, largest group first.
+pub async fn groups(ops: &Ops, q: &Query) -> Result<Vec<Group>> {
+    let d = ops.dialect();
+    let (cond, binds) = condition(ops, q);
+    let sql = format!(
+        "SELECT {consumer} AS consumer, reason, {rows} AS n, {deliveries} AS deliveries, \
+         {first} AS first_seen, {last} AS last_seen FROM {table} WHERE {cond} \
+         GROUP BY consumer, reason ORDER BY n DESC, consumer, reason",
+        consumer = d.text("consumer"),
+        rows = d.cast_i64("COUNT(*)"),
+        deliveries = d.cast_i64("SUM(deliveries)"),
+        first = d.cast_i64("MIN(dead_lettered_at)"),
+        last = d.cast_i64("MAX(last_seen)"),
+        table = ops.tables().dead_letters(),
+    );
+    with_autocommit!(ops.pool(), c => {
+        let rows = bind_values!(oncely_sql::query(AssertSqlSafe(sql)), &binds)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(|e| db("grouping dead letters", e))?;
+        rows.iter()
+            .map(|r| {
+                Ok(Group {
+                    consumer: r.try_get("consumer")?,
+                    reason: r.try_get("reason")?,
+                    rows: r.try_get("n")?,
+                    deliveries: r.try_get("deliveries")?,
+                    first_seen: r.try_get("first_seen")?,
+                    last_seen: r.try_get("last_seen")?,
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, oncely_sql::sqlx::Error>>()
+            .map_err(|e| db("decoding dead-letter groups", e))
+    })?
+}
+
+/// Rows per hour of a table's timestamp column since `since_ms`: `(hour start in unix ms,
+/// rows)`, oldest first, hours without rows left out. What the console charts: inbox claims
+/// (`inbox`, `received_at`) and dead letters (`dead_letters`, `dead_lettered_at`), from the
+/// tables' own timestamps, without a metrics system.
+pub async fn per_hour(ops: &Ops, table: Timeline, since_ms: i64) -> Result<Vec<(i64, i64)>> {
+    let d = ops.dialect();
+    let (name, column) = match table {
+        Timeline::Claims => (ops.tables().inbox(), "received_at"),
+        Timeline::DeadLetters => (ops.tables().dead_letters(), "dead_lettered_at"),
+    };
+    let sql = format!(
+        "SELECT {hour} AS hour, {n} AS n FROM {name} WHERE {column} >= {p} GROUP BY 1 ORDER BY 1",
+        hour = d.cast_i64(&format!("{column} - {column} % 3600000")),
+        n = d.cast_i64("COUNT(*)"),
+        p = d.param(1),
+    );
+    with_autocommit!(ops.pool(), c => {
+        let rows = oncely_sql::query(AssertSqlSafe(sql))
+            .bind(since_ms)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(|e| db("counting rows per hour", e))?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("hour")?, r.try_get("n")?)))
+            .collect::<std::result::Result<Vec<_>, oncely_sql::sqlx::Error>>()
+            .map_err(|e| db("decoding rows per hour", e))
+    })?
+}
+
+/// Which timestamps [`per_hour`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timeline {
+    /// Inbox claims by `received_at` (messages applied, first deliveries).
+    Claims,
+    /// Dead letters by `dead_lettered_at` (first seen).
+    DeadLetters,
+}
