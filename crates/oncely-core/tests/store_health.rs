@@ -39,9 +39,13 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// One delivery per transaction, `CONCURRENCY` at once: the outage tests count what intake
+/// takes while the store is down, one delivery per slot (group commit, whose lanes buffer
+/// what they read ahead, has `batch_consumer_holds_its_batch`).
 fn consumer(store: &Faulty, handler: Ledger) -> Consumer<Faulty, Ledger> {
     Consumer::new(ConsumerName::new("health").unwrap(), store.clone(), handler)
         .concurrency(CONCURRENCY)
+        .max_batch(1)
 }
 
 /// What the source and the breaker saw during one outage.
