@@ -1,8 +1,8 @@
 //! The console in a real browser (headless Chromium over WebDriver), on SQLite, PostgreSQL and
 //! MariaDB: the operator's path (overview, filter, one dead letter, replay a selection and see
 //! each refusal, resolve one, the audit entry), every count shown against the database's own,
-//! hostile data rendered inert, and the read-only role. The SQLite run saves the screenshots of
-//! docs/console.md.
+//! hostile data rendered inert, and the read-only role. The SQLite run takes the screenshots of
+//! docs/console.md (saved with `ONCELY_CONSOLE_SCREENSHOTS=docs/console`).
 
 mod common;
 

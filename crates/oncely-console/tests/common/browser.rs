@@ -206,9 +206,18 @@ impl Browser {
     }
 
     /// Saves a screenshot to docs/console/{name}.png (repository root).
+    /// Takes a screenshot (the page is checked to render, always) and saves it to the folder
+    /// `ONCELY_CONSOLE_SCREENSHOTS` names, if set: `ONCELY_CONSOLE_SCREENSHOTS=docs/console`
+    /// refreshes the pictures of docs/console.md. Unset, a test run leaves the checkout clean.
     pub async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.unwrap();
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/console");
+        assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
+        let Some(dir) = std::env::var_os("ONCELY_CONSOLE_SCREENSHOTS") else {
+            return;
+        };
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
