@@ -21,16 +21,19 @@ pub struct RunOptions {
     pub concurrency: usize,
     /// Injected crashes, if any (through oncely-testkit's chaos wrappers).
     pub chaos: Option<CrashPlan>,
+    /// Deliveries per transaction (default the library's, group commit; 1: off).
+    pub max_batch: usize,
 }
 
 impl RunOptions {
-    /// Defaults: concurrency 8, idle exit 3 s, no chaos.
+    /// Defaults: concurrency 8, idle exit 3 s, no chaos, group commit at the library's default.
     pub fn new(consumer: &str) -> Self {
         Self {
             consumer: consumer.to_owned(),
             idle_exit: Duration::from_secs(3),
             concurrency: 8,
             chaos: None,
+            max_batch: oncely_core::DEFAULT_MAX_BATCH,
         }
     }
 }
@@ -117,6 +120,7 @@ where
         handler,
     )
     .concurrency(options.concurrency)
+    .max_batch(options.max_batch)
     .retry(RetryPolicy::default().max_attempts(10));
     let start = Instant::now();
     let last_ms = Arc::new(AtomicU64::new(0));

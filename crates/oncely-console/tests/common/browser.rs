@@ -69,6 +69,9 @@ pub async fn start(test: &str) -> Option<Browser> {
         serde_json::json!({ "browser": "ALL" }),
     );
     let url = format!("http://127.0.0.1:{port}");
+    // rustls needs one process-wide crypto provider; the workspace's test build enables two
+    // (ring and aws-lc-rs, through different crates), so it cannot pick one by itself.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut last = None;
     for _ in 0..50 {
         match ClientBuilder::rustls()
