@@ -1,16 +1,32 @@
 //! A headless Chromium over WebDriver: `chromedriver` (Debian's chromium-driver) started on a
 //! free port for the test, killed when the [`Browser`] drops.
 
+use fantoccini::elements::Element;
+use fantoccini::error::CmdError;
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
 use oncely_testkit::services;
+use std::future::Future;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a lookup keeps trying while the page is still loading (a click's navigation, a
+/// form's submit): pages of a loaded 2-core machine can take a few seconds.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// One browser at a time in a test process: several headless Chromiums at once on a small
+/// machine starve each other (and the databases) into timeouts.
+fn turn() -> Arc<tokio::sync::Mutex<()>> {
+    static TURN: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
+    TURN.get_or_init(Arc::default).clone()
+}
 
 /// A browser session and its driver process.
 pub struct Browser {
     pub client: Client,
     driver: Child,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Drop for Browser {
@@ -44,6 +60,7 @@ pub async fn start(test: &str) -> Option<Browser> {
         );
         return None;
     };
+    let turn = turn().lock_owned().await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -80,7 +97,13 @@ pub async fn start(test: &str) -> Option<Browser> {
             .connect(&url)
             .await
         {
-            Ok(client) => return Some(Browser { client, driver }),
+            Ok(client) => {
+                return Some(Browser {
+                    client,
+                    driver,
+                    _turn: turn,
+                });
+            }
             Err(e) => last = Some(e),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -110,30 +133,41 @@ impl Browser {
         self.client.goto(url).await.unwrap();
     }
 
+    /// Finds `css` and runs `act` on it, trying again while the element is missing or stale
+    /// (the page is still loading), for up to [`PATIENCE`].
+    async fn with<T, F, Fut>(&self, css: &str, act: F) -> T
+    where
+        F: Fn(Element) -> Fut,
+        Fut: Future<Output = Result<T, CmdError>>,
+    {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let result = match self.client.find(Locator::Css(css)).await {
+                Ok(element) => act(element).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(value) => return value,
+                Err(e) if Instant::now() >= deadline => panic!("{css}: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
     pub async fn text(&self, css: &str) -> String {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .text()
-            .await
-            .unwrap()
+        self.with(css, |e| async move { e.text().await }).await
     }
 
     pub async fn click(&self, css: &str) {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .click()
-            .await
-            .unwrap();
+        self.with(css, |e| async move { e.click().await }).await
     }
 
     pub async fn fill(&self, css: &str, value: &str) {
-        let e = self.client.find(Locator::Css(css)).await.unwrap();
-        e.clear().await.unwrap();
-        e.send_keys(value).await.unwrap();
+        self.with(css, |e| async move {
+            e.clear().await?;
+            e.send_keys(value).await
+        })
+        .await
     }
 
     /// The page's whole text.
@@ -180,35 +214,48 @@ impl Browser {
 
     /// `data-id` → outcome on a job page.
     pub async fn outcomes(&self) -> std::collections::BTreeMap<i64, String> {
-        let mut out = std::collections::BTreeMap::new();
-        for e in self
-            .client
-            .find_all(Locator::Css("span.outcome"))
-            .await
-            .unwrap()
-        {
-            let id = e.attr("data-id").await.unwrap().unwrap().parse().unwrap();
-            out.insert(id, e.text().await.unwrap());
-        }
-        out
+        self.retrying("span.outcome", || async {
+            let mut out = std::collections::BTreeMap::new();
+            for e in self.client.find_all(Locator::Css("span.outcome")).await? {
+                let id = e.attr("data-id").await?.unwrap_or_default();
+                out.insert(id.parse().expect("numeric data-id"), e.text().await?);
+            }
+            Ok(out)
+        })
+        .await
     }
 
     /// Every `[data-count]` number on the page, by its key.
     pub async fn counts(&self) -> Vec<(String, i64)> {
-        let mut out = Vec::new();
-        for e in self
-            .client
-            .find_all(Locator::Css("[data-count]"))
-            .await
-            .unwrap()
-        {
-            let key = e.attr("data-count").await.unwrap().unwrap();
-            out.push((key, e.text().await.unwrap().trim().parse().unwrap()));
-        }
-        out
+        self.retrying("[data-count]", || async {
+            let mut out = Vec::new();
+            for e in self.client.find_all(Locator::Css("[data-count]")).await? {
+                let key = e.attr("data-count").await?.unwrap_or_default();
+                let n = e.text().await?.trim().parse().expect("a number");
+                out.push((key, n));
+            }
+            Ok(out)
+        })
+        .await
     }
 
-    /// Saves a screenshot to docs/console/{name}.png (repository root).
+    /// Runs `read` until it succeeds (an element went stale while the page reloaded), for up
+    /// to [`PATIENCE`].
+    async fn retrying<T, F, Fut>(&self, what: &str, read: F) -> T
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, CmdError>>,
+    {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            match read().await {
+                Ok(value) => return value,
+                Err(e) if Instant::now() >= deadline => panic!("{what}: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
     /// Takes a screenshot (the page is checked to render, always) and saves it to the folder
     /// `ONCELY_CONSOLE_SCREENSHOTS` names, if set: `ONCELY_CONSOLE_SCREENSHOTS=docs/console`
     /// refreshes the pictures of docs/console.md. Unset, a test run leaves the checkout clean.
