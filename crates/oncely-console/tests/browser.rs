@@ -145,7 +145,7 @@ async fn operator_flow(test: &str, db: Db) {
     b.goto(&format!("{base}/dead-letters")).await;
     assert_counts(&b, &f, None, "dead letters").await;
     b.fill("#f-consumer", "billing").await;
-    b.click("#apply").await;
+    b.click_through("#apply").await;
     assert_eq!(b.text("[data-count=total]").await, "6");
     assert_counts(&b, &f, Some("billing"), "dead letters of billing").await;
     assert!(
@@ -157,7 +157,7 @@ async fn operator_flow(test: &str, db: Db) {
     }
 
     // Open one dead letter: envelope, payload with `card` redacted.
-    b.click(&format!(
+    b.click_through(&format!(
         "a.row-link[href$='/dead-letters/{}']",
         expect[0].0
     ))
@@ -179,7 +179,7 @@ async fn operator_flow(test: &str, db: Db) {
     for (id, _) in &expect {
         b.click(&format!("input.pick[value='{id}']")).await;
     }
-    b.click("#sel-replay").await;
+    b.click_through("#sel-replay").await;
     assert_eq!(
         b.text("[data-count=preview]").await,
         "5",
@@ -193,7 +193,7 @@ async fn operator_flow(test: &str, db: Db) {
     if shots {
         b.screenshot("confirm").await;
     }
-    b.click("#confirm").await;
+    b.click_through("#confirm").await;
     b.wait_job().await;
     let want: BTreeMap<i64, String> = expect
         .iter()
@@ -207,9 +207,9 @@ async fn operator_flow(test: &str, db: Db) {
 
     // Resolve one conflict from its page.
     b.goto(&format!("{base}/dead-letters/{resolve}")).await;
-    b.click("#row-resolve").await;
+    b.click_through("#row-resolve").await;
     assert_eq!(b.text("[data-count=preview]").await, "1");
-    b.click("#confirm").await;
+    b.click_through("#confirm").await;
     b.wait_job().await;
     assert_eq!(
         b.outcomes().await.get(&resolve).map(String::as_str),
@@ -314,7 +314,7 @@ async fn hostile(test: &str, db: Db) {
     assert!(imgs.is_empty(), "an injected element was parsed");
     b.goto(&format!("{base}/dead-letters?text=big")).await;
     assert_eq!(b.text("[data-count=total]").await, "1");
-    b.click("a.row-link").await;
+    b.click_through("a.row-link").await;
     assert!(b.text("#payload").await.contains("16000000 bytes in all"));
     b.assert_clean("16 MB payload").await;
     if db == Db::Sqlite {

@@ -158,8 +158,28 @@ impl Browser {
         self.with(css, |e| async move { e.text().await }).await
     }
 
+    /// Clicks `css` on the page as it is (a checkbox: no navigation).
     pub async fn click(&self, css: &str) {
         self.with(css, |e| async move { e.click().await }).await
+    }
+
+    /// Clicks `css` (a link, a submit button) and waits until the browser has left the page
+    /// it was on, so what is read next comes from the new page, not the old one.
+    pub async fn click_through(&self, css: &str) {
+        let old = self
+            .client
+            .find(Locator::Css("html"))
+            .await
+            .unwrap_or_else(|e| panic!("the page before clicking {css}: {e}"));
+        self.click(css).await;
+        let deadline = Instant::now() + PATIENCE;
+        while old.tag_name().await.is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "clicking {css} did not leave the page"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub async fn fill(&self, css: &str, value: &str) {
