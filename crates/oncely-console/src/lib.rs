@@ -28,6 +28,7 @@ mod groups;
 mod html;
 mod jobs;
 mod letters;
+mod overview;
 mod pages;
 mod prune;
 mod replayers;

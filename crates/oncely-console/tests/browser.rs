@@ -145,6 +145,9 @@ async fn operator_flow(test: &str, db: Db) {
     b.assert_clean("overview").await;
     if shots {
         b.screenshot("overview").await;
+        // The charts, further down the same page (the anchor scrolls to them).
+        b.goto(&format!("{base}/#chart-note")).await;
+        b.screenshot("charts").await;
     }
 
     // Filter by consumer.
@@ -341,7 +344,8 @@ async fn hostile(test: &str, db: Db) {
     let raw = f
         .scalar(
             &format!(
-                "SELECT LENGTH(raw_id) FROM {} WHERE id = $1",
+                "SELECT {} FROM {} WHERE id = $1",
+                f.store.dialect().cast_i64("LENGTH(raw_id)"),
                 f.table("dead_letters")
             ),
             &[long.into()],
