@@ -6,6 +6,7 @@
 
 pub mod suite;
 
+use oncely_effects::EffectTables;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{AnyStore, ConnectOptions, Tables, with_pool};
 use std::net::SocketAddr;
