@@ -35,6 +35,10 @@ pub use mapping::{
     ENTITY_FIELD, ID_FIELD, PAYLOAD_FIELD, SOURCE_TIME_FIELD, VERSION_FIELD, envelope_of, fields_of,
 };
 pub use producer::{RedisProducer, publish};
+/// The redis crate this store is built on, for reads outside a transaction
+/// ([`RedisStore::connection`]).
+#[cfg(feature = "store")]
+pub use redis;
 pub use source::{DEFAULT_STREAM, RedisOptions, RedisSource, connect_source};
 #[cfg(feature = "store")]
 pub use store::{Durability, RedisStore, RedisStoreOptions, RedisTx};

@@ -212,3 +212,44 @@ async fn keys_outside_the_slot_and_failing_writes_are_refused() {
     assert_eq!(counter, None, "a write before the failing one was applied");
     assert_eq!(store.claimed_hash(&c, "m-1").await.expect("read"), None);
 }
+
+/// With group commit several messages for one key share a transaction: each read must see
+/// the writes buffered before it, or the second read-modify-write overwrites the first.
+#[tokio::test]
+async fn reads_see_the_transactions_own_writes() {
+    if !up("own_writes").await {
+        return;
+    }
+    let store = fresh_store().await.expect("store");
+    let balance = store.key("balance:a");
+    let hash = store.key("h");
+    let mut tx = store.begin().await.expect("begin");
+    for add in [5, 7] {
+        let now = tx.get_i64(&balance).await.expect("read");
+        tx.set(&balance, now + add).expect("write");
+    }
+    tx.incr_by(&balance, 100).expect("write");
+    assert_eq!(tx.get_i64(&balance).await.expect("read"), 112);
+    tx.hincr_by(&hash, "f", 3).expect("write");
+    tx.write("HSET", &hash, ("g", "x")).expect("write");
+    assert_eq!(
+        tx.hget(&hash, "f").await.expect("read"),
+        Some(b"3".to_vec())
+    );
+    assert_eq!(
+        tx.hget(&hash, "g").await.expect("read"),
+        Some(b"x".to_vec())
+    );
+    let list = store.key("list");
+    tx.rpush(&list, "v").expect("write");
+    let e = tx.get(&list).await.expect_err("a list read back");
+    assert_eq!(e.kind(), ErrorKind::Permanent);
+    store.commit(tx).await.expect("commit");
+    let mut conn = store.connection();
+    let now: i64 = redis::cmd("GET")
+        .arg(&balance)
+        .query_async(&mut conn)
+        .await
+        .expect("get");
+    assert_eq!(now, 112);
+}

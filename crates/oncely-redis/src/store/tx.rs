@@ -56,13 +56,34 @@ pub const WRITE_COMMANDS: &[&str] = &[
 /// refused with a permanent error (the message is dead-lettered with it), on a single
 /// server too, so code that works there works on Cluster.
 ///
-/// Reads see committed values only, never this transaction's own buffered writes.
+/// A read sees the committed value with this transaction's own buffered writes to that key
+/// applied (`SET`, `DEL`, `INCRBY`, `DECRBY`, `EXPIRE`/`PEXPIRE` for [`RedisTx::get`];
+/// `HSET`, `HDEL`, `HINCRBY`, `DEL` for [`RedisTx::hget`]), so two messages of one group may
+/// read-modify-write the same key; a read of a key another buffered command wrote is refused.
 pub struct RedisTx {
     pub(crate) conn: ConnectionManager,
     pub(crate) layout: Layout,
     pub(crate) claims: Vec<(String, PayloadHash)>,
     pub(crate) guards: Vec<Guard>,
     pub(crate) writes: Vec<Write>,
+}
+
+fn int(bytes: Option<&[u8]>, key: &str) -> Result<i64> {
+    bytes
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| Error::permanent(format!("Redis key {key}: not an integer")))
+}
+
+fn add(value: Option<&[u8]>, by: i64, key: &str) -> Result<Vec<u8>> {
+    let now = match value {
+        None => 0,
+        Some(v) => int(Some(v), key)?,
+    };
+    let sum = now
+        .checked_add(by)
+        .ok_or_else(|| Error::permanent(format!("Redis key {key}: integer overflow")))?;
+    Ok(sum.to_string().into_bytes())
 }
 
 impl RedisTx {
@@ -82,7 +103,7 @@ impl RedisTx {
             .await
             .map_err(|e| redis_error("GET", e))?;
         self.guard(key, None, seen.clone());
-        Ok(seen)
+        self.own_view(key, None, seen)
     }
 
     /// Reads a hash field now, guarded as [`RedisTx::get`].
@@ -95,7 +116,7 @@ impl RedisTx {
             .await
             .map_err(|e| redis_error("HGET", e))?;
         self.guard(key, Some(field.as_bytes().to_vec()), seen.clone());
-        Ok(seen)
+        self.own_view(key, Some(field.as_bytes()), seen)
     }
 
     /// Reads an integer string key (0 when absent), guarded as [`RedisTx::get`].
@@ -150,6 +171,48 @@ impl RedisTx {
     /// Whether the transaction has nothing for the commit step.
     pub(crate) fn is_empty(&self) -> bool {
         self.claims.is_empty() && self.guards.is_empty() && self.writes.is_empty()
+    }
+
+    /// `committed` with this transaction's buffered writes to `key` (`field`) applied.
+    fn own_view(
+        &self,
+        key: &str,
+        field: Option<&[u8]>,
+        committed: Option<Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>> {
+        let mut value = committed;
+        for w in self.writes.iter().filter(|w| w.key == key) {
+            let arg = |i: usize| w.args.get(i).map(Vec::as_slice);
+            value = match (w.command, field) {
+                ("EXPIRE" | "PEXPIRE", _) => value,
+                ("DEL", _) => None,
+                ("SET", None) => arg(0).map(<[u8]>::to_vec),
+                ("INCRBY" | "DECRBY", None) => {
+                    let by = int(arg(0), key)?;
+                    let by = if w.command == "DECRBY" { -by } else { by };
+                    Some(add(value.as_deref(), by, key)?)
+                }
+                ("HSET", Some(f)) => {
+                    let set = w.args.chunks(2).filter(|p| p[0] == f).last();
+                    match set {
+                        Some(pair) => pair.get(1).cloned(),
+                        None => value,
+                    }
+                }
+                ("HDEL", Some(f)) if w.args.iter().any(|a| a == f) => None,
+                ("HDEL", Some(_)) => value,
+                ("HINCRBY", Some(f)) if arg(0) == Some(f) => {
+                    Some(add(value.as_deref(), int(arg(1), key)?, key)?)
+                }
+                ("HINCRBY", Some(_)) => value,
+                (command, _) => {
+                    return Err(Error::permanent(format!(
+                        "Redis store: {key} was written with {command} in this transaction and cannot be read back before the commit"
+                    )));
+                }
+            };
+        }
+        Ok(value)
     }
 
     fn guard(&mut self, key: &str, field: Option<Vec<u8>>, seen: Option<Vec<u8>>) {
