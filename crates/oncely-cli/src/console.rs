@@ -60,7 +60,7 @@ pub async fn run(args: ConsoleArgs) -> Result<bool> {
         max_connections: 4,
         ..ConnectOptions::default()
     };
-    let store = AnyStore::connect(&args.database, &options).await?;
+    let store = AnyStore::connect_with(&args.database, &options).await?;
     let credits = Credits::new(CreditTables::new(store.dialect(), store.tables().schema()));
     let mut console = oncely_console::Console::new(store)
         .default_handler(credits)

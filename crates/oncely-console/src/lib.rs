@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! # async fn f() -> oncely_core::Result<()> {
-//! let store = oncely_sql::AnyStore::connect("sqlite:oncely.db", &Default::default()).await?;
+//! let store = oncely_sql::AnyStore::connect("sqlite:oncely.db").await?;
 //! let console = oncely_console::Console::new(store).operator_token("s3cret");
 //! let app = axum::Router::new().nest("/ops", console.router());
 //! # let _ = app; Ok(()) }

@@ -66,7 +66,7 @@ pub async fn fixture(test: &str, db: Db) -> Option<Fixture> {
         tables: Tables::default().with_prefix(&prefix).unwrap(),
         ..ConnectOptions::default()
     };
-    let store = match AnyStore::connect(&url, &options).await {
+    let store = match AnyStore::connect_with(&url, &options).await {
         Ok(s) => s,
         Err(e) => {
             services::unavailable(test, what, &e);
