@@ -146,7 +146,7 @@ async fn partitioned_over_a_regular_inbox_is_refused_clearly() {
 async fn with_http_migrates_old_keys_to_the_global_scope() {
     use oncely_sql::{AnyStore, Dialect, MigrationSet};
     let t = Target::sqlite();
-    let store = AnyStore::connect(&t.url, &Default::default())
+    let store = AnyStore::connect(&t.url)
         .await
         .unwrap();
     let v1 =

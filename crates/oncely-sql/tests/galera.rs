@@ -194,7 +194,7 @@ async fn unknown_commit(server: &str, db: &str, deliver: bool) {
     let target = cluster::host_port(server);
     let proxy = FaultProxy::start(target.as_str()).await.expect("proxy");
     let url = with_db(server, db).replacen(&target, &proxy.addr().to_string(), 1);
-    let store = AnyStore::connect(&url, &ConnectOptions::default())
+    let store = AnyStore::connect(&url)
         .await
         .expect("connect");
     let ids: Vec<String> = (0..20).map(|i| format!("{deliver}-{i}")).collect();
@@ -261,7 +261,7 @@ async fn galera_multi_host_url_fails_over() {
         proxy.addr(),
         cluster::host_port(&nodes[1])
     );
-    let store = AnyStore::connect(&url, &ConnectOptions::default())
+    let store = AnyStore::connect(&url)
         .await
         .expect("connect");
     let ids: Vec<String> = (0..2000).map(|i| format!("f-{i}")).collect();

@@ -28,7 +28,7 @@ impl Handler<AnyTx> for Orders {
 async fn setup() -> (tempfile::TempDir, String, AnyStore) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("admin.db").display());
-    let store = AnyStore::connect(&url, &ConnectOptions::default())
+    let store = AnyStore::connect(&url)
         .await
         .unwrap();
     store.migrate().await.unwrap();

@@ -52,7 +52,7 @@ async fn quick_start_on(url: &str) {
     );
     assert_eq!(source.unacked(), 0, "every delivery acked");
 
-    let pool = AnyPool::connect(url, &ConnectOptions::default())
+    let pool = AnyPool::connect(url)
         .await
         .expect("pool");
     let (credits, inbox, dead): (i64, i64, i64) = with_pool!(&pool, p => (
@@ -80,7 +80,7 @@ async fn quick_start_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_start_on_postgres() {
     let base = services::pg_url();
-    let admin = match AnyPool::connect(&base, &ConnectOptions::default()).await {
+    let admin = match AnyPool::connect(&base).await {
         Ok(pool) => pool,
         Err(e) => {
             services::unavailable("quick_start_on_postgres", "PostgreSQL", &e);
