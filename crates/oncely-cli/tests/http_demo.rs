@@ -259,9 +259,7 @@ async fn oncely_prune_deletes_expired_http_keys() {
     let prune = |_| admin_support::json(&["prune", "--database", &url, "--json"]);
     assert_eq!(prune(())["http_keys_deleted"], 2);
     assert_eq!(prune(())["http_keys_deleted"], 0);
-    let store = AnyStore::connect(&url)
-        .await
-        .unwrap();
+    let store = AnyStore::connect(&url).await.unwrap();
     assert_eq!(
         counts(&store).await,
         (3, 3, 1),

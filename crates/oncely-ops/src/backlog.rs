@@ -5,6 +5,7 @@
 use crate::browse::position;
 use crate::db::Ops;
 use oncely_core::{ConsumerName, MessageId, Result};
+use oncely_effects::EffectTables;
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
 use oncely_sql::{db, is_missing_table, with_autocommit};
 

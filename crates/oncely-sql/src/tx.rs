@@ -445,12 +445,9 @@ impl Inspect for AnyStore {
 #[cfg(all(test, feature = "sqlite", feature = "postgres"))]
 mod tests {
     use super::*;
-    use crate::ConnectOptions;
 
     async fn sqlite() -> AnyStore {
-        let store = AnyStore::connect("sqlite::memory:")
-            .await
-            .unwrap();
+        let store = AnyStore::connect("sqlite::memory:").await.unwrap();
         store.migrate().await.unwrap();
         store
     }

@@ -84,9 +84,7 @@ impl AnyHarness {
         if self.dialect == Dialect::Sqlite {
             return;
         }
-        let admin = AnyStore::connect(&self.admin_url())
-            .await
-            .unwrap();
+        let admin = AnyStore::connect(&self.admin_url()).await.unwrap();
         for name in self.made.lock().unwrap().clone() {
             let mut tx = admin.pool().begin().await.unwrap();
             let _ = tx
