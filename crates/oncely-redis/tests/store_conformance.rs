@@ -162,7 +162,7 @@ async fn a_claim_taken_since_it_was_read_fails_the_commit() {
         .expect("get");
     assert_eq!(now, 5, "applied twice");
     let ttl: i64 = redis::cmd("TTL")
-        .arg(store.key(&format!("inbox:7:billing:m-1")))
+        .arg(store.key("inbox:7:billing:m-1"))
         .query_async(&mut conn)
         .await
         .expect("ttl");

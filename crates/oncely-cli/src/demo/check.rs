@@ -53,10 +53,14 @@ impl Verdict {
     }
 }
 
-struct Readings {
-    inbox: HashMap<String, String>,
-    ledger: Vec<(String, i64)>,
-    balances: Vec<i64>,
+/// What a store holds after a run, read back independently of the consumer's counters.
+pub(super) struct Readings {
+    /// The consumer's inbox: message id → payload hash (hex).
+    pub(super) inbox: HashMap<String, String>,
+    /// Ledger rows `(message id, amount)`.
+    pub(super) ledger: Vec<(String, i64)>,
+    /// Every account's balance.
+    pub(super) balances: Vec<i64>,
 }
 
 async fn read(store: &AnyStore, tables: &CreditTables, consumer: &str) -> Result<Readings> {
@@ -90,13 +94,22 @@ pub async fn check(
 ) -> Result<Verdict> {
     let r = read(store, tables, consumer.as_str()).await?;
     let letters = with_store!(store, s => s.dead_letters(Some(consumer)).await?);
+    Ok(judge(&r, &letters, published))
+}
+
+/// Judges a run from what the store holds.
+pub(super) fn judge(
+    r: &Readings,
+    letters: &[oncely_core::StoredDeadLetter],
+    published: &Published,
+) -> Verdict {
     let mut v = Verdict {
         dead_letter_rows: letters.len() as u64,
         ..Verdict::default()
     };
     let mut reasons_by_id: HashMap<&str, Vec<&str>> = HashMap::new();
     let mut bad_id_rows = 0u64;
-    for l in &letters {
+    for l in letters {
         *v.dead_letters_by_reason
             .entry(l.reason.clone())
             .or_default() += 1;
@@ -140,5 +153,5 @@ pub async fn check(
         }
     }
     v.lost += (published.bad_ids as u64).saturating_sub(bad_id_rows);
-    Ok(v)
+    v
 }

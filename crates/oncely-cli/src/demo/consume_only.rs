@@ -46,7 +46,8 @@ pub async fn run(args: &DemoArgs, store: &AnyStore, tables: &CreditTables) -> Re
         .context("--consume-only needs --source")?;
     let source = connect_source(&super::broker::consume_url(url, args), name.as_str()).await?;
     let idle = StopWhenIdle::new(source, Duration::from_secs(args.idle_exit));
-    let (stats, _crashes) = consume_with(args, store, tables, &name, idle, 0).await?;
+    let handler = super::credits::Credits::new(tables.clone());
+    let (stats, _crashes) = consume_with(args, store, handler, &name, idle, 0).await?;
     let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
     let balance_sql = format!("SELECT account, balance FROM {}", tables.accounts);
     let (ledger, balances) = with_store!(store, s => {

@@ -6,6 +6,8 @@ mod check;
 mod consume_only;
 pub(crate) mod credits;
 mod publish;
+#[cfg(feature = "redis")]
+mod redis_target;
 mod report;
 
 use anyhow::{Context, Result};
@@ -105,13 +107,16 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         .store
         .clone()
         .unwrap_or_else(|| format!("sqlite:{}", temp.path().join("oncely-demo.db").display()));
-    let (store, credit_tables) = open_store(&url, &args).await?;
+    let target = Target::open(&url, &args).await?;
     if args.consume_only {
-        let ok = consume_only::run(&args, &store, &credit_tables).await?;
+        let Target::Sql(store, credit_tables) = &target else {
+            anyhow::bail!("--consume-only reads SQL stores only");
+        };
+        let ok = consume_only::run(&args, store, credit_tables).await?;
         metrics.hold().await;
         return Ok(ok);
     }
-    reset(&store, &credit_tables).await?;
+    target.reset().await?;
 
     let run = match &args.source {
         None => String::new(),
@@ -148,8 +153,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             source.close();
             let copies = source.stats().published + source.stats().duplicates_injected;
             let started = Instant::now();
-            let (stats, crashes) =
-                consume_with(&args, &store, &credit_tables, &name, source.clone(), copies).await?;
+            let (stats, crashes) = target.consume(&args, &name, source.clone(), copies).await?;
             (stats, crashes, source.stats(), started.elapsed(), false)
         }
         Some(broker) => {
@@ -169,15 +173,9 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             let publishing = broker::start_publishing(broker, &source, &copies).await?;
             let started = Instant::now();
             let idle = StopWhenIdle::new(source, Duration::from_secs(args.idle_exit));
-            let (stats, crashes) = consume_with(
-                &args,
-                &store,
-                &credit_tables,
-                &name,
-                idle,
-                copies.len() as u64,
-            )
-            .await?;
+            let (stats, crashes) = target
+                .consume(&args, &name, idle, copies.len() as u64)
+                .await?;
             let elapsed = started.elapsed();
             publishing.finish().await?;
             let source_stats = MemoryStats {
@@ -190,7 +188,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         }
     };
 
-    let mut verdict = check(&store, &credit_tables, &name, &published).await?;
+    let mut verdict = target.check(&name, &published).await?;
     if broker_dedups {
         // The broker (JetStream) drops a second publish of an id inside its dedup window,
         // so a conflicting copy never reaches the consumer: the broker resolved it.
@@ -214,6 +212,80 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     report.print(args.json);
     metrics.hold().await;
     Ok(verdict.holds())
+}
+
+/// The store the demo runs on: a SQL database, or Redis (balances and ledger in Redis).
+enum Target {
+    Sql(AnyStore, CreditTables),
+    #[cfg(feature = "redis")]
+    Redis(oncely_redis::RedisStore),
+}
+
+impl Target {
+    async fn open(url: &str, args: &DemoArgs) -> Result<Self> {
+        if url.starts_with("redis://") || url.starts_with("rediss://") {
+            #[cfg(feature = "redis")]
+            return Ok(Self::Redis(redis_target::open(url, &args.schema).await?));
+            #[cfg(not(feature = "redis"))]
+            anyhow::bail!(
+                "--store redis://… needs the binary built with --features redis (or brokers)"
+            );
+        }
+        let (store, tables) = open_store(url, args).await?;
+        Ok(Self::Sql(store, tables))
+    }
+
+    async fn reset(&self) -> Result<()> {
+        match self {
+            Self::Sql(store, tables) => reset(store, tables).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(store) => redis_target::reset(store).await,
+        }
+    }
+
+    async fn consume<Src: Source>(
+        &self,
+        args: &DemoArgs,
+        name: &ConsumerName,
+        source: Src,
+        copies: u64,
+    ) -> Result<(StatsSnapshot, Crashes)> {
+        match self {
+            Self::Sql(store, tables) => {
+                let handler = Credits::new(tables.clone());
+                consume_with(args, store, handler, name, source, copies).await
+            }
+            #[cfg(feature = "redis")]
+            Self::Redis(store) => {
+                consume_with(
+                    args,
+                    store,
+                    redis_target::RedisCredits,
+                    name,
+                    source,
+                    copies,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn check(
+        &self,
+        name: &ConsumerName,
+        published: &publish::Published,
+    ) -> Result<check::Verdict> {
+        match self {
+            Self::Sql(store, tables) => check(store, tables, name, published).await,
+            #[cfg(feature = "redis")]
+            Self::Redis(store) => {
+                use oncely_core::Inspect;
+                let readings = redis_target::read(store, name.as_str()).await?;
+                let letters = store.dead_letters(Some(name)).await?;
+                Ok(check::judge(&readings, &letters, published))
+            }
+        }
+    }
 }
 
 async fn open_store(url: &str, args: &DemoArgs) -> Result<(AnyStore, CreditTables)> {
@@ -248,15 +320,20 @@ impl Crashes {
     }
 }
 
-async fn consume_with<Src: Source>(
+async fn consume_with<S, H, Src>(
     args: &DemoArgs,
-    store: &AnyStore,
-    tables: &CreditTables,
+    store: &S,
+    handler: H,
     name: &ConsumerName,
     source: Src,
     copies: u64,
-) -> Result<(StatsSnapshot, Crashes)> {
-    let handler = CrashingHandler(Credits::new(tables.clone()));
+) -> Result<(StatsSnapshot, Crashes)>
+where
+    S: oncely_core::Store + Clone,
+    H: oncely_core::Handler<S::Tx>,
+    Src: Source,
+{
+    let handler = CrashingHandler(handler);
     let progress = progress_bar(copies, args.json);
     // Consumer crashes come from oncely-testkit's chaos wrappers around the store and source.
     let plan = CrashPlan::new(args.seed, args.crash_rate);

@@ -193,7 +193,7 @@ impl RedisTx {
                     Some(add(value.as_deref(), by, key)?)
                 }
                 ("HSET", Some(f)) => {
-                    let set = w.args.chunks(2).filter(|p| p[0] == f).last();
+                    let set = w.args.chunks(2).rfind(|p| p[0] == f);
                     match set {
                         Some(pair) => pair.get(1).cloned(),
                         None => value,
