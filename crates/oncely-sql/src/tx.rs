@@ -210,6 +210,31 @@ impl AnyTx {
             .map_err(|e| db("running a script", e))
     }
 
+    /// Commits the transaction (what [`Store::commit`] does for a store's transaction).
+    ///
+    /// ```no_run
+    /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+    /// let mut tx = pool.begin().await?;
+    /// tx.execute("DELETE FROM accounts WHERE balance = 0", &[]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn commit(self) -> Result<()> {
+        crate::with_tx!(self, t => t.commit().await).map_err(|e| db("committing", e))
+    }
+
+    /// Rolls the transaction back.
+    ///
+    /// ```no_run
+    /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+    /// let tx = pool.begin().await?;
+    /// tx.rollback().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn rollback(self) -> Result<()> {
+        crate::with_tx!(self, t => t.rollback().await).map_err(|e| db("rolling back", e))
+    }
+
     /// The typed SQLite transaction, if it is one.
     ///
     /// ```no_run
@@ -325,7 +350,7 @@ macro_rules! with_store_tx {
 /// # async fn f() -> oncely_core::Result<()> {
 /// use oncely_core::Store;
 /// use oncely_sql::{AnyStore, ConnectOptions};
-/// let store = AnyStore::connect("sqlite:oncely.db", &ConnectOptions::default()).await?;
+/// let store = AnyStore::connect("sqlite:oncely.db").await?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;
 /// tx.execute("DELETE FROM accounts WHERE balance = $1", &[0.into()]).await?;
@@ -420,12 +445,9 @@ impl Inspect for AnyStore {
 #[cfg(all(test, feature = "sqlite", feature = "postgres"))]
 mod tests {
     use super::*;
-    use crate::ConnectOptions;
 
     async fn sqlite() -> AnyStore {
-        let store = AnyStore::connect("sqlite::memory:", &ConnectOptions::default())
-            .await
-            .unwrap();
+        let store = AnyStore::connect("sqlite::memory:").await.unwrap();
         store.migrate().await.unwrap();
         store
     }
