@@ -12,8 +12,9 @@
 //! - `raw`: the same claims and effect written by hand through sqlx in the same transaction
 //!   shape (`unnest` multi-row inserts for batches on PostgreSQL);
 //! - `duplicate`: every message delivered a second time, to price a redelivered duplicate;
-//! - `amqp_bare` and `amqp`, `nats_bare` and `nats`, `redis_bare` and `redis`: the same
-//!   messages through RabbitMQ, NATS JetStream and Redis Streams, to a bare consumer of the
+//! - `amqp_bare` and `amqp`, `nats_bare` and `nats`, `redis_bare` and `redis`, `mqtt_bare`
+//!   and `mqtt`: the same messages through RabbitMQ, NATS JetStream, Redis Streams and MQTT
+//!   (a smaller backlog, see [`broker`]), to a bare consumer of the
 //!   client library oncely uses (consume + ack) and to oncely at its defaults with a plain URL
 //!   ([`broker`]).
 //!
