@@ -27,7 +27,7 @@ impl Db {
             max_connections: if dialect.has_schemas() { 8 } else { 4 },
             ..ConnectOptions::default()
         };
-        let store = AnyStore::connect(url, &opts).await?;
+        let store = AnyStore::connect_with(url, &opts).await?;
         store.migrate().await?;
         let ledger = match schema {
             Some(s) => format!("{s}.ledger"),

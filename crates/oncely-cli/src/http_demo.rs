@@ -49,7 +49,7 @@ pub async fn run(args: HttpDemoArgs) -> Result<bool> {
         tables,
         ..ConnectOptions::default()
     };
-    let store = AnyStore::connect(&url, &options).await?;
+    let store = AnyStore::connect_with(&url, &options).await?;
     setup(&store).await?;
     let layer = layer(store.clone()).ttl(args.ttl);
     let orders =

@@ -152,7 +152,7 @@ async fn killed_mid_request_then_retried(url: &str, schema: &str) {
         ..Default::default()
     };
     let slow = Server::start(url, schema, 30_000);
-    let store = AnyStore::connect(url, &options).await.unwrap();
+    let store = AnyStore::connect_with(url, &options).await.unwrap();
     let base = slow.base.clone();
     let request = tokio::spawn(async move { post(&base, "order-crash", BOOK).await });
     // The handler wrote the order and the outbox message and now holds the transaction open.
@@ -259,9 +259,7 @@ async fn oncely_prune_deletes_expired_http_keys() {
     let prune = |_| admin_support::json(&["prune", "--database", &url, "--json"]);
     assert_eq!(prune(())["http_keys_deleted"], 2);
     assert_eq!(prune(())["http_keys_deleted"], 0);
-    let store = AnyStore::connect(&url, &ConnectOptions::default())
-        .await
-        .unwrap();
+    let store = AnyStore::connect(&url).await.unwrap();
     assert_eq!(
         counts(&store).await,
         (3, 3, 1),

@@ -7,7 +7,7 @@
 //! ```no_run
 //! # async fn f() -> oncely_core::Result<()> {
 //! use oncely_http::demo;
-//! let store = oncely_sql::AnyStore::connect("sqlite:demo.db", &Default::default()).await?;
+//! let store = oncely_sql::AnyStore::connect("sqlite:demo.db").await?;
 //! demo::setup(&store).await?;
 //! let app = demo::router(demo::Orders::new(store.clone()), demo::layer(store));
 //! # Ok(()) }

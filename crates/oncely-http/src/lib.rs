@@ -35,7 +35,7 @@
 //! }
 //!
 //! # async fn f() -> oncely_core::Result<()> {
-//! let store = oncely_sql::AnyStore::connect("sqlite:app.db", &Default::default()).await?;
+//! let store = oncely_sql::AnyStore::connect("sqlite:app.db").await?;
 //! store.migrate().await?;
 //! oncely_http::migrate(&store).await?;
 //! let layer = IdempotencyLayer::new(store, Scope::header("authorization"))

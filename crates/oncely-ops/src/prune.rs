@@ -39,6 +39,9 @@ pub struct PruneOptions {
     pub days_ahead: u32,
     /// Stop after this many batches (default: none); the next run continues.
     pub max_batches: Option<u64>,
+    /// Stop before the next batch once this flag is set (default: none), e.g. an operator's
+    /// cancel; the next run continues.
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for PruneOptions {
@@ -50,6 +53,7 @@ impl Default for PruneOptions {
             wait_for_lock: false,
             days_ahead: 3,
             max_batches: None,
+            stop: None,
         }
     }
 }
@@ -158,7 +162,12 @@ async fn run(
     let sql = batch_sql(ops, &table, batch);
     let mut after = None;
     loop {
-        if options.max_batches.is_some_and(|m| report.batches >= m) {
+        if options.max_batches.is_some_and(|m| report.batches >= m)
+            || options
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+        {
             break;
         }
         let (deleted, full) = if portable {
@@ -256,6 +265,13 @@ async fn key_range_batch(
     tx.commit().await?;
     *after = Some((last[0].text(), last[1].text()));
     Ok((deleted, keys.len() as u64))
+}
+
+/// How many inbox ids a prune with `window` would remove now (the preview an operator sees
+/// before confirming one).
+pub async fn expired(ops: &Ops, window: Duration) -> Result<u64> {
+    let cutoff_ms = now_ms() - window.as_millis() as i64;
+    count_expired(ops, &ops.tables().inbox(), cutoff_ms).await
 }
 
 async fn count_expired(ops: &Ops, table: &str, cutoff_ms: i64) -> Result<u64> {

@@ -30,8 +30,8 @@ use sqlx::SqlitePool;
 /// ```no_run
 /// # async fn f() -> oncely_core::Result<()> {
 /// use oncely_core::Inspect;
-/// use oncely_sql::{AnyStore, ConnectOptions};
-/// let store = AnyStore::connect("sqlite:oncely.db", &ConnectOptions::default()).await?;
+/// use oncely_sql::AnyStore;
+/// let store = AnyStore::connect("sqlite:oncely.db").await?;
 /// store.migrate().await?;
 /// let letters = oncely_sql::with_store!(&store, s => s.dead_letters(None).await?);
 /// # Ok(()) }
@@ -53,8 +53,8 @@ pub enum AnyStore {
 ///
 /// ```no_run
 /// # async fn f() -> oncely_core::Result<()> {
-/// use oncely_sql::{AnyPool, ConnectOptions, sqlx};
-/// let pool = AnyPool::connect("postgres://app@db/app", &ConnectOptions::default()).await?;
+/// use oncely_sql::{AnyPool, sqlx};
+/// let pool = AnyPool::connect("postgres://app@db/app").await?;
 /// let one: i64 = oncely_sql::with_pool!(&pool, p => sqlx::query_scalar("SELECT 1")
 ///     .fetch_one(p)
 ///     .await
@@ -176,9 +176,14 @@ pub(crate) fn not_built(dialect: Dialect) -> Error {
 
 impl AnyStore {
     /// Connects to the database `url` names (`sqlite:`, `postgres://`, `mysql://`,
-    /// `mariadb://`) without migrating. Errors keep the error's kind and name the URL with
-    /// its password redacted.
-    pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Self> {
+    /// `mariadb://`) with the default [`ConnectOptions`], without migrating. Errors keep the
+    /// error's kind and name the URL with its password redacted.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &ConnectOptions::default()).await
+    }
+
+    /// [`AnyStore::connect`] with options (table prefix, pool size, durability, replication).
+    pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
         let store = match Dialect::from_url(url) {
             #[cfg(feature = "sqlite")]
             Ok(Dialect::Sqlite) => SqliteStore::connect_with(url, options)
@@ -261,8 +266,13 @@ impl From<MySqlStore> for AnyStore {
 impl AnyPool {
     /// Connects to the database `url` names, with the same pool settings (SQLite WAL and
     /// durability, pool size, timeouts) as [`AnyStore::connect`].
-    pub async fn connect(url: &str, options: &ConnectOptions) -> Result<Self> {
-        Ok(AnyStore::connect(url, options).await?.pool())
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &ConnectOptions::default()).await
+    }
+
+    /// [`AnyPool::connect`] with options.
+    pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
+        Ok(AnyStore::connect_with(url, options).await?.pool())
     }
 
     /// The database.
@@ -417,9 +427,7 @@ mod tests {
 
     #[tokio::test]
     async fn sqlite_store_and_pool() {
-        let store = AnyStore::connect("sqlite::memory:", &ConnectOptions::default())
-            .await
-            .unwrap();
+        let store = AnyStore::connect("sqlite::memory:").await.unwrap();
         assert_eq!(store.dialect(), Dialect::Sqlite);
         assert!(store.migrate().await.unwrap() > 0);
         let pool = store.pool();
@@ -433,7 +441,7 @@ mod tests {
     #[tokio::test]
     async fn errors_name_the_redacted_url() {
         let options = ConnectOptions::default();
-        let e = AnyStore::connect("postgres://app:s3cret@h:port/x", &options)
+        let e = AnyStore::connect_with("postgres://app:s3cret@h:port/x", &options)
             .await
             .err()
             .unwrap();
@@ -444,7 +452,7 @@ mod tests {
         );
         assert!(!text.contains("s3cret"), "{text}");
         assert_eq!(e.kind(), oncely_core::ErrorKind::Config, "{e:?}");
-        let e = AnyPool::connect("oracle://x", &options)
+        let e = AnyPool::connect_with("oracle://x", &options)
             .await
             .err()
             .unwrap();

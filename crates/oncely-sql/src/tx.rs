@@ -350,7 +350,7 @@ macro_rules! with_store_tx {
 /// # async fn f() -> oncely_core::Result<()> {
 /// use oncely_core::Store;
 /// use oncely_sql::{AnyStore, ConnectOptions};
-/// let store = AnyStore::connect("sqlite:oncely.db", &ConnectOptions::default()).await?;
+/// let store = AnyStore::connect("sqlite:oncely.db").await?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;
 /// tx.execute("DELETE FROM accounts WHERE balance = $1", &[0.into()]).await?;
@@ -445,12 +445,9 @@ impl Inspect for AnyStore {
 #[cfg(all(test, feature = "sqlite", feature = "postgres"))]
 mod tests {
     use super::*;
-    use crate::ConnectOptions;
 
     async fn sqlite() -> AnyStore {
-        let store = AnyStore::connect("sqlite::memory:", &ConnectOptions::default())
-            .await
-            .unwrap();
+        let store = AnyStore::connect("sqlite::memory:").await.unwrap();
         store.migrate().await.unwrap();
         store
     }

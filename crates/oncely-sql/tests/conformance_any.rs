@@ -66,7 +66,7 @@ impl AnyHarness {
             ));
         }
         let name = unique("conf_any");
-        let admin = AnyStore::connect(&self.admin_url(), &ConnectOptions::default()).await?;
+        let admin = AnyStore::connect(&self.admin_url()).await?;
         let mut tx = admin.pool().begin().await?;
         tx.script(&self.dialect.create_schema_sql(&name).expect("schemas"))
             .await?;
@@ -84,9 +84,7 @@ impl AnyHarness {
         if self.dialect == Dialect::Sqlite {
             return;
         }
-        let admin = AnyStore::connect(&self.admin_url(), &ConnectOptions::default())
-            .await
-            .unwrap();
+        let admin = AnyStore::connect(&self.admin_url()).await.unwrap();
         let made = self.made.lock().unwrap().clone();
         for name in made {
             let mut tx = admin.pool().begin().await.unwrap();
@@ -106,7 +104,7 @@ impl StoreHarness for AnyHarness {
             max_connections: 8,
             ..ConnectOptions::default()
         };
-        let store = AnyStore::connect(&self.place().await?, &options).await?;
+        let store = AnyStore::connect_with(&self.place().await?, &options).await?;
         assert_eq!(store.dialect(), self.dialect);
         store.migrate().await?;
         let d = store.dialect();

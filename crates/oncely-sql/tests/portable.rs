@@ -307,7 +307,7 @@ async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
             missing(server, "detection_is_false_on_local_servers", &e);
             continue;
         }
-        let store = AnyStore::connect(&url, &Default::default()).await.unwrap();
+        let store = AnyStore::connect(&url).await.unwrap();
         let pool = store.pool();
         assert!(!detect_portable(&pool).await.unwrap(), "{server}");
         assert!(
@@ -324,7 +324,7 @@ async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
             tables: forced.clone(),
             ..Default::default()
         };
-        let store = AnyStore::connect(&url, &options).await.unwrap();
+        let store = AnyStore::connect_with(&url, &options).await.unwrap();
         assert!(store.tables().portable(), "{server}: forced at connect");
         // The version string really was read, and names no distributed engine.
         let version: String = with_pool!(&pool, p => sqlx::query_scalar(

@@ -6,7 +6,7 @@
 //! cargo run -p oncely --example quickstart -- [database-url]   # default: a SQLite file
 //! ```
 
-use oncely::{AnyStore, AnyTx, CancellationToken, ConnectOptions, Consumer, ConsumerName};
+use oncely::{AnyStore, AnyTx, CancellationToken, Consumer, ConsumerName};
 use oncely::{Envelope, Error, Handled, Handler, Source, StatsSnapshot};
 use oncely::{MemorySource, RawEnvelope, Store};
 
@@ -26,7 +26,7 @@ impl Handler<AnyTx> for AddCredits {
 
 /// Consumes `source` into the database `url` names until the source ends.
 pub async fn consume(url: &str, source: impl Source) -> Result<StatsSnapshot, Error> {
-    let store = AnyStore::connect(url, &ConnectOptions::default()).await?; // sqlite:, postgres://, mysql://
+    let store = AnyStore::connect(url).await?; // sqlite:, postgres://, mysql://
     store.migrate().await?; // or `oncely migrate --print` for your own tool
     let consumer = Consumer::new(ConsumerName::new("billing")?, store, AddCredits).concurrency(8);
     let shutdown = CancellationToken::new(); // cancel it to stop after in-flight deliveries
@@ -35,7 +35,7 @@ pub async fn consume(url: &str, source: impl Source) -> Result<StatsSnapshot, Er
 
 /// Creates the example's `accounts` table with account `a` at 0 credits.
 pub async fn create_accounts(url: &str) -> Result<(), Error> {
-    let store = AnyStore::connect(url, &ConnectOptions::default()).await?;
+    let store = AnyStore::connect(url).await?;
     let mut tx = store.begin().await?;
     let ddl = "CREATE TABLE accounts (id VARCHAR(16) PRIMARY KEY, credits BIGINT NOT NULL)";
     tx.execute(ddl, &[]).await?;

@@ -228,7 +228,7 @@ async fn open_store(url: &str, args: &DemoArgs) -> Result<(AnyStore, CreditTable
         max_connections: (args.workers as u32 + 4).max(8),
         ..ConnectOptions::default()
     };
-    let store = AnyStore::connect(url, &options).await?;
+    let store = AnyStore::connect_with(url, &options).await?;
     Ok((store, CreditTables::new(dialect, schema)))
 }
 

@@ -175,7 +175,7 @@ impl Target {
             max_connections: 2,
             ..Default::default()
         };
-        oncely_sql::AnyPool::connect(&self.url, &options)
+        oncely_sql::AnyPool::connect_with(&self.url, &options)
             .await
             .unwrap()
     }

@@ -48,9 +48,12 @@ impl Db {
             max_connections: 16,
             ..Default::default()
         };
-        let store = tokio::time::timeout(Duration::from_secs(10), AnyStore::connect(url, &options))
-            .await
-            .map_err(|e| oncely_core::Error::unavailable(e.to_string()))??;
+        let store = tokio::time::timeout(
+            Duration::from_secs(10),
+            AnyStore::connect_with(url, &options),
+        )
+        .await
+        .map_err(|e| oncely_core::Error::unavailable(e.to_string()))??;
         oncely_http::demo::setup(&store).await.expect("setup");
         Ok(Self {
             store,

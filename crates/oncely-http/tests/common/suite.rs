@@ -674,7 +674,7 @@ pub async fn migration_keeps_old_keys_global(db: Db) {
         tables: tables.clone(),
         ..Default::default()
     };
-    let old = AnyStore::connect(&db.url, &options).await.unwrap();
+    let old = AnyStore::connect_with(&db.url, &options).await.unwrap();
     let m = &oncely_http::MIGRATIONS;
     let v1 = MigrationSet::new("http")
         .sqlite(&m.migrations(Dialect::Sqlite)[..1])

@@ -79,7 +79,7 @@ pub(crate) async fn run(args: MigrateArgs) -> Result<()> {
             tables: tables.clone(),
             ..ConnectOptions::default()
         };
-        let store = AnyStore::connect(url, &options).await?;
+        let store = AnyStore::connect_with(url, &options).await?;
         oncely_ops::partition::check_installable(&oncely_ops::Ops::from(&store)).await?;
     }
     let applied = migrate_url(url, &tables, &sets)

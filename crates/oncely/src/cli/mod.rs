@@ -381,7 +381,7 @@ impl DbArgs {
             max_connections: 4,
             ..ConnectOptions::default()
         };
-        let store = AnyStore::connect(&self.database, &options).await?;
+        let store = AnyStore::connect_with(&self.database, &options).await?;
         let ops = Ops::from(&store);
         Ok((store, ops))
     }
