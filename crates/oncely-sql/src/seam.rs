@@ -171,10 +171,14 @@ mod tests {
         typed.rollback().await.unwrap();
         let mut erased = AnyTx::from(pool.begin().await.unwrap());
         assert_eq!(count_after_insert(&mut erased).await, Some(3));
-        let e = SqlTx::execute(&mut erased, "INSERT INTO t (a) VALUES ($1)", &[])
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind(), oncely_core::ErrorKind::Permanent, "{e}");
+        let e = SqlTx::execute(
+            &mut erased,
+            "INSERT INTO nowhere (a) VALUES ($1)",
+            &[1.into()],
+        )
+        .await
+        .unwrap_err();
+        assert!(crate::is_missing_table(&e), "{e}");
         erased.rollback().await.unwrap();
     }
 }

@@ -85,7 +85,8 @@ impl AnyHarness {
             return;
         }
         let admin = AnyStore::connect(&self.admin_url()).await.unwrap();
-        for name in self.made.lock().unwrap().clone() {
+        let made = self.made.lock().unwrap().clone();
+        for name in made {
             let mut tx = admin.pool().begin().await.unwrap();
             let _ = tx
                 .script(&self.dialect.drop_schema_sql(&name).expect("schemas"))
@@ -145,11 +146,11 @@ impl StoreHarness for AnyHarness {
 
 async fn conformance(test: &str, dialect: Dialect) {
     let harness = AnyHarness::new(dialect);
-    if dialect != Dialect::Sqlite {
-        if let Err(e) = probe(&harness.admin_url()).await {
-            missing(dialect.name(), test, &e);
-            return;
-        }
+    if dialect != Dialect::Sqlite
+        && let Err(e) = probe(&harness.admin_url()).await
+    {
+        missing(dialect.name(), test, &e);
+        return;
     }
     oncely_testkit::exercise_with(
         &harness,
