@@ -126,11 +126,7 @@ fn replayed(r: &reqwest::Response) -> bool {
 async fn counts(store: &AnyStore) -> (i64, i64, i64) {
     let t = store.tables();
     let mut out = [0; 3];
-    let tables = [
-        oncely_http::demo::orders_table(t),
-        t.outbox(),
-        t.table("http_keys"),
-    ];
+    let tables = [t.table("demo_orders"), t.outbox(), t.table("http_keys")];
     for (n, table) in out.iter_mut().zip(tables) {
         let sql = format!("SELECT COUNT(*) FROM {table}");
         *n = with_pool!(&store.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
@@ -258,9 +254,7 @@ async fn oncely_prune_deletes_expired_http_keys() {
     let prune = |_| admin_support::json(&["prune", "--database", &url, "--json"]);
     assert_eq!(prune(())["http_keys_deleted"], 2);
     assert_eq!(prune(())["http_keys_deleted"], 0);
-    let store = AnyStore::connect(&url)
-        .await
-        .unwrap();
+    let store = AnyStore::connect(&url).await.unwrap();
     assert_eq!(
         counts(&store).await,
         (3, 3, 1),

@@ -36,10 +36,9 @@ mod prune;
 mod publisher;
 mod reconcile;
 mod relay;
-pub mod testing;
 mod versioned;
 
-pub use journal::{EffectState, Journal, JournalChaos, JournalEntry, JournalStep, Performed};
+pub use journal::{EffectState, Journal, JournalEntry, Performed};
 pub use key::{
     MAX_KEY_LEN, MAX_VERBATIM_CONSUMER, MAX_VERBATIM_ID, effect_key, effect_key_prefix,
     legacy_effect_key, legacy_effect_key_prefix,

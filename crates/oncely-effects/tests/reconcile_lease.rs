@@ -5,13 +5,13 @@
 mod support;
 
 use oncely_core::Error;
-use oncely_effects::testing::FakeProvider;
 use oncely_effects::{
-    EffectState, EffectsDb, Journal, JournalEntry, JournalStep, Reconciler, Resolution, Resolve,
+    EffectState, EffectsDb, Journal, JournalEntry, Reconciler, Resolution, Resolve,
 };
 use oncely_sql::Tables;
+use oncely_testkit::chaos::{CrashingJournal, JournalStep};
+use oncely_testkit::provider::FakeProvider;
 use sqlx::Pool;
-use std::sync::Arc;
 use std::time::Duration;
 
 const ROWS: usize = 40;
@@ -58,9 +58,10 @@ impl Resolve for Http {
 async fn two_reconcilers_call_once<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
     let provider = FakeProvider::without_dedup().await.unwrap();
     // Stuck rows: `pending` committed, then the process "died" before the call.
-    let crashing = Journal::new(pool.clone(), tables.clone()).with_chaos(Arc::new(
+    let crashing = CrashingJournal::new(
+        Journal::new(pool.clone(), tables.clone()),
         |step: JournalStep, _: &str| step == JournalStep::Recorded,
-    ));
+    );
     let keys: Vec<String> = (0..ROWS).map(|i| format!("c:stuck-{i}:email")).collect();
     for key in &keys {
         let r = crashing
