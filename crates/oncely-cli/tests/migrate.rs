@@ -146,9 +146,7 @@ async fn partitioned_over_a_regular_inbox_is_refused_clearly() {
 async fn with_http_migrates_old_keys_to_the_global_scope() {
     use oncely_sql::{AnyStore, Dialect, MigrationSet};
     let t = Target::sqlite();
-    let store = AnyStore::connect(&t.url)
-        .await
-        .unwrap();
+    let store = AnyStore::connect(&t.url).await.unwrap();
     let v1 =
         MigrationSet::new("http").sqlite(&oncely_http::MIGRATIONS.migrations(Dialect::Sqlite)[..1]);
     let applied = oncely_sql::with_store!(&store, s => s.migrate_with(&[&v1]).await).unwrap();

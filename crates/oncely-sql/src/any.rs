@@ -30,8 +30,8 @@ use sqlx::SqlitePool;
 /// ```no_run
 /// # async fn f() -> oncely_core::Result<()> {
 /// use oncely_core::Inspect;
-/// use oncely_sql::{AnyStore, ConnectOptions};
-/// let store = AnyStore::connect("sqlite:oncely.db", &ConnectOptions::default()).await?;
+/// use oncely_sql::AnyStore;
+/// let store = AnyStore::connect("sqlite:oncely.db").await?;
 /// store.migrate().await?;
 /// let letters = oncely_sql::with_store!(&store, s => s.dead_letters(None).await?);
 /// # Ok(()) }
@@ -53,8 +53,8 @@ pub enum AnyStore {
 ///
 /// ```no_run
 /// # async fn f() -> oncely_core::Result<()> {
-/// use oncely_sql::{AnyPool, ConnectOptions, sqlx};
-/// let pool = AnyPool::connect("postgres://app@db/app", &ConnectOptions::default()).await?;
+/// use oncely_sql::{AnyPool, sqlx};
+/// let pool = AnyPool::connect("postgres://app@db/app").await?;
 /// let one: i64 = oncely_sql::with_pool!(&pool, p => sqlx::query_scalar("SELECT 1")
 ///     .fetch_one(p)
 ///     .await
@@ -406,7 +406,7 @@ mod tests {
 
     #[tokio::test]
     async fn sqlite_store_and_pool() {
-        let store = AnyStore::connect("sqlite::memory:", &ConnectOptions::default())
+        let store = AnyStore::connect("sqlite::memory:")
             .await
             .unwrap();
         assert_eq!(store.dialect(), Dialect::Sqlite);

@@ -324,7 +324,7 @@ macro_rules! with_store_tx {
 /// ```no_run
 /// # async fn f() -> oncely_core::Result<()> {
 /// use oncely_core::Store;
-/// use oncely_sql::{AnyStore, ConnectOptions};
+/// use oncely_sql::AnyStore;
 /// let store = AnyStore::connect("sqlite:oncely.db").await?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;
@@ -420,12 +420,9 @@ impl Inspect for AnyStore {
 #[cfg(all(test, feature = "sqlite", feature = "postgres"))]
 mod tests {
     use super::*;
-    use crate::ConnectOptions;
 
     async fn sqlite() -> AnyStore {
-        let store = AnyStore::connect("sqlite::memory:")
-            .await
-            .unwrap();
+        let store = AnyStore::connect("sqlite::memory:").await.unwrap();
         store.migrate().await.unwrap();
         store
     }

@@ -12,7 +12,7 @@ use oncely_core::{
     StatsSnapshot, Store,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{AnyStore, ConnectOptions, MySqlStore, detect_portable};
+use oncely_sql::{AnyStore, MySqlStore, detect_portable};
 use oncely_testkit::cluster::{self, galera_urls};
 use oncely_testkit::{Fault, FaultProxy};
 use std::collections::HashMap;
@@ -194,9 +194,7 @@ async fn unknown_commit(server: &str, db: &str, deliver: bool) {
     let target = cluster::host_port(server);
     let proxy = FaultProxy::start(target.as_str()).await.expect("proxy");
     let url = with_db(server, db).replacen(&target, &proxy.addr().to_string(), 1);
-    let store = AnyStore::connect(&url)
-        .await
-        .expect("connect");
+    let store = AnyStore::connect(&url).await.expect("connect");
     let ids: Vec<String> = (0..20).map(|i| format!("{deliver}-{i}")).collect();
     proxy.set(Fault::CutAtCommit { deliver });
     let stats = consume(store, &ids, "unknown").await;
@@ -261,9 +259,7 @@ async fn galera_multi_host_url_fails_over() {
         proxy.addr(),
         cluster::host_port(&nodes[1])
     );
-    let store = AnyStore::connect(&url)
-        .await
-        .expect("connect");
+    let store = AnyStore::connect(&url).await.expect("connect");
     let ids: Vec<String> = (0..2000).map(|i| format!("f-{i}")).collect();
     let source = MemorySource::new();
     for id in &ids {

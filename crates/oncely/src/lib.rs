@@ -29,8 +29,8 @@ pub use oncely_sql as sql;
 ///
 /// ```no_run
 /// # async fn f() -> oncely::Result<()> {
-/// use oncely::{AnyStore, ConnectOptions, Store};
-/// let store = AnyStore::connect("sqlite:app.db", &ConnectOptions::default()).await?;
+/// use oncely::{AnyStore, Store};
+/// let store = AnyStore::connect("sqlite:app.db").await?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;
 /// tx.execute("UPDATE accounts SET credits = credits + $1 WHERE id = $2", &[5.into(), "a".into()])

@@ -3,7 +3,7 @@
 //! registered handler says which names there are.
 
 use oncely::cli::Admin;
-use oncely::{AnyStore, AnyTx, ConnectOptions, ConsumerName, DeadLetter, DeadLetterReason};
+use oncely::{AnyStore, AnyTx, ConsumerName, DeadLetter, DeadLetterReason};
 use oncely::{Envelope, Error, Handled, Handler, Inspect, RawEnvelope, Store};
 
 /// The test's own handler: one row per message in `orders`.
@@ -28,9 +28,7 @@ impl Handler<AnyTx> for Orders {
 async fn setup() -> (tempfile::TempDir, String, AnyStore) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("admin.db").display());
-    let store = AnyStore::connect(&url)
-        .await
-        .unwrap();
+    let store = AnyStore::connect(&url).await.unwrap();
     store.migrate().await.unwrap();
     let mut tx = store.begin().await.unwrap();
     tx.execute(

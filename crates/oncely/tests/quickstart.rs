@@ -7,7 +7,7 @@
 mod quickstart;
 
 use oncely::sql::{AnyPool, Tables, sqlx, with_pool};
-use oncely::{ConnectOptions, MemorySource, RawEnvelope, SourceFaults};
+use oncely::{MemorySource, RawEnvelope, SourceFaults};
 use oncely_testkit::services;
 
 const MESSAGES: usize = 200;
@@ -52,9 +52,7 @@ async fn quick_start_on(url: &str) {
     );
     assert_eq!(source.unacked(), 0, "every delivery acked");
 
-    let pool = AnyPool::connect(url)
-        .await
-        .expect("pool");
+    let pool = AnyPool::connect(url).await.expect("pool");
     let (credits, inbox, dead): (i64, i64, i64) = with_pool!(&pool, p => (
         sqlx::query_scalar("SELECT credits FROM accounts WHERE id = 'a'").fetch_one(p).await.unwrap(),
         sqlx::query_scalar(sqlx::AssertSqlSafe(count("inbox"))).fetch_one(p).await.unwrap(),
