@@ -12,13 +12,17 @@
 //! Run: `cargo run -p oncely-examples --example welcome_email` (exits non-zero if any user got
 //! no email or two).
 
+/// Crashes between the journal's steps (test code, kept with oncely-effects' tests).
+#[path = "../crates/oncely-effects/tests/crashing_journal/mod.rs"]
+mod crashing_journal;
+
+use crashing_journal::{CrashingJournal, JournalStep};
 use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
     RetryPolicy, SourceFaults,
 };
 use oncely_effects::{EffectState, Journal, effect_key};
 use oncely_sql::{SqliteStore, Tables};
-use oncely_testkit::chaos::{CrashingJournal, JournalStep};
 use oncely_testkit::provider::FakeProvider;
 use sqlx::{Sqlite, Transaction};
 use std::collections::HashSet;

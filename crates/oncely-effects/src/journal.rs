@@ -355,7 +355,7 @@ impl<DB: SqlDatabase> Journal<DB> {
     /// A crash between steps leaves `pending`: the redelivery runs this again and calls again
     /// with the same key (the provider deduplicates), or the reconciler resolves it. The
     /// steps are public ([`Journal::open`], [`Journal::start_call`], [`Journal::complete`]):
-    /// `oncely_testkit::chaos::CrashingJournal` crashes between them.
+    /// the crash tests (`tests/crashing_journal`) crash between them.
     pub async fn perform<F, Fut>(
         &self,
         key: &str,

@@ -3,8 +3,10 @@
 //! after record, after the call and after done; the provider performs each key's effect once.
 //! Rows left pending with no redelivery are resolved by the reconciler.
 
+mod crashing_journal;
 mod support;
 
+use crashing_journal::{CrashingJournal, JournalStep};
 use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
     RetryPolicy, SourceFaults,
@@ -14,7 +16,6 @@ use oncely_effects::{
     effect_key,
 };
 use oncely_sql::Tables;
-use oncely_testkit::chaos::{CrashingJournal, JournalStep};
 use oncely_testkit::provider::FakeProvider;
 use sqlx::{Pool, Sqlite, Transaction};
 use std::collections::{BTreeMap, HashSet};

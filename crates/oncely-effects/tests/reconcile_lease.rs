@@ -2,14 +2,15 @@
 //! does NOT deduplicate by key: each row must be called exactly once (the lease), on SQLite,
 //! PostgreSQL and MariaDB. The provider counts the calls it performed, per key.
 
+mod crashing_journal;
 mod support;
 
+use crashing_journal::{CrashingJournal, JournalStep};
 use oncely_core::Error;
 use oncely_effects::{
     EffectState, EffectsDb, Journal, JournalEntry, Reconciler, Resolution, Resolve,
 };
 use oncely_sql::Tables;
-use oncely_testkit::chaos::{CrashingJournal, JournalStep};
 use oncely_testkit::provider::FakeProvider;
 use sqlx::Pool;
 use std::time::Duration;

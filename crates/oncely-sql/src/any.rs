@@ -406,9 +406,7 @@ mod tests {
 
     #[tokio::test]
     async fn sqlite_store_and_pool() {
-        let store = AnyStore::connect("sqlite::memory:")
-            .await
-            .unwrap();
+        let store = AnyStore::connect("sqlite::memory:").await.unwrap();
         assert_eq!(store.dialect(), Dialect::Sqlite);
         assert!(store.migrate().await.unwrap() > 0);
         let pool = store.pool();

@@ -4,8 +4,6 @@
 //! - [`CrashingStore`] (with [`CrashingHandler`] for the handler's side of its transaction)
 //!   "crashes" before or after the claim, before or after the commit.
 //! - [`CrashingSource`] crashes right after a delivery is received, or right after its ack.
-//! - `CrashingJournal` (feature `effects`) crashes between the steps of the effect journal's
-//!   `perform`.
 //! - [`AckEarly`] acks every delivery as soon as it is received: the contract broken, for the
 //!   checker's negative test.
 //!
@@ -36,8 +34,6 @@
 //! # });
 //! ```
 
-#[cfg(feature = "effects")]
-pub use crate::journal_chaos::{CrashingJournal, JournalStep};
 use futures::future::BoxFuture;
 use oncely_core::{
     Acker, Claim, ConsumerName, DeadLetter, Delivery, Envelope, Handled, Handler, MessageId,

@@ -27,8 +27,6 @@ mod check;
 pub mod cluster;
 mod fault_proxy;
 mod harness;
-#[cfg(feature = "effects")]
-mod journal_chaos;
 mod ledger;
 mod memory_store;
 pub mod provider;

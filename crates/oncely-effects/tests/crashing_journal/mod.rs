@@ -1,5 +1,9 @@
-//! Crashes between the steps of the effect journal's `perform` (feature `effects`), as a
-//! wrapper over the journal's public steps: nothing test-only in `oncely_effects::Journal`.
+//! Crashes between the steps of the effect journal's `perform`, as a wrapper over the
+//! journal's public steps: nothing test-only in `oncely_effects::Journal`. Test code, so it
+//! lives here (oncely-testkit cannot depend on oncely-effects: every SQL crate dev-depends on
+//! the testkit, which would make a cycle in `cargo publish`'s order); the welcome-email
+//! example includes this file by path.
+#![allow(dead_code)] // each includer uses part of it
 
 use oncely_core::{Error, Result};
 use oncely_effects::{Journal, JournalEntry, Performed, Resolve};
@@ -26,17 +30,6 @@ type CrashAt = Arc<dyn Fn(JournalStep, &str) -> bool + Send + Sync>;
 /// if the process died there) after the steps `crash_at(step, key)` picks. What the crash
 /// leaves is what a real one leaves: `pending` rows, a call made and not marked `done`.
 ///
-/// ```no_run
-/// # async fn f<DB: oncely_sql::SqlDatabase>(journal: oncely_effects::Journal<DB>) {
-/// use oncely_testkit::chaos::{CrashingJournal, JournalStep};
-/// // Every call "crashes" right after the provider answered, before `done`.
-/// let crashing = CrashingJournal::new(journal, |step, _key| step == JournalStep::Called);
-/// let result = crashing
-///     .perform("k-1", "email", b"hi", |entry| async move { Ok(format!("ref-{}", entry.key)) })
-///     .await;
-/// assert!(result.is_err());
-/// # }
-/// ```
 pub struct CrashingJournal<DB: SqlDatabase> {
     journal: Journal<DB>,
     crash_at: CrashAt,
