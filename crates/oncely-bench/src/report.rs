@@ -216,6 +216,18 @@ impl Report {
                 0.8,
             ),
             t(
+                "mqtt_pg_vs_bare_consumer",
+                "MQTT (Mosquitto) into PostgreSQL, defaults and a plain URL, a 900-message backlog: oncely / min(bare rumqttc consumer, oncely in process)",
+                self.broker_ratio(Broker::Mqtt, pg),
+                0.8,
+            ),
+            t(
+                "kafka_pg_vs_bare_consumer",
+                "Kafka into PostgreSQL: no cell yet (skipped, see the run's SKIPPED line)",
+                None,
+                0.8,
+            ),
+            t(
                 "pg_duplicate_vs_pk_lookup",
                 "PostgreSQL: redelivered duplicates through oncely (group commit) / bare primary-key SELECTs on one connection",
                 self.ratio((pg, GroupDuplicate, g, 1), (pg, PkLookup, g, 1)),

@@ -3,7 +3,7 @@
 
 use oncely_core::{Envelope, Error, Handled, Handler, Result};
 use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Dialect, Tables, with_store};
+use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Dialect, Tables};
 
 /// A store for tests: SQLite file, PostgreSQL schema or MySQL/MariaDB database, migrated,
 /// with a ledger table.
@@ -39,14 +39,15 @@ impl Db {
             dialect.serial_key(),
             text = dialect.key_text(255),
         );
-        with_store!(&store, s => {
-            let mut tx = s.pool().begin().await.map_err(db_err)?;
-            if let Some(lock) = dialect.ddl_lock_sql(4242) {
-                oncely_sql::query(AssertSqlSafe(lock)).execute(&mut *tx).await.map_err(db_err)?;
-            }
-            sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&mut *tx).await.map_err(db_err)?;
-            tx.commit().await.map_err(db_err)?;
-        });
+        let mut tx = store.pool().begin().await?;
+        // PostgreSQL: two concurrent `CREATE TABLE IF NOT EXISTS` of one table can fail on the
+        // catalog's unique index; a transaction-scoped advisory lock serializes them.
+        if dialect == oncely_sql::Dialect::Postgres {
+            tx.execute("SELECT pg_advisory_xact_lock(4242)", &[])
+                .await?;
+        }
+        tx.script(&ddl).await?;
+        tx.commit().await?;
         Ok(Self { store, ledger })
     }
 

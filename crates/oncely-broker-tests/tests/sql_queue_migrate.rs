@@ -29,7 +29,7 @@ async fn pg_queue_migrations_adopt_an_older_table() {
         ..ConnectOptions::default()
     };
     let store = PgStore::connect_with(PG_URL, &options).await.expect("pg");
-    let t = store.tables().queue();
+    let t = store.tables().table("queue");
     // The DDL `SqlQueue::migrate` ran before the ledger, and one waiting row.
     sqlx::raw_sql(AssertSqlSafe(format!(
         "CREATE SCHEMA {schema};

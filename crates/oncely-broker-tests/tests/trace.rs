@@ -215,12 +215,10 @@ async fn outbox_relay_rabbitmq_consumer_is_one_trace() {
     assert_eq!(report.dispatched, 1);
     // The same row published again (as after a relay crash between publish and mark), and
     // a message whose traceparent is garbage.
-    let row = &oncely_effects::outbox_rows::<Sqlite>(
-        &mut *store.pool().acquire().await.unwrap(),
-        store.tables(),
-    )
-    .await
-    .unwrap()[0];
+    let row =
+        &oncely_effects::outbox_rows(&mut store.pool().acquire().await.unwrap(), store.tables())
+            .await
+            .unwrap()[0];
     let mut hostile = RawEnvelope::new("hostile-1", r#"{"account":"acct-9","amount":1}"#);
     hostile.meta.headers.insert(
         TRACEPARENT.into(),
@@ -378,7 +376,7 @@ async fn post_order(base: &str, key: &str, traceparent: &str) -> reqwest::Respon
 
 async fn outbox_messages(store: &SqliteStore) -> Vec<OutboxMessage> {
     let mut conn = store.pool().acquire().await.unwrap();
-    oncely_effects::outbox_rows::<Sqlite>(&mut conn, store.tables())
+    oncely_effects::outbox_rows(&mut conn, store.tables())
         .await
         .unwrap()
 }

@@ -37,6 +37,9 @@ pub struct ConsoleArgs {
     /// Payload fields shown as "[redacted]" (comma-separated JSON keys).
     #[arg(long, value_delimiter = ',')]
     redact: Vec<String>,
+    /// Show no payload at all (only its size and hash), on the pages and in the API.
+    #[arg(long)]
+    hide_payloads: bool,
 }
 
 fn duration(text: &str) -> std::result::Result<Duration, String> {
@@ -61,7 +64,8 @@ pub async fn run(args: ConsoleArgs) -> Result<bool> {
     let credits = Credits::new(CreditTables::new(store.dialect(), store.tables().schema()));
     let mut console = oncely_console::Console::new(store)
         .default_handler(credits)
-        .redact(args.redact);
+        .redact(args.redact)
+        .hide_payloads(args.hide_payloads);
     if let Some(w) = args.retention {
         console = console.retention(w);
     }

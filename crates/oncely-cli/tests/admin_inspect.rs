@@ -2,6 +2,7 @@
 
 mod admin_support;
 use admin_support::{Target, mysql_url, n, oncely, pg_url};
+use oncely::effects::EffectTables;
 
 async fn inspect_finds_each_kind_of_id(t: &Target) {
     t.seed_with_demo(400);

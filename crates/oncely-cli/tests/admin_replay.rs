@@ -79,7 +79,7 @@ async fn effects(t: &Target, id: &str) -> i64 {
 
 async fn refusals(t: &Target) {
     t.seed_with_demo(300);
-    let events = t.tables().ops_events();
+    let events = oncely::ops::events::table(&t.tables());
 
     // (a) A conflict is refused, row kept, nothing applied; `resolve --keep-stored` settles it.
     let conflicts = t.json(&["dlq", "list", "--reason", "conflict"]);

@@ -5,6 +5,7 @@
 
 mod admin_support;
 
+use oncely::effects::EffectTables;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{AnyStore, ConnectOptions, Dialect, Tables, with_pool};
 use std::io::{BufRead, BufReader};

@@ -9,7 +9,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use oncely_ops::browse::{self, Query};
-use oncely_ops::{dlq, events, inspect, stats};
+use oncely_ops::{backlog, dlq, events, inspect, stats};
 use serde_json::json;
 
 fn fail(status: StatusCode, text: &str) -> Response {
@@ -37,18 +37,45 @@ pub(crate) async fn csrf(State(c): State<Console>) -> Response {
     Json(json!({ "csrf": c.inner.csrf })).into_response()
 }
 
-/// `GET /api/overview`: `oncely stats`, dead letters by consumer and reason, the prune watermark.
+/// `GET /api/overview`: `oncely stats`, dead letters by consumer, reason and error class, the
+/// prune watermark, the outbox and journal backlog (`null`: not installed), and rows per
+/// minute (last hour) and per hour (last day) of applied, conflicts and dead letters.
 pub(crate) async fn overview(State(c): State<Console>) -> Response {
+    use browse::{Timeline, per_bucket};
     let ops = &c.inner.ops;
     let all = Query::default();
+    let now = oncely_sql::now_ms();
+    let (min, hour) = (
+        now - now % 60_000 - 59 * 60_000,
+        now - now % 3_600_000 - 23 * 3_600_000,
+    );
+    let timeline = |since, size| async move {
+        Ok::<_, oncely_core::Error>(json!({
+            "since": since, "bucket_ms": size,
+            "applied": per_bucket(ops, Timeline::Claims, since, size).await?,
+            "conflicts": per_bucket(ops, Timeline::Conflicts, since, size).await?,
+            "dead_letters": per_bucket(ops, Timeline::DeadLetters, since, size).await?,
+            "duplicates": null,
+        }))
+    };
+    let s = match stats::stats(ops).await {
+        Ok(s) => s,
+        Err(e) => return db(e),
+    };
+    let names: Vec<String> = s.consumers.iter().map(|k| k.consumer.clone()).collect();
     match tokio::try_join!(
-        stats::stats(ops),
         browse::groups(ops, &all),
-        events::prune_watermark(ops)
+        events::prune_watermark(ops),
+        backlog::backlog(ops, &names),
+        timeline(min, 60_000),
+        timeline(hour, 3_600_000),
     ) {
-        Ok((s, g, w)) => {
-            Json(json!({ "stats": s, "groups": g, "prune_watermark": w })).into_response()
-        }
+        Ok((g, w, b, per_minute, per_hour)) => Json(json!({
+            "stats": s, "groups": g, "prune_watermark": w, "backlog": b,
+            "per_minute": per_minute, "per_hour": per_hour,
+            "duplicates": "not recorded by any table: see the oncely_deliveries_total metric",
+        }))
+        .into_response(),
         Err(e) => db(e),
     }
 }
@@ -74,7 +101,8 @@ pub(crate) async fn dead_letters(State(c): State<Console>, RawQuery(raw): RawQue
     }
 }
 
-/// `GET /api/dead-letters/groups?…`: the rows matching the filter by consumer and reason.
+/// `GET /api/dead-letters/groups?…`: the rows matching the filter by consumer, reason and
+/// error class (waits for the query, unlike the pages).
 pub(crate) async fn groups(State(c): State<Console>, RawQuery(raw): RawQuery) -> Response {
     let p = pairs(raw.as_deref());
     let q = query_of(p.iter().map(|(k, v)| (k.as_str(), v.as_str())));
@@ -100,7 +128,13 @@ pub(crate) async fn dead_letter(State(c): State<Console>, Path(id): Path<i64>) -
         None => None,
     };
     let claimed = found.as_ref().map(|i| &i.claimed);
-    Json(json!({ "dead_letter": dlq::DeadLetterJson::from(&row), "inbox": claimed }))
+    let mut shown = dlq::DeadLetterJson::from(&row);
+    shown.payload_text = if c.inner.hide_payloads {
+        String::new()
+    } else {
+        crate::letters::payload_text(&row.payload, &c.inner.redact)
+    };
+    Json(json!({ "dead_letter": shown, "payload_hidden": c.inner.hide_payloads, "inbox": claimed }))
         .into_response()
 }
 
@@ -175,6 +209,66 @@ pub(crate) async fn action(
         Ok(Answer::Started(job)) => {
             (StatusCode::ACCEPTED, Json(json!({ "job": job }))).into_response()
         }
+    }
+}
+
+/// The body of `POST /api/prune`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct PruneBody {
+    /// The window, `7d`, `36h`, `0s`… (the console's retention window when absent).
+    older_than: Option<String>,
+    /// False (default): only the preview count.
+    confirm: bool,
+}
+
+/// `POST /api/prune`: without `"confirm": true` the preview `{"expired": n, "cutoff_ms"}`;
+/// confirmed, `202 {"job": id}` running `oncely_ops::prune`.
+pub(crate) async fn prune(
+    State(c): State<Console>,
+    Extension(actor): Extension<crate::Actor>,
+    body: axum::body::Bytes,
+) -> Response {
+    let body: PruneBody = if body.is_empty() {
+        PruneBody::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(b) => b,
+            Err(e) => return fail(StatusCode::BAD_REQUEST, &format!("body: {e}")),
+        }
+    };
+    let window = match crate::prune::window_of(&c, body.older_than.as_deref()) {
+        Ok(w) => w,
+        Err(e) => return fail(StatusCode::BAD_REQUEST, &e.0),
+    };
+    match crate::prune::act(&c, window, body.confirm, &actor.0).await {
+        Err(e) => fail(StatusCode::SERVICE_UNAVAILABLE, &e.0),
+        Ok(crate::prune::PruneAnswer::Preview { expired, cutoff_ms }) => Json(json!({
+            "expired": expired, "cutoff_ms": cutoff_ms,
+            "older_than_ms": window.as_millis() as u64,
+            "note": "nothing done: send confirm: true to prune",
+        }))
+        .into_response(),
+        Ok(crate::prune::PruneAnswer::Started(job)) => {
+            (StatusCode::ACCEPTED, Json(json!({ "job": job }))).into_response()
+        }
+    }
+}
+
+/// `POST /api/jobs/{id}/cancel`: the job stops before its next row (a prune: batch).
+pub(crate) async fn cancel(State(c): State<Console>, Path(id): Path<u64>) -> Response {
+    use crate::jobs::Cancel;
+    match c.inner.jobs.cancel(id) {
+        Cancel::Asked => (
+            StatusCode::ACCEPTED,
+            Json(json!({ "job": id, "cancelled": true })),
+        )
+            .into_response(),
+        Cancel::Finished => fail(StatusCode::CONFLICT, "the job has ended already"),
+        Cancel::Unknown => fail(
+            StatusCode::NOT_FOUND,
+            "no such job (jobs live as long as the console process)",
+        ),
     }
 }
 

@@ -1,13 +1,19 @@
 //! Bulk actions in the background: one task per job, one row at a time, its progress and
 //! per-outcome summary readable while it runs (`/jobs/{id}`, `GET /api/jobs/{id}`). When a
 //! job ends it is recorded in the operations journal (`console_replay`, `console_resolve`,
-//! `console_purge`: who, what selection, how many rows, the outcomes).
+//! `console_purge`, `console_prune`: who, what selection, how many rows, the outcomes).
+//!
+//! A job can be cancelled ([`Jobs::cancel`]): a dead-letter job stops before its next row
+//! (the rows not reached count as `not_run`); a prune stops after its current batch. Jobs
+//! live in the console process only: a restart forgets them and their progress, not their
+//! effects (each row's outcome is in the database, each job's summary in the journal once it
+//! has ended; a job cut short by a restart has no summary there).
 
 use crate::Console;
 use oncely_ops::replay::{self, Decision, ReplayOptions, Replayed};
 use oncely_ops::{dlq, events};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How many per-row results a job keeps for display (the summary counts all rows).
@@ -23,6 +29,8 @@ pub(crate) enum Action {
     Resolve,
     /// Delete the row.
     Purge,
+    /// Prune the inbox (not a dead-letter action: [`Jobs::start_prune`]).
+    Prune,
 }
 
 impl Action {
@@ -40,6 +48,7 @@ impl Action {
             Self::Replay => "replay",
             Self::Resolve => "resolve",
             Self::Purge => "purge",
+            Self::Prune => "prune",
         }
     }
 }
@@ -49,7 +58,7 @@ impl Action {
 pub struct JobStatus {
     /// Job id.
     pub id: u64,
-    /// `replay`, `resolve` or `purge`.
+    /// `replay`, `resolve`, `purge` or `prune`.
     pub action: String,
     /// Who started it.
     pub actor: String,
@@ -61,20 +70,44 @@ pub struct JobStatus {
     pub total: u64,
     /// Rows done.
     pub done: u64,
-    /// True once every row is done.
+    /// True once the job has ended (every row done, or cancelled).
     pub finished: bool,
+    /// True once a cancel was asked for; the job stops before its next row (prune: batch).
+    pub cancelled: bool,
+    /// Always false: jobs live in the console process, a restart forgets them (the effects
+    /// of the rows done stay, each in the database).
+    pub survives_restart: bool,
     /// Rows per outcome (`applied`, `needs_decision`, `already_applied`, `refused_old`,
-    /// `kept_stored`, `purged`, `gone`, `no_handler`, `error`, …).
+    /// `kept_stored`, `purged`, `gone`, `no_handler`, `error`, `not_run` after a cancel; for a
+    /// prune `deleted`).
     pub outcomes: BTreeMap<String, u64>,
     /// Per-row results (the first [`KEPT_RESULTS`]).
     pub results: Vec<Replayed>,
 }
 
-/// The jobs of this console process.
+/// One job: its state and its cancel flag.
+#[derive(Clone)]
+struct Job {
+    status: Arc<Mutex<JobStatus>>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// The jobs of this console process (in memory: a restart forgets them).
 #[derive(Default)]
 pub(crate) struct Jobs {
     next: AtomicU64,
-    all: Mutex<HashMap<u64, Arc<Mutex<JobStatus>>>>,
+    all: Mutex<HashMap<u64, Job>>,
+}
+
+/// What [`Jobs::cancel`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cancel {
+    /// The job will stop before its next row (or batch).
+    Asked,
+    /// It had ended already.
+    Finished,
+    /// No such job in this process.
+    Unknown,
 }
 
 /// What a new job covers.
@@ -90,29 +123,89 @@ impl Jobs {
     /// A job's state.
     pub fn get(&self, id: u64) -> Option<JobStatus> {
         let all = self.all.lock().ok()?;
-        let job = all.get(&id)?.lock().ok()?;
+        let job = all.get(&id)?.status.lock().ok()?;
         Some(job.clone())
+    }
+
+    /// Asks job `id` to stop.
+    pub fn cancel(&self, id: u64) -> Cancel {
+        let Some(job) = self.all.lock().ok().and_then(|a| a.get(&id).cloned()) else {
+            return Cancel::Unknown;
+        };
+        let Ok(mut s) = job.status.lock() else {
+            return Cancel::Unknown;
+        };
+        if s.finished {
+            return Cancel::Finished;
+        }
+        s.cancelled = true;
+        job.cancel.store(true, Ordering::SeqCst);
+        Cancel::Asked
+    }
+
+    fn add(
+        &self,
+        action: Action,
+        actor: &str,
+        selection: serde_json::Value,
+        total: u64,
+    ) -> (u64, Job) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let job = Job {
+            status: Arc::new(Mutex::new(JobStatus {
+                id,
+                action: action.name().to_owned(),
+                actor: actor.to_owned(),
+                forced: false,
+                selection,
+                total,
+                done: 0,
+                finished: false,
+                cancelled: false,
+                survives_restart: false,
+                outcomes: BTreeMap::new(),
+                results: Vec::new(),
+            })),
+            cancel: Arc::new(AtomicBool::new(false)),
+        };
+        if let Ok(mut all) = self.all.lock() {
+            all.insert(id, job.clone());
+        }
+        (id, job)
     }
 
     /// Starts `plan` in the background; returns its id.
     pub fn start(&self, console: &Console, plan: Plan) -> u64 {
-        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let status = Arc::new(Mutex::new(JobStatus {
-            id,
-            action: plan.action.name().to_owned(),
-            actor: plan.actor.clone(),
-            forced: plan.force,
-            selection: plan.selection.clone(),
-            total: plan.ids.len() as u64,
-            done: 0,
-            finished: false,
-            outcomes: BTreeMap::new(),
-            results: Vec::new(),
-        }));
-        if let Ok(mut all) = self.all.lock() {
-            all.insert(id, status.clone());
+        let (id, job) = self.add(
+            plan.action,
+            &plan.actor,
+            plan.selection.clone(),
+            plan.ids.len() as u64,
+        );
+        if let Ok(mut s) = job.status.lock() {
+            s.forced = plan.force;
         }
-        tokio::spawn(run(console.clone(), plan, status));
+        tokio::spawn(run(console.clone(), plan, job));
+        id
+    }
+
+    /// Starts a prune of the inbox ids older than `window` (`oncely_ops::prune`, which records
+    /// its cutoff in the journal); `expected` is the preview's count. Returns the job's id.
+    pub fn start_prune(
+        &self,
+        console: &Console,
+        window: std::time::Duration,
+        expected: u64,
+        actor: &str,
+    ) -> u64 {
+        let selection = serde_json::json!({ "older_than_ms": window.as_millis() as u64 });
+        let (id, job) = self.add(Action::Prune, actor, selection, expected);
+        tokio::spawn(crate::prune::run(
+            console.clone(),
+            window,
+            job.status,
+            job.cancel,
+        ));
         id
     }
 }
@@ -173,6 +266,7 @@ async fn one(console: &Console, action: Action, id: i64, options: &ReplayOptions
             Ok(Some(_)) => replay::resolve(ops, id, Decision::KeepStored).await,
             Err(e) => Err(e),
         },
+        Action::Prune => Ok(bare(id, "error", Some("not a dead-letter action".into()))),
         Action::Purge => dlq::delete(ops, id).await.map(|deleted| {
             let mut r = bare(id, if deleted { "purged" } else { "gone" }, None);
             r.row_deleted = deleted;
@@ -193,26 +287,46 @@ async fn one(console: &Console, action: Action, id: i64, options: &ReplayOptions
     })
 }
 
-async fn run(console: Console, plan: Plan, status: Arc<Mutex<JobStatus>>) {
+async fn run(console: Console, plan: Plan, job: Job) {
+    let status = job.status;
     let options = ReplayOptions {
         window: console.inner.window,
         force: plan.force,
     };
-    for &id in &plan.ids {
+    for (at, &id) in plan.ids.iter().enumerate() {
+        if job.cancel.load(Ordering::SeqCst) {
+            let left = (plan.ids.len() - at) as u64;
+            if let Ok(mut s) = status.lock() {
+                *s.outcomes.entry("not_run".to_owned()).or_default() += left;
+            }
+            break;
+        }
         note(&status, one(&console, plan.action, id, &options).await);
     }
     let summary = match status.lock() {
         Ok(s) => serde_json::json!({
             "actor": s.actor, "selection": s.selection, "rows": s.total,
-            "forced": s.forced, "outcomes": s.outcomes, "job": s.id,
+            "forced": s.forced, "outcomes": s.outcomes, "job": s.id, "cancelled": s.cancelled,
         }),
         Err(_) => return,
     };
-    let kind = format!("console_{}", plan.action.name());
-    if let Err(e) = events::record(&console.inner.ops, &kind, None, &summary).await {
+    finish(&console, plan.action, None, &summary, &status).await;
+}
+
+/// Records the job's `summary` in the journal, then marks it finished (only then, so whoever
+/// waits for it finds the entry).
+pub(crate) async fn finish(
+    console: &Console,
+    action: Action,
+    cutoff: Option<i64>,
+    summary: &serde_json::Value,
+    status: &Mutex<JobStatus>,
+) {
+    console.inner.groups.clear();
+    let kind = format!("console_{}", action.name());
+    if let Err(e) = events::record(&console.inner.ops, &kind, cutoff, summary).await {
         tracing::warn!("recording a console action in the operations journal: {e}");
     }
-    // Finished only once it is in the journal, so whoever waits for it finds the entry.
     if let Ok(mut s) = status.lock() {
         s.finished = true;
     }

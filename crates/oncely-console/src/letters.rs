@@ -71,13 +71,12 @@ pub(crate) async fn dead_letters(
         .iter()
         .find(|(k, _)| k == "before")
         .and_then(|(_, v)| v.parse().ok());
-    let (rows, total, groups) = match tokio::try_join!(
-        browse::page(ops, &q, before, PAGE),
-        browse::count(ops, &q),
-        browse::groups(ops, &q)
+    let ((rows, total), groups) = match tokio::join!(
+        async { tokio::try_join!(browse::page(ops, &q, before, PAGE), browse::count(ops, &q)) },
+        c.inner.groups.get(&c, &q)
     ) {
-        Ok(x) => x,
-        Err(e) => return error(base, StatusCode::SERVICE_UNAVAILABLE, &actions::db(e).0),
+        (Ok(x), g) => (x, g),
+        (Err(e), _) => return error(base, StatusCode::SERVICE_UNAVAILABLE, &actions::db(e).0),
     };
     let (hidden, query) = filter_fields(&q);
     let act = operator(role);
@@ -116,19 +115,7 @@ pub(crate) async fn dead_letters(
     if act {
         headers.insert(0, "");
     }
-    let group_rows: Vec<Vec<String>> = groups
-        .iter()
-        .map(|g| {
-            vec![
-                esc(&g.consumer),
-                esc(&g.reason),
-                g.rows.to_string(),
-                g.deliveries.to_string(),
-                esc(&time::format(g.first_seen)),
-                esc(&time::format(g.last_seen)),
-            ]
-        })
-        .collect();
+    let groups_html = crate::pages::groups_table(base, "groups", &groups);
     let older = match rows.last() {
         Some(last) if rows.len() == PAGE as usize => format!(
             "<a id=\"older\" href=\"{}/dead-letters?before={}{query}\">Older →</a>",
@@ -165,7 +152,7 @@ pub(crate) async fn dead_letters(
     };
     let body = format!(
         "<h1>Dead letters</h1><form class=\"filter\" method=\"get\" action=\"{b}/dead-letters\">{}{}{}{}{}{}<button id=\"apply\">Filter</button> <a href=\"{b}/dead-letters\">Clear</a></form>\
-         <p><b>{}</b> dead letters match.</p><h2>By consumer and reason</h2>{}{actions}<h2>Rows, newest first</h2>{}<p><a href=\"{b}/dead-letters?{}\">Newest</a> {older}</p>",
+         <p><b>{}</b> dead letters match.</p><h2>By consumer, reason and error class</h2>{}{actions}<h2>Rows, newest first</h2>{}<p><a href=\"{b}/dead-letters?{}\">Newest</a> {older}</p>",
         input("consumer", "consumer", q.consumer.clone(), ""),
         input(
             "reason",
@@ -183,18 +170,7 @@ pub(crate) async fn dead_letters(
         input("message_id", "message id", q.message_id.clone(), "exact"),
         input("text", "text in id or detail", q.text.clone(), ""),
         count("total", total),
-        table(
-            "groups",
-            &[
-                "consumer",
-                "reason",
-                "rows",
-                "deliveries",
-                "first seen",
-                "last seen"
-            ],
-            &group_rows
-        ),
+        groups_html,
         table("rows", &headers, &cells),
         query.trim_start_matches("&amp;"),
         b = esc(base),
@@ -204,7 +180,7 @@ pub(crate) async fn dead_letters(
 
 /// The payload as the page shows it: pretty JSON with the configured fields redacted, else
 /// (lossy) text; cut to [`PAYLOAD_SHOWN`] characters.
-fn payload_text(payload: &[u8], redact: &[String]) -> String {
+pub(crate) fn payload_text(payload: &[u8], redact: &[String]) -> String {
     fn scrub(v: &mut serde_json::Value, redact: &[String]) {
         match v {
             serde_json::Value::Object(m) => {
@@ -356,7 +332,15 @@ pub(crate) async fn dead_letter(
          <h2>Payload</h2><pre id=\"payload\">{}</pre><h2>Where the id is now</h2>{where_now}",
         table("envelope", &["field", "value"], &fields),
         esc(&cut(&headers, 8000)),
-        esc(&payload_text(&row.payload, &c.inner.redact)),
+        if c.inner.hide_payloads {
+            format!(
+                "(hidden by the console's configuration: {} bytes, sha256 {})",
+                row.payload.len(),
+                esc(&row.payload_hash)
+            )
+        } else {
+            esc(&payload_text(&row.payload, &c.inner.redact))
+        },
     );
     page(base, &format!("Dead letter {id}"), "", &body)
 }

@@ -23,10 +23,13 @@
 mod actions;
 mod api;
 pub mod auth;
+mod charts;
+mod groups;
 mod html;
 mod jobs;
 mod letters;
 mod pages;
+mod prune;
 mod replayers;
 pub mod security;
 mod time;
@@ -55,6 +58,8 @@ pub(crate) struct Inner {
     pub replayers: replayers::Replayers,
     pub jobs: jobs::Jobs,
     pub redact: Vec<String>,
+    pub hide_payloads: bool,
+    pub groups: groups::Groups,
     pub window: std::time::Duration,
     pub base: String,
 }
@@ -83,6 +88,8 @@ impl Console {
                 replayers: replayers::Replayers::default(),
                 jobs: jobs::Jobs::default(),
                 redact: Vec::new(),
+                hide_payloads: false,
+                groups: groups::Groups::default(),
                 window: oncely_ops::retention::DEFAULT_WINDOW,
                 base: String::new(),
             }),
@@ -136,6 +143,12 @@ impl Console {
         self.edit(|i| i.redact = fields.into_iter().map(Into::into).collect())
     }
 
+    /// Shows no payload at all (pages and API say only its size and hash), whatever
+    /// [`Console::redact`] names: for installations whose payloads operators must not read.
+    pub fn hide_payloads(self, hide: bool) -> Self {
+        self.edit(|i| i.hide_payloads = hide)
+    }
+
     /// The inbox retention window replay checks against (default 7 days; give what
     /// `oncely prune --older-than` uses).
     pub fn retention(self, window: std::time::Duration) -> Self {
@@ -150,7 +163,7 @@ impl Console {
     }
 
     /// The console's routes: pages `/`, `/dead-letters`, `/dead-letters/{id}`, `/audit`,
-    /// `/jobs/{id}`, the JSON API under `/api` (see docs/console.md), with authentication, CSRF
+    /// `/jobs/{id}`, the forms' `POST /actions/{action}`, `/prune`, `/jobs/{id}/cancel`, the JSON API under `/api` (see docs/console.md), with authentication, CSRF
     /// checks and security headers applied.
     pub fn router(&self) -> Router {
         let state = self.clone();
@@ -159,7 +172,9 @@ impl Console {
             .route("/dead-letters", get(pages::dead_letters))
             .route("/dead-letters/{id}", get(pages::dead_letter))
             .route("/actions/{action}", post(pages::action))
+            .route("/prune", post(pages::prune))
             .route("/jobs/{id}", get(pages::job))
+            .route("/jobs/{id}/cancel", post(pages::cancel))
             .route("/audit", get(pages::audit))
             .route("/assets/console.css", get(pages::css))
             .route("/assets/favicon.svg", get(pages::favicon))
@@ -172,7 +187,9 @@ impl Console {
                 "/api/dead-letters/{id}",
                 get(api::dead_letter).post(api::action),
             )
+            .route("/api/prune", post(api::prune))
             .route("/api/jobs/{id}", get(api::job))
+            .route("/api/jobs/{id}/cancel", post(api::cancel))
             .route("/api/audit", get(api::audit))
             .layer(axum::middleware::from_fn_with_state(
                 state.clone(),

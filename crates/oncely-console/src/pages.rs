@@ -3,6 +3,7 @@
 
 use crate::actions::{self, Answer, Ask, Selection};
 use crate::auth::Role;
+use crate::groups::Shown;
 use crate::html::{csrf_field, error, esc, page, table};
 use crate::jobs::Action;
 use crate::{Console, time};
@@ -11,7 +12,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use oncely_ops::browse::{self, Query};
+use oncely_ops::browse::Query;
 use oncely_ops::{events, stats};
 
 pub(crate) use crate::letters::{dead_letter, dead_letters};
@@ -43,22 +44,154 @@ pub(crate) fn count(key: &str, n: impl std::fmt::Display) -> String {
     format!("<span data-count=\"{}\">{n}</span>", esc(key))
 }
 
-/// `/`: per consumer, inbox rows and their age, dead letters by reason, store health.
-pub(crate) async fn overview(State(c): State<Console>) -> Response {
+fn window_text(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => "0s".to_owned(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s => format!("{s}s"),
+    }
+}
+
+/// The dead-letter groups (consumer, reason, error class) as a table, or why there is none
+/// yet ([`crate::groups`]: a page does not wait for a slow `GROUP BY`).
+pub(crate) fn groups_table(base: &str, id: &str, shown: &Shown) -> String {
+    let (groups, age) = match shown {
+        Shown::Ready(g, age) => (g, *age),
+        Shown::Counting => {
+            return format!(
+                "<p class=\"muted\" id=\"{id}-counting\">The groups are being counted (many rows); \
+                 reload the page to see them.</p>"
+            );
+        }
+        Shown::Failed => {
+            return "<p class=\"err\">The database refused the query (see the console's log).</p>"
+                .to_owned();
+        }
+    };
+    let rows: Vec<Vec<String>> = groups
+        .iter()
+        .map(|g| {
+            vec![
+                esc(&g.consumer),
+                format!(
+                    "<a href=\"{}/dead-letters?consumer={}&amp;reason={}\">{}</a>",
+                    esc(base),
+                    esc(&crate::html::url(&g.consumer)),
+                    esc(&crate::html::url(&g.reason)),
+                    esc(&g.reason)
+                ),
+                format!("<span class=\"class\">{}</span>", esc(&g.error_class)),
+                count(
+                    &format!("group:{}:{}:{}", g.consumer, g.reason, g.error_class),
+                    g.rows,
+                ),
+                esc(&g.deliveries.to_string()),
+                esc(&time::format(g.first_seen)),
+                esc(&time::format(g.last_seen)),
+            ]
+        })
+        .collect();
+    let note = if age.as_secs() >= 1 {
+        format!(
+            "<p class=\"muted\">Counted {} s ago (recounting in the background).</p>",
+            age.as_secs()
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{}{note}",
+        table(
+            id,
+            &[
+                "consumer",
+                "reason",
+                "error class",
+                "rows",
+                "deliveries",
+                "first seen",
+                "last seen"
+            ],
+            &rows
+        )
+    )
+}
+
+/// The outbox and journal backlog (oncely-effects' tables; "not installed" without them).
+fn backlog_section(b: &oncely_ops::backlog::Backlog) -> String {
+    let outbox = match &b.outbox {
+        None => "<p class=\"muted\" id=\"outbox-missing\">Outbox: not installed (no oncely-effects outbox table).</p>".to_owned(),
+        Some(rows) => {
+            let total: i64 = rows.iter().map(|r| r.rows).sum();
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        esc(&r.destination),
+                        count(&format!("outbox:{}", r.destination), r.rows),
+                        esc(&time::format(r.oldest_ms)),
+                    ]
+                })
+                .collect();
+            format!(
+                "<p>Outbox backlog (written, not dispatched): {} rows.</p>{}",
+                count("outbox_backlog", total),
+                table("outbox", &["destination", "rows", "oldest"], &cells)
+            )
+        }
+    };
+    let journal = match &b.journal_pending {
+        None => "<p class=\"muted\" id=\"journal-missing\">Effect journal: not installed (no oncely-effects journal table).</p>".to_owned(),
+        Some(rows) => {
+            let total: i64 = rows.iter().map(|r| r.rows).sum();
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        esc(r.consumer.as_deref().unwrap_or("(not known here)")),
+                        format!("<code>{}</code>", esc(&r.key_part)),
+                        count(&format!("journal:{}", r.key_part), r.rows),
+                        esc(&time::format(r.oldest_ms)),
+                    ]
+                })
+                .collect();
+            format!(
+                "<p>Effect-journal rows pending (outside calls begun, not settled): {} rows.</p>{}",
+                count("journal_pending", total),
+                table("journal", &["consumer", "key part", "pending", "oldest"], &cells)
+            )
+        }
+    };
+    format!("<h2>Outbox and effect journal</h2>{outbox}{journal}")
+}
+
+/// `/`: per consumer, inbox rows and their age, dead letters by reason and error class, store
+/// health, the outbox and journal backlog, charts over time, and (operators) prune.
+pub(crate) async fn overview(
+    State(c): State<Console>,
+    Extension(role): Extension<Role>,
+) -> Response {
     let base = &c.inner.base;
     let ops = &c.inner.ops;
     let started = std::time::Instant::now();
     let all = Query::default();
-    let (s, groups, mark) = match tokio::try_join!(
-        stats::stats(ops),
-        browse::groups(ops, &all),
-        events::prune_watermark(ops)
-    ) {
+    let (s, mark) = match tokio::try_join!(stats::stats(ops), events::prune_watermark(ops)) {
         Ok(x) => x,
         Err(e) => return error(base, StatusCode::SERVICE_UNAVAILABLE, &actions::db(e).0),
     };
+    let names: Vec<String> = s.consumers.iter().map(|k| k.consumer.clone()).collect();
+    let (backlog, groups, chart) = tokio::join!(
+        oncely_ops::backlog::backlog(ops, &names),
+        c.inner.groups.get(&c, &all),
+        crate::charts::section(&c)
+    );
+    let backlog = match backlog {
+        Ok(b) => backlog_section(&b),
+        Err(e) => format!("<p class=\"err\">{}</p>", esc(&actions::db(e).0)),
+    };
     let took = started.elapsed();
-    let chart = chart(&c).await;
     let rows: Vec<Vec<String>> = s
         .consumers
         .iter()
@@ -78,30 +211,26 @@ pub(crate) async fn overview(State(c): State<Console>) -> Response {
             ]
         })
         .collect();
-    let by_reason: Vec<Vec<String>> = groups
-        .iter()
-        .map(|g| {
-            vec![
-                esc(&g.consumer),
-                format!(
-                    "<a href=\"{}/dead-letters?consumer={}&amp;reason={}\">{}</a>",
-                    esc(base),
-                    esc(&crate::html::url(&g.consumer)),
-                    esc(&crate::html::url(&g.reason)),
-                    esc(&g.reason)
-                ),
-                count(&format!("group:{}:{}", g.consumer, g.reason), g.rows),
-                esc(&g.deliveries.to_string()),
-                esc(&time::format(g.first_seen)),
-                esc(&time::format(g.last_seen)),
-            ]
-        })
-        .collect();
+    let prune = if operator(role) {
+        format!(
+            "<h2>Prune</h2><form method=\"post\" action=\"{}/prune\" id=\"prune-form\">{}\
+             <label>Remove inbox ids received longer ago than \
+             <input name=\"older_than\" id=\"older_than\" value=\"{}\" size=\"6\"></label> \
+             <button id=\"prune\">Prune…</button></form><p class=\"muted\">As <code>oncely prune \
+             --older-than</code>: a preview count first, then batches in the background. Replay then \
+             refuses dead letters older than the cutoff (<code>refused_old</code>).</p>",
+            esc(base),
+            csrf_field(&c.inner.csrf),
+            esc(&window_text(c.inner.window)),
+        )
+    } else {
+        String::new()
+    };
     let body = format!(
         "<h1>Overview</h1>\
          <p class=\"ok\" id=\"health\">Store answering ({} ms for these numbers). Inbox: {} ids; \
          dead letters: {}. Last prune cutoff: {}.</p>\
-         <h2>Consumers</h2>{}<h2>Dead letters by reason</h2>{}{chart}",
+         <h2>Consumers</h2>{}<h2>Dead letters by reason and error class</h2>{}{backlog}{chart}{prune}",
         took.as_millis(),
         count("ids_held", s.ids_held),
         count("dead_letters", s.dead_letters),
@@ -111,68 +240,66 @@ pub(crate) async fn overview(State(c): State<Console>) -> Response {
             &["consumer", "inbox ids", "oldest", "newest", "dead letters"],
             &rows
         ),
-        table(
-            "reasons",
-            &[
-                "consumer",
-                "reason",
-                "rows",
-                "deliveries",
-                "first seen",
-                "last seen"
-            ],
-            &by_reason
-        ),
+        groups_table(base, "reasons", &groups),
     );
     page(base, "Overview", "", &body)
 }
 
-/// The last 24 hours per hour: inbox claims and dead letters, as bars (`<progress>`, so no
-/// script and no inline style).
-async fn chart(c: &Console) -> String {
-    use oncely_ops::browse::{Timeline, per_hour};
-    let ops = &c.inner.ops;
-    let now = oncely_sql::now_ms();
-    let since = now - now % 3_600_000 - 23 * 3_600_000;
-    let (claims, dead) = match tokio::try_join!(
-        per_hour(ops, Timeline::Claims, since),
-        per_hour(ops, Timeline::DeadLetters, since)
-    ) {
-        Ok(x) => x,
-        Err(e) => return format!("<p class=\"err\">{}</p>", esc(&actions::db(e).0)),
+/// `POST /prune` (form `older_than`, `confirm`): the preview, or the job.
+pub(crate) async fn prune(
+    State(c): State<Console>,
+    Extension(actor): Extension<crate::Actor>,
+    body: Bytes,
+) -> Response {
+    let base = &c.inner.base;
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
+    let field = |k: &str| {
+        pairs
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
     };
-    let at = |v: &[(i64, i64)], h: i64| v.iter().find(|(t, _)| *t == h).map_or(0, |(_, n)| *n);
-    let max = claims
-        .iter()
-        .chain(&dead)
-        .map(|(_, n)| *n)
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let rows: Vec<Vec<String>> = (0..24)
-        .map(|i| since + i * 3_600_000)
-        .rev()
-        .map(|h| {
-            let (a, d) = (at(&claims, h), at(&dead, h));
-            vec![
-                esc(&time::format(h)[..16]),
-                format!(
-                    "<progress max=\"{max}\" value=\"{a}\"></progress> {}",
-                    count(&format!("claimed_hour:{h}"), a)
-                ),
-                format!(
-                    "<progress class=\"bad\" max=\"{max}\" value=\"{d}\"></progress> {}",
-                    count(&format!("dead_hour:{h}"), d)
-                ),
-            ]
-        })
-        .collect();
-    format!(
-        "<h2>Last 24 hours (UTC), per hour</h2><p class=\"muted\">From the tables' own \
-         timestamps: ids claimed (messages applied) and dead letters first seen. Duplicates are not \
-         written to the database: see the <code>oncely_deliveries_total</code> metric.</p>{}",
-        table("timeline", &["hour", "claimed", "dead-lettered"], &rows)
-    )
+    let window = match crate::prune::window_of(&c, field("older_than")) {
+        Ok(w) => w,
+        Err(e) => return error(base, StatusCode::BAD_REQUEST, &e.0),
+    };
+    let confirm = field("confirm").is_some_and(|v| !v.is_empty());
+    match crate::prune::act(&c, window, confirm, &actor.0).await {
+        Err(e) => error(base, StatusCode::SERVICE_UNAVAILABLE, &e.0),
+        Ok(crate::prune::PruneAnswer::Started(job)) => {
+            Redirect::to(&format!("{base}/jobs/{job}")).into_response()
+        }
+        Ok(crate::prune::PruneAnswer::Preview { expired, cutoff_ms }) => {
+            let body = format!(
+                "<h1>Confirm prune</h1><p id=\"preview\">Remove {} inbox id(s) received before {}?</p>\
+                 <p class=\"warn\">After this, replay refuses dead letters first seen before the cutoff \
+                 (<code>refused_old</code>): their claims may be gone.</p>\
+                 <form method=\"post\" action=\"{b}/prune\">{}<input type=\"hidden\" name=\"older_than\" value=\"{}\">\
+                 <input type=\"hidden\" name=\"confirm\" value=\"1\">\
+                 <button id=\"confirm\" class=\"danger\">Yes, prune {expired}</button></form>\
+                 <p><a href=\"{b}/\">Cancel</a></p>",
+                count("preview", expired),
+                esc(&time::format(cutoff_ms)),
+                csrf_field(&c.inner.csrf),
+                esc(&window_text(window)),
+                b = esc(base),
+            );
+            page(base, "Confirm prune", "", &body)
+        }
+    }
+}
+
+/// `POST /jobs/{id}/cancel`: asks the job to stop, back to its page.
+pub(crate) async fn cancel(State(c): State<Console>, Path(id): Path<u64>) -> Response {
+    let base = &c.inner.base;
+    match c.inner.jobs.cancel(id) {
+        crate::jobs::Cancel::Unknown => error(
+            base,
+            StatusCode::NOT_FOUND,
+            "no such job (jobs live as long as the console process)",
+        ),
+        _ => Redirect::to(&format!("{base}/jobs/{id}")).into_response(),
+    }
 }
 
 /// The fields of an action form (`id` repeated, or `all` + filter fields).
@@ -273,7 +400,11 @@ pub(crate) async fn action(
 }
 
 /// `/jobs/{id}`: progress while it runs (the page refreshes itself), then the summary.
-pub(crate) async fn job(State(c): State<Console>, Path(id): Path<u64>) -> Response {
+pub(crate) async fn job(
+    State(c): State<Console>,
+    Extension(role): Extension<Role>,
+    Path(id): Path<u64>,
+) -> Response {
     let base = &c.inner.base;
     let Some(j) = c.inner.jobs.get(id) else {
         return error(
@@ -313,7 +444,22 @@ pub(crate) async fn job(State(c): State<Console>, Path(id): Path<u64>) -> Respon
             ]
         })
         .collect();
-    let state = if j.finished { "finished" } else { "running" };
+    let state = match (j.finished, j.cancelled) {
+        (true, true) => "cancelled",
+        (true, false) => "finished",
+        (false, true) => "cancelling",
+        (false, false) => "running",
+    };
+    let cancel = if !j.finished && !j.cancelled && operator(role) {
+        format!(
+            "<form method=\"post\" action=\"{}/jobs/{id}/cancel\">{}<button id=\"cancel\" class=\"danger\">Cancel the job</button> \
+             <span class=\"muted\">(stops before the next row; rows done stay done)</span></form>",
+            esc(base),
+            csrf_field(&c.inner.csrf)
+        )
+    } else {
+        String::new()
+    };
     let head = if j.finished {
         ""
     } else {
@@ -321,7 +467,10 @@ pub(crate) async fn job(State(c): State<Console>, Path(id): Path<u64>) -> Respon
     };
     let body = format!(
         "<h1>Job {id}: {}</h1><p id=\"job-state\" data-state=\"{state}\">{state}: \
-         <progress max=\"{}\" value=\"{}\"></progress> {} of {} rows, by {}</p>\
+         <progress max=\"{}\" value=\"{}\"></progress> {} of {} rows, by {}</p>{cancel}\
+         <p class=\"muted\">Jobs live in this console process: a restart forgets this page, not \
+         what was done (each row's outcome is in the database; the summary goes to the audit \
+         journal when the job ends).</p>\
          <h2>Summary</h2>{}<h2>Rows</h2>{}",
         esc(&j.action),
         j.total.max(1),

@@ -1,13 +1,12 @@
 //! The console over HTTP without a browser: CSRF (403 without the token), roles (401 without a
 //! token, 403 for the read-only role), security headers, preview before action, the second
 //! confirmation of a forced replay, and the operator sequence of docs/operations.md (replay,
-//! prune, replay) through the JSON API ending with one ledger row per id, on the three
-//! databases.
+//! prune, replay) through the JSON API — prune included, with its preview and its audit
+//! entry — ending with one ledger row per id, on the three databases; a job cancelled.
 
 mod common;
 
 use common::{Db, Letter};
-use oncely_ops::prune::{PruneOptions, prune};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -189,19 +188,56 @@ async fn sequence(test: &str, db: Db) {
         f.letter(&Letter::new("billing", id, "attempts_exhausted"))
             .await;
     }
-    // 2. …an operator prunes everything…
-    let ops = oncely_ops::Ops::from(&f.store);
-    prune(
-        &ops,
-        &PruneOptions {
-            window: Duration::ZERO,
-            pause: Duration::ZERO,
-            ..PruneOptions::default()
-        },
-        &mut |_| {},
-    )
-    .await
-    .unwrap();
+    // 2. …an operator prunes everything, through the console: the preview first…
+    let prune = |confirm: bool| {
+        http.post(format!("{base}/api/prune"))
+            .header("x-csrf-token", &token)
+            .json(&json!({ "older_than": "0s", "confirm": confirm }))
+            .send()
+    };
+    let inbox = f.count("inbox", "1 = 1", &[]).await;
+    assert_eq!(inbox, 5);
+    let preview = prune(false).await.unwrap().json::<Value>().await.unwrap();
+    assert_eq!(preview["expired"], inbox, "{preview}");
+    assert_eq!(
+        f.count("inbox", "1 = 1", &[]).await,
+        5,
+        "a preview prunes nothing"
+    );
+    let r = prune(true).await.unwrap();
+    assert_eq!(r.status(), 202);
+    let job = r.json::<Value>().await.unwrap()["job"].clone();
+    let done = wait(&http, &base, "-", &job).await;
+    assert_eq!(done["action"], "prune");
+    assert_eq!(done["outcomes"]["deleted"], 5, "{done}");
+    assert_eq!(
+        f.count("inbox", "1 = 1", &[]).await,
+        0,
+        "the inbox is empty"
+    );
+    // …audited with who ran it, next to oncely-ops' own `prune` cutoff.
+    let audit: Value = http
+        .get(format!("{base}/api/audit"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = audit["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"console_prune") && kinds.contains(&"prune"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        f.count("ops_events", "kind = 'console_prune'", &[]).await,
+        1
+    );
     // 3. …and replays: every row refused as possibly pruned, none applied twice.
     let job = replay(false, false)
         .await
@@ -240,4 +276,70 @@ async fn replay_prune_replay_postgres() {
 #[tokio::test]
 async fn replay_prune_replay_mariadb() {
     sequence("replay_prune_replay_mariadb", Db::MySql).await
+}
+
+/// A handler that takes its time, so a job is still running when it is cancelled.
+#[derive(Clone)]
+struct Slow(common::Ledger);
+
+impl oncely_core::Handler<oncely_sql::AnyTx> for Slow {
+    async fn handle(
+        &self,
+        tx: &mut oncely_sql::AnyTx,
+        msg: &oncely_core::Envelope,
+    ) -> oncely_core::Result<oncely_core::Handled> {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.0.handle(tx, msg).await
+    }
+}
+
+#[tokio::test]
+async fn a_job_can_be_cancelled() {
+    let Some(f) = common::fixture("cancel", Db::Sqlite).await else {
+        return;
+    };
+    for i in 0..40 {
+        f.letter(&Letter::new("billing", &format!("c-{i}"), "permanent"))
+            .await;
+    }
+    let ledger = common::Ledger(f.table("ledger"));
+    let base = common::serve(&f, |c| c.default_handler(Slow(ledger))).await;
+    let http = reqwest::Client::new();
+    let token = csrf(&http, &base, "-").await;
+    let r = http
+        .post(format!("{base}/api/dead-letters/replay"))
+        .header("x-csrf-token", &token)
+        .json(&json!({ "filter": {}, "confirm": true }))
+        .send()
+        .await
+        .unwrap();
+    let job = r.json::<Value>().await.unwrap()["job"].clone();
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let cancel = |token: Option<&str>| {
+        let mut r = http.post(format!("{base}/api/jobs/{job}/cancel"));
+        if let Some(t) = token {
+            r = r.header("x-csrf-token", t);
+        }
+        r.send()
+    };
+    assert_eq!(cancel(None).await.unwrap().status(), 403, "no CSRF token");
+    assert_eq!(cancel(Some(&token)).await.unwrap().status(), 202);
+    let done = wait(&http, &base, "-", &job).await;
+    assert_eq!(done["cancelled"], true, "{done}");
+    assert_eq!(done["survives_restart"], false);
+    let applied = done["outcomes"]["applied"].as_i64().unwrap();
+    let not_run = done["outcomes"]["not_run"].as_i64().unwrap();
+    assert!(applied >= 1 && not_run >= 1, "{done}");
+    assert_eq!(applied + not_run, 40, "{done}");
+    // Counted apart from the job: one ledger row per applied row, the rest still dead letters.
+    assert_eq!(f.ledger_rows().await, applied);
+    assert_eq!(f.dead_letter_rows().await, 40 - applied);
+    assert_eq!(
+        cancel(Some(&token)).await.unwrap().status(),
+        409,
+        "ended already"
+    );
+    // The audit journal has the job, cancelled.
+    let summary = f.count("ops_events", "kind = 'console_replay'", &[]).await;
+    assert_eq!(summary, 1);
 }

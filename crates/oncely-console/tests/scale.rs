@@ -96,6 +96,47 @@ async fn million(test: &str, db: Db) {
         "{text}"
     );
     assert!(deep_t.as_millis() < 2000, "a deep page took {deep_t:?}");
+
+    // The pages do not wait for the groups (crate::groups): the first load shows the rows and
+    // the total at once and the groups when they are counted; a reload shows them.
+    let base = common::serve(&f, |c| c).await;
+    let http = reqwest::Client::new();
+    let load = |path: &'static str| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let t = Instant::now();
+            let page = http
+                .get(format!("{base}{path}"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            (t.elapsed(), page)
+        }
+    };
+    let (cold, page) = load("/dead-letters").await;
+    assert!(
+        page.contains("data-count=\"total\">1000000<"),
+        "the total is shown at once"
+    );
+    let counting = page.contains("groups-counting");
+    let mut warm = None;
+    for _ in 0..600 {
+        let (t, page) = load("/dead-letters").await;
+        if page.contains("<table id=\"groups\">") {
+            warm = Some(t);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let warm = warm.expect("the groups appear once counted");
+    let (overview_t, _) = load("/").await;
+    eprintln!(
+        "{test}: /dead-letters first load {cold:?} (groups still counting: {counting}), \
+         with the groups counted {warm:?}; / {overview_t:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

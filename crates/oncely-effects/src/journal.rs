@@ -2,6 +2,7 @@
 //! payment API), `pending` is committed before the call, the call carries the idempotency key,
 //! and `done` with the provider's reference is committed after.
 
+use crate::EffectTables;
 use oncely_core::{Error, Result};
 use oncely_sql::Tables;
 use oncely_sql::{Column, SqlDatabase, Value};

@@ -36,6 +36,7 @@ mod prune;
 mod publisher;
 mod reconcile;
 mod relay;
+mod tables;
 mod versioned;
 
 pub use journal::{EffectState, Journal, JournalEntry, Performed};
@@ -52,6 +53,7 @@ pub use prune::{prune_journal, prune_outbox};
 pub use publisher::Publisher;
 pub use reconcile::{ReconcileReport, Reconciler, Resolution, Resolve};
 pub use relay::{DispatchReport, Relay};
+pub use tables::EffectTables;
 pub use versioned::{Versioned, Versions, apply_if_newer};
 
 /// Former names of [`oncely_sql::Value`], [`oncely_sql::Column`] and [`oncely_sql::Done`].

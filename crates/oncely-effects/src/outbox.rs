@@ -2,12 +2,11 @@
 //! with ids derived from the incoming id, so they exist if and only if the effect committed,
 //! and a reprocessed message emits the same ids.
 
+use crate::EffectTables;
 use oncely_core::{Error, MessageId, Meta, RawEnvelope, Result};
-use oncely_sql::Tables;
-use oncely_sql::{Column, SqlDatabase, Value};
-use oncely_sql::{db, from_ms, now_ms};
+use oncely_sql::{Column, Dialect, SqlTx, Tables, Value};
+use oncely_sql::{from_ms, now_ms};
 use sha2::{Digest, Sha256};
-use sqlx::Transaction;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 use uuid::Uuid;
@@ -154,6 +153,10 @@ pub(crate) fn message_of(row: &[Value]) -> Result<OutboxMessage> {
     })
 }
 
+/// Wakes the relay listening on the channel bound as `$1` at commit (PostgreSQL's
+/// `LISTEN`/`NOTIFY`; the other databases have none and the relay polls).
+const NOTIFY: &str = "SELECT pg_notify($1, '')";
+
 /// The PostgreSQL NOTIFY channel of an outbox table: short, whatever the schema and prefix.
 pub(crate) fn channel(tables: &Tables) -> String {
     let digest = Sha256::digest(tables.outbox().as_bytes());
@@ -195,14 +198,14 @@ impl Outbox {
     /// The current span's W3C trace context is stored in the row's headers (`traceparent`,
     /// `tracestate`; see [`oncely_core::trace::inject_current`]) unless `message` carries a
     /// `traceparent` already, so the relay and the next consumer continue this trace.
-    pub async fn enqueue<DB: SqlDatabase>(
+    pub async fn enqueue(
         &self,
-        tx: &mut Transaction<'_, DB>,
+        tx: &mut impl SqlTx,
         incoming: &MessageId,
         seq: u32,
         message: &Outgoing,
     ) -> Result<MessageId> {
-        let d = DB::DIALECT;
+        let d = tx.dialect();
         let id = derived_id(&self.emitter, incoming, seq);
         let sql = format!(
             "INSERT INTO {} (message_id, entity_key, destination, payload, headers, version, created_at, attempts, next_attempt_at) VALUES ({}) {}",
@@ -226,28 +229,22 @@ impl Outbox {
             Value::I64(0),
             now.into(),
         ];
-        DB::execute(&mut **tx, &sql, &args)
-            .await
-            .map_err(|e| db("enqueuing an outgoing message", e))?;
+        tx.execute(&sql, &args).await.map_err(|e| {
+            oncely_core::Error::new(e.kind(), "enqueuing an outgoing message").with_source(e)
+        })?;
         // Portable mode (CockroachDB, YugabyteDB, Citus): no NOTIFY; the relay polls.
-        if let Some(notify) = d.notify_sql().filter(|_| !self.tables.portable()) {
-            DB::execute(&mut **tx, notify, &[channel(&self.tables).into()])
-                .await
-                .map_err(|e| db("notifying the relay", e))?;
+        if d == Dialect::Postgres && !self.tables.portable() {
+            tx.execute(NOTIFY, &[channel(&self.tables).into()]).await?;
         }
         Ok(id)
     }
 }
 
 /// Every outbox row of `tables`, in id order (checks and admin).
-pub async fn outbox_rows<DB: SqlDatabase>(
-    conn: &mut DB::Connection,
-    tables: &Tables,
-) -> Result<Vec<OutboxMessage>> {
+pub async fn outbox_rows(tx: &mut impl SqlTx, tables: &Tables) -> Result<Vec<OutboxMessage>> {
     let sql = format!("SELECT {ROW_COLS} FROM {} ORDER BY id", tables.outbox());
-    DB::fetch(conn, &sql, &[], ROW_TYPES)
-        .await
-        .map_err(|e| db("reading the outbox", e))?
+    tx.fetch(&sql, &[], ROW_TYPES)
+        .await?
         .iter()
         .map(|r| message_of(r))
         .collect()

@@ -1,5 +1,6 @@
 //! Retention: delete dispatched outbox rows and resolved journal rows in bounded batches.
 
+use crate::EffectTables;
 use oncely_core::Result;
 use oncely_sql::SqlDatabase;
 use oncely_sql::Tables;

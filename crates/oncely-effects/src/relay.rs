@@ -4,6 +4,7 @@
 //! MariaDB 10.6+; SQLite's single writer serializes relays).
 
 #[cfg(feature = "postgres")]
+use crate::EffectTables;
 use crate::outbox::channel;
 use crate::outbox::{ROW_COLS, ROW_TYPES, message_of};
 use crate::publisher::Publisher;

@@ -2,11 +2,9 @@
 //! version is lower, in one atomic statement, so reordered and duplicated updates converge on
 //! the highest version.
 
+use crate::EffectTables;
 use oncely_core::{Handled, Result};
-use oncely_sql::Tables;
-use oncely_sql::{Column, SqlDatabase, Value};
-use oncely_sql::{db, now_ms};
-use sqlx::Transaction;
+use oncely_sql::{Column, Dialect, SqlTx, Tables, Value, now_ms};
 
 /// What [`apply_if_newer`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,44 +60,37 @@ impl Versions {
     /// Stores `version` for `(entity, key)` if it is higher than the stored version (or none is
     /// stored), inside `tx`. A concurrent transaction on the same entity waits on the row lock
     /// and then compares against the committed version.
-    pub async fn apply_if_newer<DB: SqlDatabase>(
+    pub async fn apply_if_newer(
         &self,
-        tx: &mut Transaction<'_, DB>,
+        tx: &mut impl SqlTx,
         entity: &str,
         key: &str,
         version: i64,
     ) -> Result<Versioned> {
-        let sql = DB::DIALECT.upsert_if_newer(&self.tables.versions());
+        let (sql, applied) = upsert_if_newer(tx.dialect(), &self.tables.versions());
         let args: Vec<Value> = vec![entity.into(), key.into(), version.into(), now_ms().into()];
-        let done = DB::execute(&mut **tx, &sql, &args)
-            .await
-            .map_err(|e| db("apply_if_newer", e))?;
-        Ok(
-            if DB::DIALECT.upsert_if_newer_applied(done.rows, done.last_insert_id) {
-                Versioned::Applied
-            } else {
-                Versioned::Stale
-            },
-        )
+        let done = tx.execute(&sql, &args).await?;
+        Ok(if applied(done.rows, done.last_insert_id) {
+            Versioned::Applied
+        } else {
+            Versioned::Stale
+        })
     }
 
     /// The stored version of `(entity, key)`, if any.
-    pub async fn current<DB: SqlDatabase>(
+    pub async fn current(
         &self,
-        conn: &mut DB::Connection,
+        tx: &mut impl SqlTx,
         entity: &str,
         key: &str,
     ) -> Result<Option<i64>> {
-        let d = DB::DIALECT;
         let sql = format!(
-            "SELECT version FROM {} WHERE entity = {} AND entity_key = {}",
+            "SELECT version FROM {} WHERE entity = $1 AND entity_key = $2",
             self.tables.versions(),
-            d.param(1),
-            d.param(2)
         );
-        let rows = DB::fetch(conn, &sql, &[entity.into(), key.into()], &[Column::I64])
-            .await
-            .map_err(|e| db("reading a version", e))?;
+        let rows = tx
+            .fetch(&sql, &[entity.into(), key.into()], &[Column::I64])
+            .await?;
         Ok(rows.first().map(|r| r[0].i64()))
     }
 }
@@ -121,8 +112,8 @@ impl Versions {
 ///     }
 /// }
 /// ```
-pub async fn apply_if_newer<DB: SqlDatabase>(
-    tx: &mut Transaction<'_, DB>,
+pub async fn apply_if_newer(
+    tx: &mut impl SqlTx,
     entity: &str,
     key: &str,
     version: i64,
@@ -130,4 +121,60 @@ pub async fn apply_if_newer<DB: SqlDatabase>(
     Versions::default()
         .apply_if_newer(tx, entity, key, version)
         .await
+}
+
+/// Whether an upsert applied, from the rows it reported and its `LAST_INSERT_ID`.
+type Applied = fn(u64, u64) -> bool;
+
+/// The versioned upsert of `versions` (columns `entity, entity_key, version, updated_at`,
+/// bound as `$1..$4`): insert, or update only when the stored version is lower; and how to
+/// tell applied from stale. Built from [`Dialect::on_conflict_update_where`]; where the
+/// database has no conditional upsert (MySQL), each column is updated through `IF(…)`.
+fn upsert_if_newer(d: Dialect, versions: &str) -> (String, Applied) {
+    let insert = |alias: &str| {
+        format!(
+            "INSERT INTO {versions}{alias} (entity, entity_key, version, updated_at) VALUES ({})",
+            d.params(1, 4)
+        )
+    };
+    let newer = "cur.version < excluded.version";
+    match d.on_conflict_update_where("entity, entity_key", &["version", "updated_at"], newer) {
+        Some(clause) => (format!("{} {clause}", insert(" AS cur")), |rows, _| {
+            rows == 1
+        }),
+        // sqlx connects MySQL with CLIENT_FOUND_ROWS, so an unchanged row counts 1 like an
+        // insert: the stale branch sets LAST_INSERT_ID(1), which the OK packet reports, to
+        // tell them apart. An applied update changes the row and counts 2. `updated_at` is
+        // assigned first so that its condition still sees the old version.
+        None => (
+            format!(
+                "{} ON DUPLICATE KEY UPDATE \
+                 updated_at = IF(version < VALUES(version), VALUES(updated_at), updated_at + 0 * LAST_INSERT_ID(1)), \
+                 version = IF(version < VALUES(version), VALUES(version), version)",
+                insert("")
+            ),
+            |rows, last_insert_id| matches!((rows, last_insert_id), (2, _) | (1, 0)),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upsert_is_conditional_on_every_database() {
+        let (pg, applied) = upsert_if_newer(Dialect::Postgres, "v");
+        assert!(pg.starts_with("INSERT INTO v AS cur (entity"), "{pg}");
+        assert!(pg.ends_with("WHERE cur.version < excluded.version"), "{pg}");
+        assert!(applied(1, 0) && !applied(0, 0));
+        let (sqlite, _) = upsert_if_newer(Dialect::Sqlite, "v");
+        assert!(
+            sqlite.contains("VALUES (?1, ?2, ?3, ?4) ON CONFLICT"),
+            "{sqlite}"
+        );
+        let (mysql, applied) = upsert_if_newer(Dialect::MySql, "v");
+        assert!(mysql.contains("LAST_INSERT_ID(1)"), "{mysql}");
+        assert!(applied(2, 0) && applied(1, 0) && !applied(1, 1) && !applied(0, 0));
+    }
 }

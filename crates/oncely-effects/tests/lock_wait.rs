@@ -5,6 +5,7 @@
 mod support;
 
 use oncely_core::ErrorKind;
+use oncely_effects::EffectTables;
 use oncely_effects::Journal;
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{AssertSqlSafe, Executor};

@@ -5,6 +5,7 @@
 
 mod support;
 
+use oncely_effects::EffectTables;
 use oncely_sql::{INBOX, Tables};
 
 /// The old per-crate ledgers (as the code before the shared ledger created them), filled with

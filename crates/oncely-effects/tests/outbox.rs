@@ -135,7 +135,7 @@ async fn relay_killed_mid_dispatch_downstream_applies_each_once() {
         .unwrap();
     assert!(plan.fired() > 0 && stats.abandoned > 0, "{stats:?}");
 
-    let rows = outbox_rows::<Sqlite>(&mut up.pool().acquire().await.unwrap(), &Tables::default())
+    let rows = outbox_rows(&mut up.pool().acquire().await.unwrap(), &Tables::default())
         .await
         .unwrap();
     let expected: HashSet<String> = (0..INCOMING)

@@ -7,7 +7,7 @@ mod support;
 use oncely_core::{Error, MemorySource};
 use oncely_effects::{EffectsDb, Outbox, OutboxMessage, Outgoing, Publisher, Relay, outbox_rows};
 use oncely_sql::Tables;
-use sqlx::{Pool, Sqlite};
+use sqlx::Pool;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -200,7 +200,7 @@ async fn failed_publishes_back_off_and_keep_entity_order() {
         pos(2) < pos(0),
         "entity b was not held up by a's failing row"
     );
-    let rows = outbox_rows::<Sqlite>(&mut pool.acquire().await.unwrap(), &Tables::default())
+    let rows = outbox_rows(&mut pool.acquire().await.unwrap(), &Tables::default())
         .await
         .unwrap();
     assert_eq!(rows[0].attempts, 2);

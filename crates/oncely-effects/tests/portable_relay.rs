@@ -4,6 +4,7 @@
 
 mod support;
 
+use oncely_effects::EffectTables;
 use oncely_effects::{OutboxMessage, Publisher, Relay, outbox_rows};
 use oncely_sql::Tables;
 use sha2::{Digest, Sha256};
@@ -53,7 +54,7 @@ async fn dispatch_by_polling<DB: oncely_effects::EffectsDb>(
     let report = task.await.unwrap().unwrap();
     assert_eq!(report.dispatched, ROWS as u64, "{report:?}");
     let mut conn = pool.acquire().await.unwrap();
-    let rows = outbox_rows::<DB>(&mut conn, tables).await.unwrap();
+    let rows = outbox_rows(&mut conn, tables).await.unwrap();
     assert_eq!(rows.len(), ROWS);
     assert!(rows.iter().all(|r| r.dispatched_at.is_some()));
     let mut per_id: HashMap<String, u32> = HashMap::new();

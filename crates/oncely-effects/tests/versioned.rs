@@ -140,10 +140,7 @@ async fn run_case<DB: EffectsDb>(
     let versions = Versions::new(tables.clone());
     let mut conn = pool.acquire().await.unwrap();
     for (key, (version, value)) in &expected {
-        let stored = versions
-            .current::<DB>(&mut conn, "order", key)
-            .await
-            .unwrap();
+        let stored = versions.current(&mut conn, "order", key).await.unwrap();
         prop_assert_eq!(stored, Some(*version), "version of {}", key);
         let rows = DB::fetch(
             &mut conn,
@@ -229,24 +226,15 @@ async fn outcomes<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) {
     );
     tx.rollback().await.unwrap();
     assert_eq!(
-        versions
-            .current::<DB>(&mut conn, "order", "a")
-            .await
-            .unwrap(),
+        versions.current(&mut conn, "order", "a").await.unwrap(),
         Some(4)
     );
     assert_eq!(
-        versions
-            .current::<DB>(&mut conn, "order", "b")
-            .await
-            .unwrap(),
+        versions.current(&mut conn, "order", "b").await.unwrap(),
         Some(2)
     );
     assert_eq!(
-        versions
-            .current::<DB>(&mut conn, "order", "zz")
-            .await
-            .unwrap(),
+        versions.current(&mut conn, "order", "zz").await.unwrap(),
         None
     );
 }

@@ -1,6 +1,6 @@
 //! The key row: reserved in the request's transaction, completed with the response in the same
 //! transaction. Every statement runs through [`AnyTx`], so it is written once for the three
-//! databases; what differs comes from [`Dialect`].
+//! databases; what differs comes from [`Dialect`](oncely_sql::Dialect).
 //!
 //! Concurrency: the reservation is an insert that does nothing on conflict. A conflicting row
 //! that is not committed yet (the same key still running) makes PostgreSQL and MySQL/MariaDB
@@ -13,7 +13,7 @@
 //! key of another scope is another row, never read, never a conflict.
 
 use oncely_core::Result;
-use oncely_sql::{AnyTx, Column, Dialect, Tables, Value, now_ms};
+use oncely_sql::{AnyTx, Column, Tables, Value, now_ms};
 use std::time::Duration;
 
 /// A completed response, as stored.
@@ -101,11 +101,7 @@ impl Keys {
         } else {
             inserted?;
         }
-        let lock = if d == Dialect::Sqlite {
-            ""
-        } else {
-            " FOR UPDATE"
-        };
+        let lock = d.for_update();
         let select = format!(
             "SELECT fingerprint, owner, status, headers, body, expires_at FROM {} WHERE scope = $1 AND idem_key = $2{lock}",
             self.table
@@ -193,43 +189,13 @@ impl Keys {
     }
 }
 
-/// Bounds how long the next statement waits for a row lock; returns the statement that
-/// restores the previous setting where it outlives the transaction (MySQL's session variable).
+/// Bounds how long the next statement waits for a row lock
+/// ([`Dialect::bounded_lock_wait`](oncely_sql::Dialect::bounded_lock_wait)); returns the script
+/// that restores the previous bound.
 async fn bounded_wait(tx: &mut AnyTx, wait: Duration) -> Result<Option<String>> {
-    match tx.dialect() {
-        Dialect::Postgres => {
-            // Transaction-local; restored after the insert so the handler keeps its setting.
-            let old = tx
-                .fetch_optional(
-                    "SELECT current_setting('lock_timeout')",
-                    &[],
-                    &[Column::Text],
-                )
-                .await?
-                .map_or_else(|| "0".to_owned(), |r| r[0].text());
-            let ms = format!("{}ms", wait.as_millis().max(1));
-            tx.fetch(
-                "SELECT set_config('lock_timeout', $1, true)",
-                &[ms.into()],
-                &[Column::Text],
-            )
-            .await?;
-            Ok(Some(format!(
-                "SELECT set_config('lock_timeout', '{}', true)",
-                old.replace('\'', "''")
-            )))
-        }
-        Dialect::MySql => {
-            // Whole seconds (MySQL's minimum is 1); a session variable, so it is restored.
-            let secs = wait.as_secs().max(1);
-            tx.script(&format!(
-                "SET @oncely_http_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = {secs}"
-            ))
-            .await?;
-            Ok(Some(
-                "SET SESSION innodb_lock_wait_timeout = @oncely_http_lwt".to_owned(),
-            ))
-        }
-        Dialect::Sqlite => Ok(None),
-    }
+    let Some((set, restore)) = tx.dialect().bounded_lock_wait(wait) else {
+        return Ok(None);
+    };
+    tx.script(&set).await?;
+    Ok(Some(restore))
 }

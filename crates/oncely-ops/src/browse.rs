@@ -1,6 +1,6 @@
 //! Browsing dead letters the way a console does: a richer filter than [`crate::dlq::Filter`]
 //! (time range, exact id, text), pages read by keyset, the total matching a filter, and
-//! groups by consumer and reason.
+//! groups by consumer, reason and error class.
 //!
 //! Listing reads no payloads (only their length) and cuts message ids and details to
 //! [`CUT`] characters, so a page stays small whatever producers stored. A page is
@@ -60,13 +60,15 @@ pub struct Summary {
     pub payload_len: i64,
 }
 
-/// Dead letters of one consumer and reason.
+/// Dead letters of one consumer, reason and error class.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Group {
     /// Consumer.
     pub consumer: String,
     /// Reason code.
     pub reason: String,
+    /// The error class (see [`error_class_sql`]): `""` for `conflict` and `late`.
+    pub error_class: String,
     /// Rows.
     pub rows: i64,
     /// Deliveries, summed over the rows.
@@ -207,15 +209,46 @@ pub async fn ids(ops: &Ops, q: &Query, limit: u32) -> Result<Vec<i64>> {
     })?
 }
 
-/// The rows matching `q` grouped by consumer and reason, largest group first.
+/// Longest error class [`groups`] returns, in characters.
+pub const CLASS_LEN: usize = 100;
+
+/// `strpos(hay, needle)` of the dialect: 1-based, 0 when absent.
+pub(crate) fn position(d: oncely_sql::Dialect, hay: &str, needle: &str) -> String {
+    match d {
+        oncely_sql::Dialect::Postgres => format!("strpos({hay}, {needle})"),
+        _ => format!("INSTR({hay}, {needle})"),
+    }
+}
+
+/// The SQL expression of a dead letter's error class: what its `detail` says after the
+/// reason's own wording, up to the next `:` — `handler failed permanently: insufficient funds:
+/// account 42` is `insufficient funds`, `gave up after 5 attempts: connection refused` is
+/// `connection refused` — cut to [`CLASS_LEN`] characters; the whole detail (cut) when it has
+/// no `": "`; `""` for `conflict` and `late`, whose details differ only by hashes and ages.
+/// No column stores a class: it is computed from the detail, the same on every dialect.
+pub fn error_class_sql(d: oncely_sql::Dialect) -> String {
+    let rest = format!("SUBSTR(detail, {} + 2)", position(d, "detail", "': '"));
+    let colon = position(d, &rest, "':'");
+    format!(
+        "CASE WHEN reason IN ('conflict', 'late') THEN '' \
+         WHEN {p} = 0 THEN SUBSTR(detail, 1, {CLASS_LEN}) \
+         WHEN {colon} = 0 THEN SUBSTR({rest}, 1, {CLASS_LEN}) \
+         ELSE SUBSTR(SUBSTR({rest}, 1, {colon} - 1), 1, {CLASS_LEN}) END",
+        p = position(d, "detail", "': '"),
+    )
+}
+
+/// The rows matching `q` grouped by consumer, reason and error class ([`error_class_sql`]),
+/// largest group first.
 pub async fn groups(ops: &Ops, q: &Query) -> Result<Vec<Group>> {
     let d = ops.dialect();
     let (cond, binds) = condition(ops, q);
     let sql = format!(
-        "SELECT {consumer} AS consumer, reason, {rows} AS n, {deliveries} AS deliveries, \
-         {first} AS first_seen, {last} AS last_seen FROM {table} WHERE {cond} \
-         GROUP BY consumer, reason ORDER BY n DESC, consumer, reason",
+        "SELECT {consumer} AS consumer, reason, {class} AS error_class, {rows} AS n, \
+         {deliveries} AS deliveries, {first} AS first_seen, {last} AS last_seen FROM {table} \
+         WHERE {cond} GROUP BY consumer, reason, error_class ORDER BY n DESC, consumer, reason, error_class",
         consumer = d.text("consumer"),
+        class = d.text(&error_class_sql(d)),
         rows = d.cast_i64("COUNT(*)"),
         deliveries = d.cast_i64("SUM(deliveries)"),
         first = d.cast_i64("MIN(dead_lettered_at)"),
@@ -232,6 +265,7 @@ pub async fn groups(ops: &Ops, q: &Query) -> Result<Vec<Group>> {
                 Ok(Group {
                     consumer: r.try_get("consumer")?,
                     reason: r.try_get("reason")?,
+                    error_class: r.try_get("error_class")?,
                     rows: r.try_get("n")?,
                     deliveries: r.try_get("deliveries")?,
                     first_seen: r.try_get("first_seen")?,
@@ -243,19 +277,36 @@ pub async fn groups(ops: &Ops, q: &Query) -> Result<Vec<Group>> {
     })?
 }
 
-/// Rows per hour of a table's timestamp column since `since_ms`: `(hour start in unix ms,
-/// rows)`, oldest first, hours without rows left out. What the console charts: inbox claims
-/// (`inbox`, `received_at`) and dead letters (`dead_letters`, `dead_lettered_at`), from the
-/// tables' own timestamps, without a metrics system.
+/// Rows per hour since `since_ms` ([`per_bucket`] with hours).
 pub async fn per_hour(ops: &Ops, table: Timeline, since_ms: i64) -> Result<Vec<(i64, i64)>> {
+    per_bucket(ops, table, since_ms, 3_600_000).await
+}
+
+/// Rows per `bucket_ms` (a minute, an hour) of a table's timestamp column since `since_ms`:
+/// `(bucket start in unix ms, rows)`, oldest first, buckets without rows left out. What the
+/// console charts, from the tables' own timestamps, without a metrics system: see
+/// [`Timeline`]. Duplicates are not among them: no table records a duplicate delivery (the
+/// inbox keeps the first copy only; `oncely_deliveries_total{outcome="duplicate"}` counts them).
+pub async fn per_bucket(
+    ops: &Ops,
+    table: Timeline,
+    since_ms: i64,
+    bucket_ms: i64,
+) -> Result<Vec<(i64, i64)>> {
     let d = ops.dialect();
-    let (name, column) = match table {
-        Timeline::Claims => (ops.tables().inbox(), "received_at"),
-        Timeline::DeadLetters => (ops.tables().dead_letters(), "dead_lettered_at"),
+    let (name, column, only) = match table {
+        Timeline::Claims => (ops.tables().inbox(), "received_at", ""),
+        Timeline::DeadLetters => (ops.tables().dead_letters(), "dead_lettered_at", ""),
+        Timeline::Conflicts => (
+            ops.tables().dead_letters(),
+            "dead_lettered_at",
+            " AND reason = 'conflict'",
+        ),
     };
+    let bucket_ms = bucket_ms.max(1);
     let sql = format!(
-        "SELECT {hour} AS hour, {n} AS n FROM {name} WHERE {column} >= {p} GROUP BY 1 ORDER BY 1",
-        hour = d.cast_i64(&format!("{column} - {column} % 3600000")),
+        "SELECT {bucket} AS bucket, {n} AS n FROM {name} WHERE {column} >= {p}{only} GROUP BY 1 ORDER BY 1",
+        bucket = d.cast_i64(&format!("{column} - {column} % {bucket_ms}")),
         n = d.cast_i64("COUNT(*)"),
         p = d.param(1),
     );
@@ -264,19 +315,21 @@ pub async fn per_hour(ops: &Ops, table: Timeline, since_ms: i64) -> Result<Vec<(
             .bind(since_ms)
             .fetch_all(&mut *c)
             .await
-            .map_err(|e| db("counting rows per hour", e))?;
+            .map_err(|e| db("counting rows over time", e))?;
         rows.iter()
-            .map(|r| Ok((r.try_get("hour")?, r.try_get("n")?)))
+            .map(|r| Ok((r.try_get("bucket")?, r.try_get("n")?)))
             .collect::<std::result::Result<Vec<_>, oncely_sql::sqlx::Error>>()
-            .map_err(|e| db("decoding rows per hour", e))
+            .map_err(|e| db("decoding rows over time", e))
     })?
 }
 
-/// Which timestamps [`per_hour`] counts.
+/// Which timestamps [`per_bucket`] counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timeline {
-    /// Inbox claims by `received_at` (messages applied, first deliveries).
+    /// Inbox claims by `received_at`: messages applied (first deliveries).
     Claims,
     /// Dead letters by `dead_lettered_at` (first seen).
     DeadLetters,
+    /// Dead letters with reason `conflict` (same id, other payload) by `dead_lettered_at`.
+    Conflicts,
 }

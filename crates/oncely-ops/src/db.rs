@@ -1,7 +1,7 @@
 //! [`Ops`]: an oncely-sql pool of any database plus its table naming.
 
 use oncely_sql::sqlx::Pool;
-use oncely_sql::{AnyPool, AnyStore, Dialect, SqlDatabase, SqlStore, Tables};
+use oncely_sql::{AnyPool, AnyStore, AnyTx, Dialect, SqlDatabase, SqlStore, Tables};
 
 /// What the operations run against: a pool and the tables of one oncely installation.
 #[derive(Debug, Clone)]
@@ -16,7 +16,7 @@ impl Ops {
         Self { pool, tables }
     }
 
-    /// The pool; run typed statements on it with [`oncely_sql::with_pool!`].
+    /// The pool (for typed sqlx code; [`Ops::begin`] runs statements on any database).
     pub fn pool(&self) -> &AnyPool {
         &self.pool
     }
@@ -29,6 +29,12 @@ impl Ops {
     /// The database.
     pub fn dialect(&self) -> Dialect {
         self.pool.dialect()
+    }
+
+    /// A transaction on the pool: operations run their statements through it, with the same
+    /// [`SqlTx`](oncely_sql::SqlTx) seam a handler's transaction offers.
+    pub async fn begin(&self) -> oncely_core::Result<AnyTx> {
+        self.pool.begin().await
     }
 }
 

@@ -13,13 +13,21 @@
 
 use crate::db::Ops;
 use oncely_core::Result;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::with_autocommit;
-use oncely_sql::{db, now_ms, with_pool};
+use oncely_sql::{Column, now_ms};
+
+/// The qualified name of the operations journal (`{schema}.{prefix}ops_events`).
+///
+/// ```
+/// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+/// assert_eq!(oncely_ops::events::table(&t), "app_ops_events");
+/// ```
+pub fn table(tables: &oncely_sql::Tables) -> String {
+    tables.table("ops_events")
+}
 
 /// Creates `{prefix}ops_events` if it does not exist.
 pub async fn ensure(ops: &Ops) -> Result<()> {
-    let t = ops.tables().ops_events();
+    let t = table(ops.tables());
     let d = ops.dialect();
     let ddl = format!(
         "CREATE TABLE IF NOT EXISTS {t} (id {}, kind {} NOT NULL, at BIGINT NOT NULL, cutoff BIGINT, \
@@ -28,10 +36,9 @@ pub async fn ensure(ops: &Ops) -> Result<()> {
         d.key_text(32),
         d.table_options()
     );
-    with_pool!(ops.pool(), p => sqlx::raw_sql(AssertSqlSafe(ddl)).execute(p).await
-        .map(drop)
-        .map_err(|e| db("creating the operations journal", e))?);
-    Ok(())
+    let mut tx = ops.begin().await?;
+    tx.script(&ddl).await?;
+    tx.commit().await
 }
 
 /// Appends one event of `kind` (`prune`, `dlq_keep_stored`, …) with an optional cutoff (unix
@@ -44,23 +51,18 @@ pub async fn record(
 ) -> Result<()> {
     ensure(ops).await?;
     let sql = format!(
-        "INSERT INTO {} (kind, at, cutoff, detail) VALUES ({}, {}, {}, {})",
-        ops.tables().ops_events(),
-        ops.dialect().param(1),
-        ops.dialect().param(2),
-        ops.dialect().param(3),
-        ops.dialect().param(4)
+        "INSERT INTO {} (kind, at, cutoff, detail) VALUES ($1, $2, $3, $4)",
+        table(ops.tables())
     );
-    with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql))
-        .bind(kind.to_owned())
-        .bind(now_ms())
-        .bind(cutoff_ms)
-        .bind(detail.to_string())
-        .execute(&mut *c)
-        .await
-        .map(drop)
-        .map_err(|e| db("recording an operations event", e))?)?;
-    Ok(())
+    let args = [
+        kind.into(),
+        now_ms().into(),
+        cutoff_ms.into(),
+        detail.to_string().into(),
+    ];
+    let mut tx = ops.begin().await?;
+    tx.execute(&sql, &args).await?;
+    tx.commit().await
 }
 
 /// The highest cutoff any prune run has used (unix ms), or `None` if no prune ever ran.
@@ -69,12 +71,11 @@ pub async fn prune_watermark(ops: &Ops) -> Result<Option<i64>> {
     ensure(ops).await?;
     let sql = format!(
         "SELECT MAX(cutoff) FROM {} WHERE kind = 'prune'",
-        ops.tables().ops_events()
+        table(ops.tables())
     );
-    let mark: Option<i64> = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql))
-        .fetch_one(&mut *c)
-        .await
-        .map_err(|e| db("reading the prune watermark", e))?)?;
+    let mut tx = ops.begin().await?;
+    let mark = tx.fetch_i64(&sql, &[]).await?;
+    tx.commit().await?;
     Ok(mark)
 }
 
@@ -96,32 +97,31 @@ pub struct Event {
 /// The newest `limit` events with an id below `before_id` (all when `None`), newest first;
 /// a keyset page on the journal's primary key.
 pub async fn list(ops: &Ops, before_id: Option<i64>, limit: u32) -> Result<Vec<Event>> {
-    use oncely_sql::sqlx::Row;
     ensure(ops).await?;
-    let d = ops.dialect();
     let sql = format!(
-        "SELECT id, {} AS kind, at, cutoff, detail FROM {} WHERE id < {} ORDER BY id DESC LIMIT {limit}",
-        d.text("kind"),
-        ops.tables().ops_events(),
-        d.param(1)
+        "SELECT id, kind, at, cutoff, detail FROM {} WHERE id < $1 ORDER BY id DESC LIMIT {limit}",
+        table(ops.tables()),
     );
-    with_autocommit!(ops.pool(), c => {
-        let rows = oncely_sql::query(AssertSqlSafe(sql))
-            .bind(before_id.unwrap_or(i64::MAX))
-            .fetch_all(&mut *c)
-            .await
-            .map_err(|e| db("reading the operations journal", e))?;
-        rows.iter()
-            .map(|r| {
-                Ok(Event {
-                    id: r.try_get("id")?,
-                    kind: r.try_get("kind")?,
-                    at: r.try_get("at")?,
-                    cutoff: r.try_get("cutoff")?,
-                    detail: r.try_get("detail")?,
-                })
-            })
-            .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
-            .map_err(|e| db("decoding the operations journal", e))
-    })?
+    let cols = [
+        Column::I64,
+        Column::Text,
+        Column::I64,
+        Column::OptI64,
+        Column::Text,
+    ];
+    let mut tx = ops.begin().await?;
+    let rows = tx
+        .fetch(&sql, &[before_id.unwrap_or(i64::MAX).into()], &cols)
+        .await?;
+    tx.commit().await?;
+    Ok(rows
+        .iter()
+        .map(|r| Event {
+            id: r[0].i64(),
+            kind: r[1].text(),
+            at: r[2].i64(),
+            cutoff: r[3].opt_i64(),
+            detail: r[4].text(),
+        })
+        .collect())
 }

@@ -5,6 +5,7 @@ use crate::db::Ops;
 use crate::dlq::{self, serialize_rows};
 use oncely_core::{ConsumerName, MessageId};
 use oncely_core::{Result, StoredDeadLetter};
+use oncely_effects::EffectTables;
 use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
 use oncely_sql::with_autocommit;
 use oncely_sql::{db, is_missing_table};

@@ -6,7 +6,8 @@
 //!   between them (never one long transaction), or — on PostgreSQL with the
 //!   [`partition`]ed inbox — drops whole daily partitions. Only one pruner runs at a time per
 //!   inbox across all instances ([`oncely_sql::DbLock`]).
-//! - [`stats`], [`inspect`]: per-consumer numbers and where one message id is.
+//! - [`stats`], [`inspect`]: per-consumer numbers and where one message id is;
+//!   [`backlog`]: outbox rows not dispatched and journal rows pending (oncely-effects).
 //! - [`dlq`]: list, show and purge dead letters; [`replay`]: replay them (through a
 //!   [`oncely_core::Consumer`], after refusing conflicts, already-applied and possibly-pruned
 //!   rows) and resolve conflicts; [`events`]: the operations journal (prune watermark,
@@ -26,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod backlog;
 pub mod browse;
 mod db;
 pub mod dlq;

@@ -4,14 +4,13 @@
 //! `DELETE`s, each its own short transaction, with a pause between them:
 //!
 //! - PostgreSQL: `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … WHERE received_at < $1 LIMIT n))`
-//! - MySQL / MariaDB: `DELETE … WHERE received_at < ? ORDER BY received_at LIMIT n`
+//! - MySQL / MariaDB: `DELETE … WHERE received_at < ? LIMIT n`
 //! - SQLite (the inbox is `WITHOUT ROWID`): `DELETE … WHERE (consumer, message_id) IN
 //!   (SELECT consumer, message_id … LIMIT n)`
 //! - Portable mode ([`oncely_sql::Tables::portable`], every dialect): by primary-key ranges,
 //!   never `ctid`: select the next `n` expired keys after the previous batch's last one
-//!   ([`Dialect::expired_keys_sql`](oncely_sql::Dialect::expired_keys_sql)), then delete the
-//!   expired rows between the first and the last of them
-//!   ([`Dialect::delete_key_range_sql`](oncely_sql::Dialect::delete_key_range_sql)).
+//!   (`expired_keys_sql`), then delete the expired rows between the first and the last of
+//!   them (`delete_key_range_sql`).
 //!
 //! Partitioned path (PostgreSQL, see [`crate::partition`]): drops every daily partition older
 //! than the window and creates the partitions for the coming days.
@@ -21,10 +20,7 @@
 use crate::db::Ops;
 use crate::partition;
 use oncely_core::Result;
-use oncely_sql::sqlx::{AssertSqlSafe, Pool};
-use oncely_sql::with_autocommit;
-use oncely_sql::{Column, DbLock, SqlDatabase, Value, resolve_tables};
-use oncely_sql::{db, now_ms, with_pool};
+use oncely_sql::{Column, DbLock, Value, now_ms, resolve_tables};
 use std::time::{Duration, Instant};
 use tracing::info;
 
@@ -43,6 +39,9 @@ pub struct PruneOptions {
     pub days_ahead: u32,
     /// Stop after this many batches (default: none); the next run continues.
     pub max_batches: Option<u64>,
+    /// Stop before the next batch once this flag is set (default: none), e.g. an operator's
+    /// cancel; the next run continues.
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for PruneOptions {
@@ -54,6 +53,7 @@ impl Default for PruneOptions {
             wait_for_lock: false,
             days_ahead: 3,
             max_batches: None,
+            stop: None,
         }
     }
 }
@@ -162,19 +162,22 @@ async fn run(
     let sql = batch_sql(ops, &table, batch);
     let mut after = None;
     loop {
-        if options.max_batches.is_some_and(|m| report.batches >= m) {
+        if options.max_batches.is_some_and(|m| report.batches >= m)
+            || options
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+        {
             break;
         }
         let (deleted, full) = if portable {
-            let (deleted, keys) = with_pool!(ops.pool(), p => key_range_batch(p, &table, batch, report.cutoff_ms, &mut after).await?);
+            let (deleted, keys) =
+                key_range_batch(ops, &table, batch, report.cutoff_ms, &mut after).await?;
             (deleted, keys == u64::from(batch))
         } else {
-            let deleted = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql.clone()))
-                .bind(report.cutoff_ms)
-                .execute(&mut *c)
-                .await
-                .map_err(|e| db("deleting a batch of expired ids", e))?
-                .rows_affected())?;
+            let mut tx = ops.begin().await?;
+            let deleted = tx.execute(&sql, &[report.cutoff_ms.into()]).await?.rows;
+            tx.commit().await?;
             (deleted, deleted >= u64::from(batch))
         };
         report.batches += 1;
@@ -193,35 +196,62 @@ async fn run(
     Ok(())
 }
 
-/// The statement deleting one batch of rows of `table` older than `$1`.
+/// The statement deleting one batch of at most `batch` inbox rows of `table` received before
+/// `$1` (unix ms), in no particular order ([`Dialect::delete_any`](oncely_sql::Dialect::delete_any)).
 pub fn batch_sql(ops: &Ops, table: &str, batch: u32) -> String {
-    ops.dialect().delete_expired_ids(table, batch)
+    let d = ops.dialect();
+    let condition = format!("received_at < {}", d.param(1));
+    d.delete_any(
+        table,
+        "consumer, message_id",
+        &condition,
+        &batch.to_string(),
+    )
+}
+
+/// The portable prune's first statement: the keys `(consumer, message_id)` of the next
+/// `batch` rows of `table` received before `$1`, in key order; with `after`, only keys after
+/// (`$2`, `$3`).
+fn expired_keys_sql(table: &str, batch: u32, after: bool) -> String {
+    let after = if after {
+        " AND consumer >= $2 AND (consumer > $2 OR message_id > $3)"
+    } else {
+        ""
+    };
+    format!(
+        "SELECT consumer, message_id FROM {table} WHERE received_at < $1{after} ORDER BY consumer, message_id LIMIT {batch}"
+    )
+}
+
+/// The portable prune's second statement: deletes the rows of `table` received before `$1`
+/// whose key lies between (`$2`, `$3`) and (`$4`, `$5`) inclusive: a primary-key range, which
+/// every distributed engine deletes without a full scan.
+fn delete_key_range_sql(table: &str) -> String {
+    format!(
+        "DELETE FROM {table} WHERE received_at < $1 AND consumer >= $2 AND consumer <= $4 \
+         AND (consumer > $2 OR message_id >= $3) AND (consumer < $4 OR message_id <= $5)"
+    )
 }
 
 /// One portable batch: the next `batch` expired keys of `table` after `after` (the previous
 /// batch's last key), then one `DELETE` of the expired rows in that key range. Moves `after`
 /// to this batch's last key; returns the rows deleted and the keys selected.
-async fn key_range_batch<DB: SqlDatabase>(
-    pool: &Pool<DB>,
+async fn key_range_batch(
+    ops: &Ops,
     table: &str,
     batch: u32,
     cutoff_ms: i64,
     after: &mut Option<(String, String)>,
 ) -> Result<(u64, u64)> {
-    let d = DB::DIALECT;
-    let mut conn = pool
-        .acquire()
-        .await
-        .map_err(|e| db("connecting for a prune batch", e))?;
     let mut args = vec![Value::I64(cutoff_ms)];
     if let Some((consumer, message_id)) = after.as_ref() {
         args.extend([consumer.into(), message_id.into()]);
     }
-    let sql = d.expired_keys_sql(table, batch, after.is_some());
-    let keys = DB::fetch(&mut conn, &sql, &args, &[Column::Text, Column::Text])
-        .await
-        .map_err(|e| db("selecting a batch of expired keys", e))?;
+    let sql = expired_keys_sql(table, batch, after.is_some());
+    let mut tx = ops.begin().await?;
+    let keys = tx.fetch(&sql, &args, &[Column::Text, Column::Text]).await?;
     let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
+        tx.commit().await?;
         return Ok((0, 0));
     };
     let range = [
@@ -231,33 +261,32 @@ async fn key_range_batch<DB: SqlDatabase>(
         last[0].text().into(),
         last[1].text().into(),
     ];
-    let deleted = DB::execute(&mut conn, &d.delete_key_range_sql(table), &range)
-        .await
-        .map_err(|e| db("deleting a range of expired ids", e))?
-        .rows;
+    let deleted = tx.execute(&delete_key_range_sql(table), &range).await?.rows;
+    tx.commit().await?;
     *after = Some((last[0].text(), last[1].text()));
     Ok((deleted, keys.len() as u64))
 }
 
+/// How many inbox ids a prune with `window` would remove now (the preview an operator sees
+/// before confirming one).
+pub async fn expired(ops: &Ops, window: Duration) -> Result<u64> {
+    let cutoff_ms = now_ms() - window.as_millis() as i64;
+    count_expired(ops, &ops.tables().inbox(), cutoff_ms).await
+}
+
 async fn count_expired(ops: &Ops, table: &str, cutoff_ms: i64) -> Result<u64> {
-    let sql = format!(
-        "SELECT COUNT(*) FROM {table} WHERE received_at < {}",
-        ops.dialect().param(1)
-    );
-    let n: i64 = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql))
-        .bind(cutoff_ms)
-        .fetch_one(&mut *c)
-        .await
-        .map_err(|e| db("counting expired ids", e))?)?;
-    Ok(n.max(0) as u64)
+    let sql = format!("SELECT COUNT(*) FROM {table} WHERE received_at < $1");
+    let mut tx = ops.begin().await?;
+    let n = tx.fetch_i64(&sql, &[cutoff_ms.into()]).await?;
+    tx.commit().await?;
+    Ok(n.unwrap_or(0).max(0) as u64)
 }
 
 /// `received_at` of the oldest id in the inbox (unix ms), if any.
 pub async fn oldest_received(ops: &Ops) -> Result<Option<i64>> {
     let sql = format!("SELECT MIN(received_at) FROM {}", ops.tables().inbox());
-    let oldest: Option<i64> = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql))
-        .fetch_one(&mut *c)
-        .await
-        .map_err(|e| db("reading the oldest id", e))?)?;
+    let mut tx = ops.begin().await?;
+    let oldest = tx.fetch_i64(&sql, &[]).await?;
+    tx.commit().await?;
     Ok(oldest)
 }

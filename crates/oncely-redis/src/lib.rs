@@ -10,6 +10,9 @@
 //!   the entry id is the broker's), `payload`, and optional `oncely-version`,
 //!   `oncely-entity`, `oncely-source-time`.
 //!
+//! - With the feature `store`: [`RedisStore`](store::RedisStore), a store whose claims and
+//!   effects live in Redis and commit in one Lua script (docs/redis-store.md).
+//!
 //! An entry without a `message_id` field becomes a delivery whose id is `None`; the
 //! runtime dead-letters it with reason `bad_id`.
 //!
@@ -25,9 +28,17 @@ mod acks;
 mod mapping;
 mod producer;
 mod source;
+#[cfg(feature = "store")]
+pub mod store;
 
 pub use mapping::{
     ENTITY_FIELD, ID_FIELD, PAYLOAD_FIELD, SOURCE_TIME_FIELD, VERSION_FIELD, envelope_of, fields_of,
 };
 pub use producer::{RedisProducer, publish};
+/// The redis crate this store is built on, for reads outside a transaction
+/// ([`RedisStore::connection`]).
+#[cfg(feature = "store")]
+pub use redis;
 pub use source::{DEFAULT_STREAM, RedisOptions, RedisSource, connect_source};
+#[cfg(feature = "store")]
+pub use store::{Durability, RedisStore, RedisStoreOptions, RedisTx};

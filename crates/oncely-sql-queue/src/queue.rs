@@ -86,7 +86,7 @@ impl SqlQueue {
     pub fn new(pool: PgPool, tables: &Tables) -> Self {
         Self {
             pool,
-            table: tables.queue(),
+            table: tables.table("queue"),
             tables: tables.clone(),
         }
     }

@@ -287,6 +287,27 @@ impl AnyPool {
         }
     }
 
+    /// Begins a transaction on a connection of the pool (`BEGIN IMMEDIATE` on SQLite, as the
+    /// stores do): the [`AnyTx`](crate::AnyTx) tools run their statements in, through the
+    /// same [`SqlTx`](crate::SqlTx) seam a handler's transaction offers. Safe behind a
+    /// transaction pooler (every statement is inside the transaction).
+    ///
+    /// ```no_run
+    /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+    /// let mut tx = pool.begin().await?;
+    /// let n = tx.fetch_i64("SELECT COUNT(*) FROM oncely_inbox", &[]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin(&self) -> Result<crate::AnyTx> {
+        use crate::query::SqlDatabase;
+        fn begin_sql<DB: SqlDatabase>(_: &sqlx::Pool<DB>) -> &'static str {
+            DB::BEGIN
+        }
+        let tx = with_pool!(self, p => p.begin_with(begin_sql(p)).await.map(crate::AnyTx::from));
+        tx.map_err(|e| crate::db("beginning a transaction", e))
+    }
+
     /// The PostgreSQL pool, for features that exist on PostgreSQL only (the partitioned
     /// inbox, the SQL queue); `None` on the other databases.
     #[cfg(feature = "postgres")]

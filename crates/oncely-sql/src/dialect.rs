@@ -250,61 +250,40 @@ impl Dialect {
         }
     }
 
-    /// The statement deleting one batch of at most `batch` inbox rows of `table` received
-    /// before placeholder 1 (unix ms), in no particular order, by the cheapest row address
-    /// each database has (`ctid` on PostgreSQL, the primary key on SQLite, `ORDER BY … LIMIT`
-    /// on MySQL).
-    pub fn delete_expired_ids(self, table: &str, batch: u32) -> String {
+    /// A statement deleting at most `limit` rows of `table` matching `condition`, in no
+    /// particular order, by the cheapest row address each database has: `ctid` on PostgreSQL,
+    /// `DELETE … LIMIT` on MySQL, the unique `key` (one column or a comma-separated composite
+    /// key) through a subquery on SQLite. `limit` is SQL text (a number or a placeholder).
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(
+    ///     Dialect::Postgres.delete_any("t", "id", "at < $1", "100"),
+    ///     "DELETE FROM t WHERE ctid = ANY(ARRAY(SELECT ctid FROM t WHERE at < $1 LIMIT 100))"
+    /// );
+    /// assert_eq!(Dialect::MySql.delete_any("t", "id", "at < ?", "100"), "DELETE FROM t WHERE at < ? LIMIT 100");
+    /// assert_eq!(
+    ///     Dialect::Sqlite.delete_any("t", "a, b", "at < ?1", "100"),
+    ///     "DELETE FROM t WHERE (a, b) IN (SELECT a, b FROM t WHERE at < ?1 LIMIT 100)"
+    /// );
+    /// ```
+    pub fn delete_any(self, table: &str, key: &str, condition: &str, limit: &str) -> String {
         match self {
             Self::Postgres => format!(
-                "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE received_at < $1 LIMIT {batch}))"
+                "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {condition} LIMIT {limit}))"
             ),
-            Self::MySql => format!(
-                "DELETE FROM {table} WHERE received_at < ? ORDER BY received_at LIMIT {batch}"
-            ),
-            Self::Sqlite => format!(
-                "DELETE FROM {table} WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM {table} WHERE received_at < ?1 LIMIT {batch})"
-            ),
+            Self::MySql => format!("DELETE FROM {table} WHERE {condition} LIMIT {limit}"),
+            Self::Sqlite => {
+                let row = if key.contains(',') {
+                    format!("({key})")
+                } else {
+                    key.to_owned()
+                };
+                format!(
+                    "DELETE FROM {table} WHERE {row} IN (SELECT {key} FROM {table} WHERE {condition} LIMIT {limit})"
+                )
+            }
         }
-    }
-
-    /// The portable prune's first statement: the keys `(consumer, message_id)` of the next
-    /// `batch` rows of `table` received before `$1`, in key order; with `after`, only keys
-    /// after (`$2`, `$3`). Placeholders are numbered: run it through
-    /// [`SqlDatabase::fetch`](crate::SqlDatabase::fetch), which rewrites them on MySQL.
-    ///
-    /// ```
-    /// use oncely_sql::Dialect;
-    /// let sql = Dialect::Postgres.expired_keys_sql("inbox", 100, true);
-    /// assert!(sql.ends_with("ORDER BY consumer, message_id LIMIT 100"));
-    /// assert!(!sql.contains("ctid"));
-    /// ```
-    pub fn expired_keys_sql(self, table: &str, batch: u32, after: bool) -> String {
-        let after = if after {
-            " AND consumer >= $2 AND (consumer > $2 OR message_id > $3)"
-        } else {
-            ""
-        };
-        format!(
-            "SELECT consumer, message_id FROM {table} WHERE received_at < $1{after} ORDER BY consumer, message_id LIMIT {batch}"
-        )
-    }
-
-    /// The portable prune's second statement: deletes the rows of `table` received before
-    /// `$1` whose key lies between (`$2`, `$3`) and (`$4`, `$5`) inclusive: a primary-key
-    /// range, which every distributed engine deletes without a full scan. Numbered
-    /// placeholders, as [`Dialect::expired_keys_sql`].
-    ///
-    /// ```
-    /// use oncely_sql::Dialect;
-    /// let sql = Dialect::MySql.delete_key_range_sql("inbox");
-    /// assert!(sql.starts_with("DELETE FROM inbox WHERE received_at < $1 AND consumer >= $2"));
-    /// ```
-    pub fn delete_key_range_sql(self, table: &str) -> String {
-        format!(
-            "DELETE FROM {table} WHERE received_at < $1 AND consumer >= $2 AND consumer <= $4 \
-             AND (consumer > $2 OR message_id >= $3) AND (consumer < $4 OR message_id <= $5)"
-        )
     }
 
     /// The table of leases behind [`DbLock`](crate::DbLock) (SQLite, portable mode) and the
@@ -325,8 +304,8 @@ impl Dialect {
 
     /// Takes the lease `$1` for holder `$2` until `$3` (unix ms) if nobody holds it or its
     /// lease expired before `$4`; otherwise changes nothing. Whether it was taken is read back
-    /// (the holder), since MySQL's affected-row count cannot tell. Numbered placeholders, as
-    /// [`Dialect::expired_keys_sql`].
+    /// (the holder), since MySQL's affected-row count cannot tell. Numbered placeholders (run it through
+    /// [`SqlTx`](crate::SqlTx), which rewrites them on MySQL).
     ///
     /// ```
     /// use oncely_sql::Dialect;
@@ -366,12 +345,6 @@ impl Dialect {
             Self::MySql => " FOR UPDATE SKIP LOCKED".to_owned(),
             Self::Sqlite => String::new(),
         }
-    }
-
-    /// A statement waking listeners of the channel bound as placeholder 1
-    /// (`pg_notify`), where the database has notifications: PostgreSQL only.
-    pub fn notify_sql(self) -> Option<&'static str> {
-        (self == Self::Postgres).then_some("SELECT pg_notify($1, '')")
     }
 
     /// The clause that makes an `INSERT` an upsert: when a row with the unique `key` exists,
@@ -440,52 +413,91 @@ impl Dialect {
         }
     }
 
-    /// The versioned upsert of `versions` (columns `entity, entity_key, version, updated_at`,
-    /// bound as `$1..$4`): insert, or update only when the stored version is lower. Tell
-    /// applied from stale with [`Dialect::upsert_if_newer_applied`].
+    /// The clause that makes an `INSERT` into a table aliased `alias` (`INSERT INTO t AS alias`)
+    /// update `columns` to the inserted values when a row with the unique `key` exists and
+    /// `condition` holds; `condition` compares the stored row (`alias.column`) with the inserted
+    /// one (`excluded.column`). `None` on MySQL, whose `ON DUPLICATE KEY UPDATE` has no
+    /// condition: there write each column as `IF(condition, VALUES(column), column)`.
     ///
     /// ```
     /// use oncely_sql::Dialect;
-    /// assert!(Dialect::Postgres.upsert_if_newer("v").contains("WHERE cur.version < excluded.version"));
+    /// assert_eq!(
+    ///     Dialect::Postgres.on_conflict_update_where("k", &["v"], "cur.v < excluded.v").unwrap(),
+    ///     "ON CONFLICT (k) DO UPDATE SET v = excluded.v WHERE cur.v < excluded.v"
+    /// );
+    /// assert!(Dialect::MySql.on_conflict_update_where("k", &["v"], "cur.v < excluded.v").is_none());
     /// ```
-    pub fn upsert_if_newer(self, versions: &str) -> String {
-        let values = self.params(1, 4);
+    pub fn on_conflict_update_where(
+        self,
+        key: &str,
+        columns: &[&str],
+        condition: &str,
+    ) -> Option<String> {
+        (self != Self::MySql).then(|| {
+            format!(
+                "{} WHERE {condition}",
+                self.on_conflict_update(key, columns)
+            )
+        })
+    }
+
+    /// The suffix of a `SELECT` that locks the rows it returns until the transaction ends
+    /// (` FOR UPDATE`, with a leading space), or nothing on SQLite, whose writers are
+    /// serialized anyway (`BEGIN IMMEDIATE`).
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(Dialect::MySql.for_update(), " FOR UPDATE");
+    /// assert_eq!(Dialect::Sqlite.for_update(), "");
+    /// ```
+    pub fn for_update(self) -> &'static str {
         match self {
-            Self::Sqlite => format!(
-                "INSERT INTO {versions} (entity, entity_key, version, updated_at) VALUES ({values}) \
-                 ON CONFLICT (entity, entity_key) DO UPDATE SET version = excluded.version, \
-                 updated_at = excluded.updated_at WHERE version < excluded.version"
-            ),
-            Self::Postgres => format!(
-                "INSERT INTO {versions} AS cur (entity, entity_key, version, updated_at) VALUES ({values}) \
-                 ON CONFLICT (entity, entity_key) DO UPDATE SET version = excluded.version, \
-                 updated_at = excluded.updated_at WHERE cur.version < excluded.version"
-            ),
-            // sqlx connects with CLIENT_FOUND_ROWS, so an unchanged row counts 1 like an
-            // insert: the stale branch sets LAST_INSERT_ID(1), which the OK packet reports, to
-            // tell them apart. An applied update changes the row and counts 2. `updated_at` is
-            // assigned first so that its condition still sees the old version.
-            Self::MySql => format!(
-                "INSERT INTO {versions} (entity, entity_key, version, updated_at) VALUES ({values}) \
-                 ON DUPLICATE KEY UPDATE \
-                 updated_at = IF(version < VALUES(version), VALUES(updated_at), updated_at + 0 * LAST_INSERT_ID(1)), \
-                 version = IF(version < VALUES(version), VALUES(version), version)"
-            ),
+            Self::Sqlite => "",
+            _ => " FOR UPDATE",
         }
     }
 
-    /// Whether [`Dialect::upsert_if_newer`] applied (inserted or raised the version), from the
-    /// rows it reported and, on MySQL, its `LAST_INSERT_ID`.
+    /// Bounds how long the transaction's next statements wait for a row lock to `wait`: the
+    /// script to run before them and the one that restores the previous bound after them, or
+    /// `None` where a lock wait cannot be bounded per statement (SQLite: one writer at a time,
+    /// bounded by the pool's busy timeout). Run both with [`SqlTx::script`](crate::SqlTx::script)
+    /// inside the transaction. A wait that ends this way is a lock-timeout error (transient).
+    ///
+    /// - PostgreSQL: `lock_timeout` set transaction-locally in milliseconds (at least 1); the
+    ///   old value is kept in the transaction-local setting `oncely.saved_lock_timeout`.
+    /// - MySQL / MariaDB: `innodb_lock_wait_timeout` in whole seconds (at least 1); a session
+    ///   variable, which outlives the transaction, so restoring it matters. MySQL keeps the
+    ///   transaction usable after a lock wait timeout: restore before returning the error.
     ///
     /// ```
     /// use oncely_sql::Dialect;
-    /// assert!(Dialect::Sqlite.upsert_if_newer_applied(1, 0));
-    /// assert!(!Dialect::MySql.upsert_if_newer_applied(1, 1));
+    /// use std::time::Duration;
+    /// let (set, restore) = Dialect::Postgres.bounded_lock_wait(Duration::from_millis(250)).unwrap();
+    /// assert!(set.contains("set_config('lock_timeout', '250ms', true)"));
+    /// assert!(restore.contains("oncely.saved_lock_timeout"));
+    /// let (set, _) = Dialect::MySql.bounded_lock_wait(Duration::from_millis(250)).unwrap();
+    /// assert!(set.ends_with("innodb_lock_wait_timeout = 1"));
+    /// assert!(Dialect::Sqlite.bounded_lock_wait(Duration::from_secs(1)).is_none());
     /// ```
-    pub fn upsert_if_newer_applied(self, rows: u64, last_insert_id: u64) -> bool {
+    pub fn bounded_lock_wait(self, wait: std::time::Duration) -> Option<(String, String)> {
         match self {
-            Self::MySql => matches!((rows, last_insert_id), (2, _) | (1, 0)),
-            _ => rows == 1,
+            Self::Postgres => Some((
+                format!(
+                    "SELECT set_config('oncely.saved_lock_timeout', current_setting('lock_timeout'), true); \
+                     SELECT set_config('lock_timeout', '{}ms', true)",
+                    wait.as_millis().max(1)
+                ),
+                "SELECT set_config('lock_timeout', current_setting('oncely.saved_lock_timeout'), true)"
+                    .to_owned(),
+            )),
+            Self::MySql => Some((
+                format!(
+                    "SET @oncely_saved_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = {}",
+                    wait.as_secs().max(1)
+                ),
+                "SET SESSION innodb_lock_wait_timeout = @oncely_saved_lwt".to_owned(),
+            )),
+            Self::Sqlite => None,
         }
     }
 
@@ -520,14 +532,6 @@ impl Dialect {
             Self::MySql => " ENGINE=InnoDB",
             _ => "",
         }
-    }
-
-    /// A statement that, run first in a transaction, serializes that transaction's DDL with
-    /// every other one taking the same `key`: `pg_advisory_xact_lock` on PostgreSQL, where
-    /// two concurrent `CREATE TABLE IF NOT EXISTS` of one table can fail on the catalog's
-    /// unique index. `None` elsewhere (MySQL and SQLite need no lock for that).
-    pub fn ddl_lock_sql(self, key: i64) -> Option<String> {
-        (self == Self::Postgres).then(|| format!("SELECT pg_advisory_xact_lock({key})"))
     }
 
     /// The statement dropping `schema` and everything in it (a PostgreSQL schema, a MySQL

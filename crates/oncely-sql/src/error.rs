@@ -171,19 +171,26 @@ pub fn db(doing: &str, e: sqlx::Error) -> Error {
 
 /// True when the error says a table does not exist (PostgreSQL 42P01, MySQL 1146 / 42S02,
 /// SQLite "no such table"), so that optional tables (effects journal, outbox, operations
-/// journal) can be skipped. Its kind is [`ErrorKind::Config`] (see [`error_kind`]).
+/// journal) can be skipped. Its kind is [`ErrorKind::Config`] (see [`error_kind`]). Takes a
+/// sqlx error or an oncely error wrapping one (as [`SqlTx`](crate::SqlTx) returns): the
+/// source chain is searched.
 ///
 /// ```
-/// assert!(!oncely_sql::is_missing_table(&oncely_sql::sqlx::Error::RowNotFound));
+/// use oncely_sql::sqlx;
+/// assert!(!oncely_sql::is_missing_table(&sqlx::Error::RowNotFound));
+/// let wrapped = oncely_sql::db("reading", sqlx::Error::RowNotFound);
+/// assert!(!oncely_sql::is_missing_table(&wrapped));
 /// ```
-pub fn is_missing_table(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(d) => {
-            matches!(d.code().as_deref(), Some("42P01" | "42S02" | "1146"))
-                || d.message().contains("no such table")
+pub fn is_missing_table(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(sqlx::Error::Database(d)) = e.downcast_ref::<sqlx::Error>() {
+            return matches!(d.code().as_deref(), Some("42P01" | "42S02" | "1146"))
+                || d.message().contains("no such table");
         }
-        _ => false,
+        next = e.source();
     }
+    false
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ mod migrate;
 pub mod pooler;
 mod query;
 mod replication;
+mod seam;
 mod store;
 mod tables;
 mod tx;
@@ -75,6 +76,7 @@ pub use migrate::{Migration, migrations, print_migrations};
 pub use pooler::{Autocommit, behind_transaction_pooler, query, query_as, query_scalar};
 pub use query::{Column, Done, SqlDatabase, Value};
 pub use replication::Replication;
+pub use seam::SqlTx;
 pub use sqlx;
 #[cfg(feature = "mysql")]
 pub use store::MySqlStore;

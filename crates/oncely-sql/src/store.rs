@@ -92,18 +92,20 @@ fn stored_hash_of(text: &str) -> Result<PayloadHash> {
         .ok_or_else(|| Error::permanent(format!("inbox holds a malformed payload hash {text:?}")))
 }
 
-/// Commits a PostgreSQL transaction, refusing one that had aborted.
+/// Commits a PostgreSQL transaction, refusing one that had aborted, in one round trip.
 ///
 /// PostgreSQL answers `COMMIT` with `ROLLBACK`, and no error, when a statement of the
 /// transaction failed (a handler that caught the error and returned `Ok`): claim and effect
 /// would be gone while the runtime acks. Any statement in such a transaction fails with
-/// SQLSTATE 25P02, so one `SELECT 1` (simple protocol) before the commit tells. sqlx keeps
-/// the server's transaction status (`ReadyForQuery`) private and reports `COMMIT`'s
-/// `ROLLBACK` tag as success, so there is no cheaper reliable check. Sending the check and
-/// the commit in one message (`SELECT 1; COMMIT; BEGIN`, the trailing `BEGIN` for sqlx's
-/// handle to roll back) was measured and not kept: on loopback the saved round trip is small
-/// next to a commit's WAL flush, and at 16 consumers it ran no faster (1,373 vs 1,483 msgs/s,
-/// three runs each; docs/performance.md, issue 24).
+/// SQLSTATE 25P02, so a check statement before the `COMMIT` tells. sqlx keeps the server's
+/// transaction status (`ReadyForQuery`) private and reports `COMMIT`'s `ROLLBACK` tag as
+/// success, so the check is a statement; it travels in the same simple-protocol message as
+/// the commit: `SELECT 1; COMMIT; BEGIN`. The server runs the statements in order and stops
+/// at the first error, so a failed check leaves `COMMIT` unrun and the aborted transaction is
+/// rolled back when `tx` drops. After a good commit the trailing `BEGIN` opens an empty
+/// transaction for sqlx's handle (which still counts one open) to roll back on drop: that
+/// `ROLLBACK` is queued and sent with the pool's release ping, off the message's path and
+/// without a warning. Per-statement timings: docs/performance.md (issue 24).
 ///
 /// Under [`Replication::Replicated`] the check is `SET LOCAL synchronous_commit = on`: it
 /// fails the same way in an aborted transaction, and makes the commit wait for a
@@ -113,9 +115,13 @@ async fn commit_checked(
     mut tx: sqlx::Transaction<'static, Postgres>,
     replication: Replication,
 ) -> Result<()> {
-    let sql = AssertSqlSafe(replication.before_commit_sql());
+    let sql = AssertSqlSafe(format!(
+        "{}; COMMIT; BEGIN",
+        replication.before_commit_sql()
+    ));
     match sqlx::raw_sql(sql).execute(&mut *tx).await {
-        Ok(_) => tx.commit().await.map_err(|e| db("commit", e)),
+        // Dropping `tx` queues the rollback of the empty trailing `BEGIN`.
+        Ok(_) => Ok(()),
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
             Err(Error::transient(
                 "the transaction had already aborted: a statement failed inside the handler and the \

@@ -97,10 +97,12 @@ impl Tables {
         &self.prefix
     }
 
-    /// The qualified name of a table oncely does not own, or whose name is made at run time:
-    /// your own tables under the same schema and prefix, a daily partition
-    /// (`inbox_20250101`), an older ledger being adopted. oncely's own tables have an accessor
-    /// each ([`inbox`](Self::inbox), [`dead_letters`](Self::dead_letters), …).
+    /// The qualified name of table `name` under this schema and prefix: the one naming rule
+    /// for every table. oncely-sql's own tables have an accessor each ([`inbox`](Self::inbox),
+    /// [`dead_letters`](Self::dead_letters), …); the crates above name theirs through this
+    /// (`oncely_effects::EffectTables`, `oncely_ops::events::table`, the SQL queue's `queue`),
+    /// and so do your own tables, a daily partition (`inbox_20250101`), an older ledger being
+    /// adopted.
     ///
     /// ```
     /// let t = oncely_sql::Tables::default();
@@ -153,16 +155,6 @@ impl Tables {
         self.table("migration_ledger")
     }
 
-    /// The qualified name of the operations journal (prune watermark, dead-letter resolutions) of `oncely-ops`.
-    ///
-    /// ```
-    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
-    /// assert_eq!(t.ops_events(), "app_ops_events");
-    /// ```
-    pub fn ops_events(&self) -> String {
-        self.table("ops_events")
-    }
-
     /// The qualified name of the leases behind [`DbLock`](crate::DbLock) on SQLite and in
     /// portable mode (and of the migration lock in portable mode).
     ///
@@ -172,46 +164,6 @@ impl Tables {
     /// ```
     pub fn ops_leases(&self) -> String {
         self.table("ops_leases")
-    }
-
-    /// The qualified name of the entity versions of `oncely-effects`' versioned upserts (set `effects`).
-    ///
-    /// ```
-    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
-    /// assert_eq!(t.versions(), "app_versions");
-    /// ```
-    pub fn versions(&self) -> String {
-        self.table("versions")
-    }
-
-    /// The qualified name of the effect journal of `oncely-effects` (set `effects`).
-    ///
-    /// ```
-    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
-    /// assert_eq!(t.effect_journal(), "app_effect_journal");
-    /// ```
-    pub fn effect_journal(&self) -> String {
-        self.table("effect_journal")
-    }
-
-    /// The qualified name of the transactional outbox of `oncely-effects` (set `effects`).
-    ///
-    /// ```
-    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
-    /// assert_eq!(t.outbox(), "app_outbox");
-    /// ```
-    pub fn outbox(&self) -> String {
-        self.table("outbox")
-    }
-
-    /// The qualified name of the PostgreSQL queue table of `oncely-sql-queue` (set `queue`).
-    ///
-    /// ```
-    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
-    /// assert_eq!(t.queue(), "app_queue");
-    /// ```
-    pub fn queue(&self) -> String {
-        self.table("queue")
     }
 
     /// Fills `{schema}` and `{prefix}` in a migration template.

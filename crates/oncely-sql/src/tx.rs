@@ -210,6 +210,31 @@ impl AnyTx {
             .map_err(|e| db("running a script", e))
     }
 
+    /// Commits the transaction (what [`Store::commit`] does for a store's transaction).
+    ///
+    /// ```no_run
+    /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+    /// let mut tx = pool.begin().await?;
+    /// tx.execute("DELETE FROM accounts WHERE balance = 0", &[]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn commit(self) -> Result<()> {
+        crate::with_tx!(self, t => t.commit().await).map_err(|e| db("committing", e))
+    }
+
+    /// Rolls the transaction back.
+    ///
+    /// ```no_run
+    /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+    /// let tx = pool.begin().await?;
+    /// tx.rollback().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn rollback(self) -> Result<()> {
+        crate::with_tx!(self, t => t.rollback().await).map_err(|e| db("rolling back", e))
+    }
+
     /// The typed SQLite transaction, if it is one.
     ///
     /// ```no_run

@@ -202,6 +202,44 @@ async fn pg_commit_of_an_aborted_transaction_fails_transient() {
     fx.cleanup().await;
 }
 
+/// The check travels with the commit (`SELECT 1; COMMIT; BEGIN`): a good commit is
+/// committed, and the trailing empty transaction does not outlive the handle, so the next
+/// statement on that connection runs in a transaction of its own.
+#[tokio::test]
+async fn pg_checked_commit_leaves_no_transaction_open() {
+    let Some(fx) = pg("pg_checked_commit").await else {
+        return;
+    };
+    use oncely_core::{Claim, Inspect, MessageId, PayloadHash, Store};
+    let s = &fx.store;
+    let c = ConsumerName::new("c").unwrap();
+    let h = PayloadHash::of(b"p");
+    for i in 0..4 {
+        let id = MessageId::new(format!("ok-{i}")).unwrap();
+        let mut tx = s.begin().await.unwrap();
+        assert_eq!(s.claim(&mut tx, &c, &id, h).await.unwrap(), Claim::Fresh);
+        s.commit(tx).await.unwrap();
+        assert_eq!(s.claimed_hash(&c, id.as_str()).await.unwrap(), Some(h));
+    }
+    // Every connection of the pool at once (so the ones that committed too): in a
+    // transaction left open, the statement would start after the transaction did.
+    let mut conns = Vec::new();
+    for _ in 0..s.pool().size() {
+        conns.push(s.pool().acquire().await.unwrap());
+    }
+    for conn in &mut conns {
+        // One simple-protocol message: a transaction of its own starts with the statement.
+        let row = sqlx::raw_sql("SELECT now() = statement_timestamp()")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        let own: bool = sqlx::Row::get(&row, 0);
+        assert!(own, "a transaction was left open on a connection");
+    }
+    drop(conns);
+    fx.cleanup().await;
+}
+
 /// What the check before `COMMIT` costs: claim + commit through the store (with the check)
 /// against the same through sqlx's own commit. Run with `--ignored --nocapture`.
 #[tokio::test]

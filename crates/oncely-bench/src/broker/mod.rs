@@ -1,4 +1,4 @@
-//! Cells through a real broker (RabbitMQ, NATS JetStream, Redis Streams): the cell's messages
+//! Cells through a real broker (RabbitMQ, NATS JetStream, Redis Streams, MQTT): the cell's messages
 //! are published to a fresh queue or stream first, then consumed, timed from the consumer's
 //! start to its last ack:
 //!
@@ -10,6 +10,7 @@
 //!   handler, into the database.
 
 mod amqp;
+mod mqtt;
 mod nats;
 mod redis;
 
@@ -36,11 +37,13 @@ pub enum Broker {
     Nats,
     /// Redis Streams (redis-rs), a consumer group.
     Redis,
+    /// MQTT 5 (rumqttc, Mosquitto), QoS 1, a persistent session.
+    Mqtt,
 }
 
 impl Broker {
     /// Every broker, in the order the cells run.
-    pub const ALL: [Broker; 3] = [Broker::Amqp, Broker::Nats, Broker::Redis];
+    pub const ALL: [Broker; 4] = [Broker::Amqp, Broker::Nats, Broker::Redis, Broker::Mqtt];
 
     /// Short name for tables and keys.
     pub fn name(self) -> &'static str {
@@ -48,6 +51,7 @@ impl Broker {
             Self::Amqp => "amqp",
             Self::Nats => "nats",
             Self::Redis => "redis",
+            Self::Mqtt => "mqtt",
         }
     }
 
@@ -57,11 +61,12 @@ impl Broker {
             Self::Amqp => "amqp_bare",
             Self::Nats => "nats_bare",
             Self::Redis => "redis_bare",
+            Self::Mqtt => "mqtt_bare",
         }
     }
 
     fn slot(self) -> &'static OnceLock<String> {
-        static URLS: [OnceLock<String>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        static URLS: [OnceLock<String>; 4] = [const { OnceLock::new() }; 4];
         &URLS[self as usize]
     }
 
@@ -73,6 +78,15 @@ impl Broker {
     /// Whether this broker's cells run.
     pub(crate) fn enabled(self) -> bool {
         self.slot().get().is_some()
+    }
+
+    /// The most messages a cell through this broker holds: MQTT's backlog must stay below
+    /// Mosquitto's default `max_queued_messages` (see [`mqtt`]).
+    pub(crate) fn cell_messages(self, wanted: usize) -> usize {
+        match self {
+            Self::Mqtt => wanted.min(mqtt::MAX_BACKLOG),
+            _ => wanted,
+        }
     }
 
     fn url(self) -> Result<&'static str> {
@@ -90,6 +104,7 @@ impl Broker {
                 Self::Amqp => amqp::probe(url).await,
                 Self::Nats => nats::probe(url).await,
                 Self::Redis => redis::probe(url).await,
+                Self::Mqtt => mqtt::probe(url).await,
             }
         };
         tokio::time::timeout(Duration::from_secs(5), probe)
@@ -111,12 +126,17 @@ impl Broker {
             Self::Amqp => amqp::source_url(base, &name),
             Self::Nats => nats::source_url(base, &name),
             Self::Redis => redis::source_url(base, &name),
+            Self::Mqtt => mqtt::source_url(base, &name),
         };
+        if self == Self::Mqtt {
+            mqtt::prepare(base, &name, &format!("{name}-{tag}")).await?;
+        }
         oncely::brokers::publish(&url, msgs)
             .await
             .with_context(|| format!("publishing the cell's messages to {}", self.name()))?;
         Ok(Filled {
             broker: self,
+            session: format!("{name}-{tag}"),
             name,
             url,
         })
@@ -130,6 +150,8 @@ struct Filled {
     name: String,
     /// oncely's source URL for it (the name only, no tuning).
     url: String,
+    /// The MQTT session (client id) the consumer of this cell resumes.
+    session: String,
 }
 
 impl Filled {
@@ -139,6 +161,7 @@ impl Filled {
             Broker::Amqp => amqp::remove(base, &self.name).await,
             Broker::Nats => nats::remove(base, &self.name).await,
             Broker::Redis => redis::remove(base, &self.name).await,
+            Broker::Mqtt => mqtt::remove(base, &self.session).await,
         };
         if let Err(e) = removed {
             eprintln!("bench: could not remove {}: {e:#}", self.name);
@@ -160,6 +183,7 @@ pub(crate) async fn bare(broker: Broker, msgs: &[RawEnvelope]) -> Result<Duratio
         Broker::Amqp => amqp::bare(base, &filled.name, msgs.len()).await,
         Broker::Nats => nats::bare(base, &filled.name, msgs.len()).await,
         Broker::Redis => redis::bare(base, &filled.name, msgs.len()).await,
+        Broker::Mqtt => mqtt::bare(base, &filled.session, msgs.len()).await,
     };
     filled.remove().await;
     elapsed

@@ -111,7 +111,8 @@ impl Letter {
             raw_id: Some(id.as_bytes().to_vec()),
             payload: format!("{{\"credits\": 5, \"card\": \"4111-{id}\"}}").into_bytes(),
             reason: reason.into(),
-            detail: format!("{reason} for {id}"),
+            // As the runtime words it: the reason's text, then the error (its class, then more).
+            detail: format!("handler failed: {reason} error: for {id}"),
             headers: "{}".into(),
             age_ms: 60_000,
         }
@@ -187,6 +188,18 @@ impl Fixture {
             oncely_sql::now_ms().into(),
         ];
         self.exec(&sql, &args).await;
+    }
+
+    /// Rows of `SELECT COUNT(*) FROM {prefix}{table} WHERE {condition}`.
+    pub async fn count(&self, table: &str, condition: &str, args: &[Value]) -> i64 {
+        self.scalar(
+            &format!(
+                "SELECT COUNT(*) FROM {} WHERE {condition}",
+                self.table(table)
+            ),
+            args,
+        )
+        .await
     }
 
     pub async fn ledger_rows(&self) -> i64 {

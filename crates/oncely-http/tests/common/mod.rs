@@ -11,6 +11,7 @@ pub mod suite;
 #[path = "../../../oncely-cli/src/orders_app.rs"]
 pub mod app;
 
+use oncely_effects::EffectTables;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{AnyStore, ConnectOptions, Tables, with_pool};
 use std::net::SocketAddr;

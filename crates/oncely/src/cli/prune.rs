@@ -46,6 +46,7 @@ pub(crate) async fn run(args: PruneArgs) -> Result<bool> {
         wait_for_lock: args.wait,
         days_ahead: args.days_ahead,
         max_batches: args.max_batches,
+        stop: None,
     };
     let bar = if args.db.json {
         ProgressBar::hidden()

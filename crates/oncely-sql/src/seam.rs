@@ -1,0 +1,180 @@
+//! [`SqlTx`]: the one seam through which every crate above oncely-sql runs SQL inside the
+//! transaction a handler gets.
+//!
+//! A handler holds an [`AnyTx`] (the erased transaction of an [`AnyStore`](crate::AnyStore)) or
+//! a typed `sqlx::Transaction` of one database (`impl Handler<Transaction<'static, Postgres>>`).
+//! Effects (outbox, versioned apply), the HTTP layer and operations take `&mut impl SqlTx`, so
+//! both kinds of handler pass their transaction as they got it, and no crate above this one
+//! matches on which database it is: SQL that differs is built from [`SqlTx::dialect`]'s
+//! primitives.
+
+use crate::dialect::Dialect;
+use crate::error::db;
+use crate::query::{Column, Done, SqlDatabase, Value};
+use crate::tx::AnyTx;
+use oncely_core::Result;
+use sqlx::Transaction;
+use sqlx::pool::PoolConnection;
+use std::future::Future;
+
+/// Runs statements with [`Value`] arguments (numbered placeholders `$1, $2, …`, rewritten on
+/// MySQL) inside one transaction or on one connection, on any of the three databases.
+///
+/// Implemented by [`AnyTx`], by every `sqlx::Transaction` of a database oncely supports, and
+/// by their pooled connections (for reads outside a transaction). Errors are classified by
+/// [`crate::error_kind`].
+///
+/// ```no_run
+/// use oncely_sql::{SqlTx, Value};
+/// async fn credit(tx: &mut impl SqlTx, account: &str, amount: i64) -> oncely_core::Result<()> {
+///     let upsert = format!(
+///         "INSERT INTO accounts (account, balance) VALUES ($1, $2) {}",
+///         tx.dialect().on_conflict_add("accounts", "account", "balance")
+///     );
+///     tx.execute(&upsert, &[account.into(), Value::I64(amount)]).await?;
+///     Ok(())
+/// }
+/// ```
+pub trait SqlTx: Send {
+    /// The database.
+    fn dialect(&self) -> Dialect;
+
+    /// Runs a statement with `args` bound to `$1, $2, …`; reports the rows it affected.
+    fn execute(&mut self, sql: &str, args: &[Value]) -> impl Future<Output = Result<Done>> + Send;
+
+    /// Runs a query with `args` bound and returns every row, its columns decoded as `cols`.
+    fn fetch(
+        &mut self,
+        sql: &str,
+        args: &[Value],
+        cols: &[Column],
+    ) -> impl Future<Output = Result<Vec<Vec<Value>>>> + Send;
+
+    /// Runs several statements without arguments (DDL, session settings).
+    fn script(&mut self, sql: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// The first row of a query, if any (the query should return at most one).
+    fn fetch_optional(
+        &mut self,
+        sql: &str,
+        args: &[Value],
+        cols: &[Column],
+    ) -> impl Future<Output = Result<Option<Vec<Value>>>> + Send {
+        async move { Ok(self.fetch(sql, args, cols).await?.into_iter().next()) }
+    }
+
+    /// The integer in the first column of the first row; `None` for no row or NULL.
+    fn fetch_i64(
+        &mut self,
+        sql: &str,
+        args: &[Value],
+    ) -> impl Future<Output = Result<Option<i64>>> + Send {
+        async move {
+            let row = self.fetch_optional(sql, args, &[Column::OptI64]).await?;
+            Ok(row.and_then(|row| row[0].opt_i64()))
+        }
+    }
+}
+
+impl SqlTx for AnyTx {
+    fn dialect(&self) -> Dialect {
+        AnyTx::dialect(self)
+    }
+
+    fn execute(&mut self, sql: &str, args: &[Value]) -> impl Future<Output = Result<Done>> + Send {
+        AnyTx::execute(self, sql, args)
+    }
+
+    fn fetch(
+        &mut self,
+        sql: &str,
+        args: &[Value],
+        cols: &[Column],
+    ) -> impl Future<Output = Result<Vec<Vec<Value>>>> + Send {
+        AnyTx::fetch(self, sql, args, cols)
+    }
+
+    fn script(&mut self, sql: &str) -> impl Future<Output = Result<()>> + Send {
+        AnyTx::script(self, sql)
+    }
+}
+
+/// Implements [`SqlTx`] for a type that derefs (twice: `&mut **self`) to `DB::Connection`.
+macro_rules! typed_seam {
+    ($($ty:ty),*) => {$(
+        impl<DB: SqlDatabase> SqlTx for $ty {
+            fn dialect(&self) -> Dialect {
+                DB::DIALECT
+            }
+
+            fn execute(
+                &mut self,
+                sql: &str,
+                args: &[Value],
+            ) -> impl Future<Output = Result<Done>> + Send {
+                async move {
+                    DB::execute(&mut **self, sql, args)
+                        .await
+                        .map_err(|e| db("executing a statement", e))
+                }
+            }
+
+            fn fetch(
+                &mut self,
+                sql: &str,
+                args: &[Value],
+                cols: &[Column],
+            ) -> impl Future<Output = Result<Vec<Vec<Value>>>> + Send {
+                async move {
+                    DB::fetch(&mut **self, sql, args, cols)
+                        .await
+                        .map_err(|e| db("running a query", e))
+                }
+            }
+
+            fn script(&mut self, sql: &str) -> impl Future<Output = Result<()>> + Send {
+                async move {
+                    DB::script(&mut **self, sql)
+                        .await
+                        .map_err(|e| db("running a script", e))
+                }
+            }
+        }
+    )*};
+}
+
+typed_seam!(Transaction<'_, DB>, PoolConnection<DB>);
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    /// Written once against the seam; run below on a typed transaction and on an [`AnyTx`].
+    async fn count_after_insert(tx: &mut impl SqlTx) -> Option<i64> {
+        tx.script("CREATE TABLE t (a BIGINT)").await.unwrap();
+        let done = tx
+            .execute("INSERT INTO t (a) VALUES ($1), ($2)", &[1.into(), 2.into()])
+            .await
+            .unwrap();
+        assert_eq!(done.rows, 2);
+        tx.fetch_i64("SELECT SUM(a) FROM t WHERE a >= $1", &[1.into()])
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn typed_and_erased_transactions_run_the_same_code() {
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        let mut typed = pool.begin().await.unwrap();
+        assert_eq!(SqlTx::dialect(&typed), Dialect::Sqlite);
+        assert_eq!(count_after_insert(&mut typed).await, Some(3));
+        typed.rollback().await.unwrap();
+        let mut erased = AnyTx::from(pool.begin().await.unwrap());
+        assert_eq!(count_after_insert(&mut erased).await, Some(3));
+        let e = SqlTx::execute(&mut erased, "INSERT INTO t (a) VALUES ($1)", &[])
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), oncely_core::ErrorKind::Permanent, "{e}");
+        erased.rollback().await.unwrap();
+    }
+}
