@@ -12,13 +12,18 @@
 //! Run: `cargo run -p oncely-examples --example welcome_email` (exits non-zero if any user got
 //! no email or two).
 
+/// Crashes between the journal's steps (test code, kept with oncely-effects' tests).
+#[path = "../crates/oncely-effects/tests/crashing_journal/mod.rs"]
+mod crashing_journal;
+
+use crashing_journal::{CrashingJournal, JournalStep};
 use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
     RetryPolicy, SourceFaults,
 };
-use oncely_effects::testing::FakeProvider;
-use oncely_effects::{EffectState, Journal, JournalStep, effect_key};
+use oncely_effects::{EffectState, Journal, effect_key};
 use oncely_sql::{SqliteStore, Tables};
+use oncely_testkit::provider::FakeProvider;
 use sqlx::{Sqlite, Transaction};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -52,7 +57,7 @@ async fn send_email(
 }
 
 struct Welcome {
-    journal: Journal<Sqlite>,
+    journal: CrashingJournal<Sqlite>,
     client: reqwest::Client,
     provider: String,
 }
@@ -111,11 +116,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // Crash once per key right after the provider call, before `done` is recorded.
     let crashed: Arc<Mutex<HashSet<String>>> = Arc::default();
     let seen = crashed.clone();
-    let journal = Journal::new(journal_db.pool().clone(), Tables::default()).with_chaos(Arc::new(
+    let journal = CrashingJournal::new(
+        Journal::new(journal_db.pool().clone(), Tables::default()),
         move |step: JournalStep, key: &str| {
             step == JournalStep::Called && seen.lock().unwrap().insert(key.to_owned())
         },
-    ));
+    );
 
     let users = 10;
     let source = MemorySource::with_faults(SourceFaults {
@@ -169,7 +175,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         provider.requests() > users as u64,
         "the crashes made the handler call again"
     );
-    for entry in journal.entries().await? {
+    for entry in journal.journal().entries().await? {
         assert_eq!(entry.state, EffectState::Done, "{entry:?}");
     }
     let welcomed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users_welcomed")

@@ -1,4 +1,4 @@
-//! Group commit cells: the user's per-message handler under [`Consumer::max_batch`] (ready
+//! Group commit cells: the user's per-message handler under [`Consumer::group_commit`] (ready
 //! deliveries share one transaction), the floor for a duplicate (primary-key lookups), and
 //! per-message latency with and without group commit at one consumer.
 
@@ -7,8 +7,8 @@ use crate::runners::retry_policy;
 use anyhow::{Result, bail};
 use futures::future::BoxFuture;
 use oncely_core::{
-    Acker, BatchStats, Consumer, ConsumerName, Delivery, Envelope, Handled, Handler, MemorySource,
-    RawEnvelope, Source, StatsSnapshot,
+    Acker, Consumer, ConsumerName, Delivery, Envelope, GroupCommitStats, Handled, Handler,
+    MemorySource, RawEnvelope, Source, StatsSnapshot,
 };
 use oncely_sql::AnyTx;
 use std::collections::HashMap;
@@ -38,16 +38,16 @@ pub(crate) async fn oncely_group<B: Ops, Src: Source>(
     source: Src,
     group: usize,
     concurrency: usize,
-) -> Result<(StatsSnapshot, BatchStats)> {
+) -> Result<(StatsSnapshot, GroupCommitStats)> {
     let consumer = Consumer::new(name.clone(), bed.store(), PerMessage(bed.handler()))
-        .max_batch(group)
+        .group_commit(group)
         .concurrency(concurrency)
         .retry(retry_policy());
     let stats = consumer.run(source, CancellationToken::new()).await?;
     if stats.nacked + stats.dead_lettered > 0 {
         bail!("oncely gave up on deliveries: {stats:?}");
     }
-    let groups = consumer.batch_stats();
+    let groups = consumer.group_commit_stats();
     if groups.fallbacks > 0 {
         // Not an error (each message then went alone, exactly once), but it costs: say so.
         eprintln!(

@@ -108,7 +108,7 @@ pub struct BenchArgs {
 }
 
 /// Most deliveries per transaction in the group-commit cells: the library's default.
-pub(crate) const GROUP: usize = oncely_core::DEFAULT_MAX_BATCH;
+pub(crate) const GROUP: usize = oncely_core::DEFAULT_GROUP_COMMIT;
 
 /// The cells of the per-message API with group commit, on every database (MariaDB runs only
 /// these): group commit vs the plain consumer (and per-message oncely) at 1 and 16 consumers,

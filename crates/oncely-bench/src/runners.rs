@@ -6,8 +6,8 @@ use crate::bed::{Credit, Item, Ops};
 use anyhow::{Result, anyhow};
 use futures::FutureExt;
 use oncely_core::{
-    BatchStats, Consumer, ConsumerName, Delivery, MemorySource, PayloadHash, RetryPolicy, Source,
-    StatsSnapshot,
+    Consumer, ConsumerName, Delivery, GroupCommitStats, MemorySource, PayloadHash, RetryPolicy,
+    Source, StatsSnapshot,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -35,14 +35,14 @@ pub(crate) async fn oncely<B: Ops>(
     check_first: bool,
 ) -> Result<StatsSnapshot> {
     let consumer = Consumer::new(name.clone(), bed.store(), bed.handler())
-        .max_batch(1)
+        .group_commit(1)
         .concurrency(concurrency)
         .check_inbox_first(check_first)
         .retry(retry_policy());
     Ok(consumer.run(source, CancellationToken::new()).await?)
 }
 
-/// oncely batch mode: [`oncely_core::Consumer::max_batch`] with batches of up to `batch`
+/// oncely batch mode: [`oncely_core::Consumer::group_commit`] with batches of up to `batch`
 /// deliveries, one batch at a time (all messages are published before the clock starts, so batches
 /// fill at once; the 1 ms linger only matters for the last one).
 pub(crate) async fn oncely_batch<B: Ops>(
@@ -50,14 +50,14 @@ pub(crate) async fn oncely_batch<B: Ops>(
     name: &ConsumerName,
     source: MemorySource,
     batch: usize,
-) -> Result<(StatsSnapshot, BatchStats)> {
+) -> Result<(StatsSnapshot, GroupCommitStats)> {
     let consumer = Consumer::new(name.clone(), bed.store(), bed.handler())
-        .max_batch(batch)
+        .group_commit(batch)
         .concurrency(1)
         .linger(Duration::from_millis(1))
         .retry(retry_policy());
     let stats = consumer.run(source, CancellationToken::new()).await?;
-    Ok((stats, consumer.batch_stats()))
+    Ok((stats, consumer.group_commit_stats()))
 }
 
 /// Spawns one task per delivery, at most `concurrency` at once (the shape of

@@ -22,7 +22,7 @@ pub struct RunOptions {
     /// Injected crashes, if any (through oncely-testkit's chaos wrappers).
     pub chaos: Option<CrashPlan>,
     /// Deliveries per transaction (default the library's, group commit; 1: off).
-    pub max_batch: usize,
+    pub group_commit: usize,
 }
 
 impl RunOptions {
@@ -33,7 +33,7 @@ impl RunOptions {
             idle_exit: Duration::from_secs(3),
             concurrency: 8,
             chaos: None,
-            max_batch: oncely_core::DEFAULT_MAX_BATCH,
+            group_commit: oncely_core::DEFAULT_GROUP_COMMIT,
         }
     }
 }
@@ -120,7 +120,7 @@ where
         handler,
     )
     .concurrency(options.concurrency)
-    .max_batch(options.max_batch)
+    .group_commit(options.group_commit)
     .retry(RetryPolicy::default().max_attempts(10));
     let start = Instant::now();
     let last_ms = Arc::new(AtomicU64::new(0));

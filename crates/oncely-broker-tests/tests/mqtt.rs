@@ -166,7 +166,7 @@ async fn mqtt_nacks_are_retried_in_process_and_publishing_is_paced() {
     // One delivery per transaction: the test counts deliveries per copy to show that a
     // handed-back publish is retried alone. Under group commit a crash hands back its whole
     // group, which inflates that count for a reason that is not MQTT's.
-    options.max_batch = 1;
+    options.group_commit = 1;
     let run = run_until_idle(&db, source, &options, CancellationToken::new())
         .await
         .expect("run");

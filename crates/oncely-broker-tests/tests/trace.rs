@@ -18,6 +18,10 @@
 //! the client's `traceparent`, the handler enqueues inside it, and the relay's publish and the
 //! delivery hang under the request span, in the client's trace.
 
+/// The orders app of `oncely http-demo` (it lives in the binary).
+#[path = "../../oncely-cli/src/orders_app.rs"]
+mod demo;
+
 use oncely_amqp::AmqpProducer;
 use oncely_broker_tests::services::{AMQP_URL, REDIS_URL, available, unique};
 use oncely_core::trace::TRACEPARENT;
@@ -26,7 +30,6 @@ use oncely_core::{
     Source,
 };
 use oncely_effects::{OutboxMessage, Outgoing, Publisher, Relay};
-use oncely_http::demo;
 use oncely_sql::{AnyStore, SqliteStore};
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -395,7 +398,7 @@ async fn http_request_outbox_rabbitmq_consumer_is_one_trace() {
     otel();
     let (store, _dir) = sqlite().await;
     let any = AnyStore::Sqlite(store.clone());
-    oncely_http::demo::setup(&any).await.expect("demo tables");
+    demo::setup(&any).await.expect("demo tables");
     let app = demo::router(demo::Orders::new(any.clone()), demo::layer(any));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

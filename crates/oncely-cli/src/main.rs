@@ -5,6 +5,7 @@
 mod console;
 mod demo;
 mod http_demo;
+mod orders_app;
 #[cfg(feature = "otlp")]
 mod otlp;
 

@@ -108,7 +108,7 @@ fn the_same_seed_reproduces_a_single_worker_run() {
         "3",
         "--workers",
         "1",
-        "--group",
+        "--group-commit",
         "1",
     ];
     let (_, a) = demo(&args);
@@ -152,7 +152,7 @@ fn demo_through_pgbouncer_applies_each_message_once() {
         let args = [
             "--messages",
             "10000",
-            "--group",
+            "--group-commit",
             group,
             "--store",
             &url,

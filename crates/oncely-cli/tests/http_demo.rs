@@ -48,7 +48,7 @@ impl Server {
             ])
             .args(flags)
             .env("ONCELY_HTTP_DEMO_DELAY_MS", delay_ms.to_string())
-            .env("ONCELY_LOG", "oncely_http=info")
+            .env("ONCELY_LOG", "oncely_http=info,oncely::orders_app=info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -127,11 +127,7 @@ fn replayed(r: &reqwest::Response) -> bool {
 async fn counts(store: &AnyStore) -> (i64, i64, i64) {
     let t = store.tables();
     let mut out = [0; 3];
-    let tables = [
-        oncely_http::demo::orders_table(t),
-        t.outbox(),
-        t.table("http_keys"),
-    ];
+    let tables = [t.table("demo_orders"), t.outbox(), t.table("http_keys")];
     for (n, table) in out.iter_mut().zip(tables) {
         let sql = format!("SELECT COUNT(*) FROM {table}");
         *n = with_pool!(&store.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))

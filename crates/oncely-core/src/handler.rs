@@ -63,7 +63,7 @@ pub trait Handler<Tx>: Send + Sync + 'static {
     }
 
     /// Writes the effects of several fresh messages through `tx` at once, returning one
-    /// [`Handled`] per message, in order. Batch mode ([`crate::Consumer::max_batch`]) calls it with
+    /// [`Handled`] per message, in order. Batch mode ([`crate::Consumer::group_commit`]) calls it with
     /// the fresh messages of a batch, after their claims went into the same transaction.
     ///
     /// The default calls [`Handler::handle`] for each message in turn. Override it to write a

@@ -128,6 +128,58 @@ impl ConsumerName {
     }
 }
 
+/// What [`crate::Consumer::new`] takes as its name: a [`ConsumerName`], or text that is
+/// validated on the spot (`Consumer::new("billing", store, handler)`).
+///
+/// Text is meant for names written in the code, like a route in axum's `Router::route` or
+/// `HeaderName::from_static`: an invalid one is a programming error and panics with the
+/// reason. A name read at run time (configuration, arguments) goes through
+/// [`ConsumerName::new`] first, which returns the error instead.
+pub trait IntoConsumerName {
+    /// The validated name.
+    ///
+    /// # Panics
+    ///
+    /// If the text is not a valid consumer name (empty, longer than
+    /// [`MAX_CONSUMER_NAME_BYTES`], or with control characters).
+    fn into_consumer_name(self) -> ConsumerName;
+}
+
+impl IntoConsumerName for ConsumerName {
+    fn into_consumer_name(self) -> ConsumerName {
+        self
+    }
+}
+
+impl IntoConsumerName for &ConsumerName {
+    fn into_consumer_name(self) -> ConsumerName {
+        self.clone()
+    }
+}
+
+impl IntoConsumerName for &str {
+    fn into_consumer_name(self) -> ConsumerName {
+        ConsumerName::new(self).unwrap_or_else(|e| {
+            panic!(
+                "invalid consumer name {self:?}: {e} (ConsumerName::new returns this as an error \
+                 for names read at run time)"
+            )
+        })
+    }
+}
+
+impl IntoConsumerName for &String {
+    fn into_consumer_name(self) -> ConsumerName {
+        self.as_str().into_consumer_name()
+    }
+}
+
+impl IntoConsumerName for String {
+    fn into_consumer_name(self) -> ConsumerName {
+        self.as_str().into_consumer_name()
+    }
+}
+
 impl fmt::Display for ConsumerName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

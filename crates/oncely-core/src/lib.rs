@@ -23,12 +23,14 @@ mod consumer;
 mod envelope;
 mod error;
 mod handler;
+mod handler_fn;
 mod health;
 mod id;
 mod memory;
 pub mod metrics;
 mod outcome;
 mod retry;
+mod signal;
 mod source;
 mod stats;
 mod store;
@@ -37,16 +39,22 @@ pub mod wire;
 
 pub(crate) use consumer::panic_message;
 pub use consumer::{
-    BatchStats, Consumer, DEFAULT_CONCURRENCY, DEFAULT_MAX_BATCH, DEFAULT_RETENTION, LatePolicy,
+    Consumer, DEFAULT_CONCURRENCY, DEFAULT_GROUP_COMMIT, DEFAULT_RETENTION, GroupCommitStats,
+    LatePolicy,
 };
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use handler::{Handler, Json, JsonHandler};
+pub use handler_fn::{HandlerFn, handler_fn};
 pub use health::StoreHealth;
-pub use id::{ConsumerName, IdError, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTES, MessageId};
+pub use id::{
+    ConsumerName, IdError, IntoConsumerName, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTES,
+    MessageId,
+};
 pub use memory::{MemorySource, MemoryStats, SourceFaults};
 pub use outcome::{DeadLetterReason, Handled, Outcome};
 pub use retry::RetryPolicy;
+pub use signal::shutdown_signal;
 pub use source::{Acker, Delivery, Source, StopWhenIdle, map_envelope};
 pub use stats::{Stats, StatsSnapshot};
 pub use store::{Claim, Committed, DeadLetter, Inspect, Store, StoredDeadLetter};

@@ -172,7 +172,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// [`Store::committed_claim`] for several messages at once, one `bool` per item, in order:
     /// `true` where the inbox already holds the id with the item's hash. The runtime calls it
-    /// for each group of ready deliveries before claiming (see [`crate::Consumer::max_batch`]),
+    /// for each group of ready deliveries before claiming (see [`crate::Consumer::group_commit`]),
     /// so redelivered duplicates are acked after one read, without a write transaction. The
     /// default asks [`Store::committed_claim`] for each item; SQL stores use one statement.
     fn committed_claims(

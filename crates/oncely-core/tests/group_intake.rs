@@ -56,7 +56,7 @@ async fn group_commit_never_drops_a_pending_read() {
         store.clone(),
         Ledger::default(),
     )
-    .max_batch(16)
+    .group_commit(16)
     .concurrency(2);
     let stats = consumer
         .run(source, CancellationToken::new())
@@ -65,7 +65,7 @@ async fn group_commit_never_drops_a_pending_read() {
     let (double, lost) = double_and_lost(&store.ledger(), &ids);
     assert_eq!((double, lost), (0, 0), "{stats:?}");
     assert_eq!(stats.applied, 300, "{stats:?}");
-    let groups = consumer.batch_stats();
+    let groups = consumer.group_commit_stats();
     assert!(
         groups.committed > 0,
         "no group of two or more formed: {groups:?}"
@@ -110,7 +110,7 @@ async fn a_panicking_source_does_not_stop_the_consumer() {
             store.clone(),
             Ledger::default(),
         )
-        .max_batch(group);
+        .group_commit(group);
         let stats = consumer
             .run(source, CancellationToken::new())
             .await
@@ -204,7 +204,7 @@ async fn lanes_never_share_a_key_and_keep_its_order() {
         store.clone(),
         handler.clone(),
     )
-    .max_batch(16)
+    .group_commit(16)
     .concurrency(4);
     let stats = consumer
         .run(source, CancellationToken::new())
@@ -310,7 +310,7 @@ async fn the_source_outlives_the_last_acks_of_the_lanes() {
         store.clone(),
         Ledger::default(),
     )
-    .max_batch(32)
+    .group_commit(32)
     .concurrency(4);
     let stats = consumer
         .run(source, CancellationToken::new())

@@ -95,7 +95,7 @@ async fn batch_mode_isolates_an_undecodable_payload() {
         store.clone(),
         Json(handler.clone()),
     )
-    .max_batch(10);
+    .group_commit(10);
     let source = MemorySource::new();
     for m in messages() {
         source.publish(m);
@@ -121,7 +121,7 @@ async fn batch_mode_isolates_an_undecodable_payload() {
         "each good message applied once"
     );
     assert!(
-        consumer.batch_stats().fallbacks >= 1,
+        consumer.group_commit_stats().fallbacks >= 1,
         "the batch fell back to one at a time"
     );
 }

@@ -45,7 +45,7 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 fn consumer(store: &Faulty, handler: Ledger) -> Consumer<Faulty, Ledger> {
     Consumer::new(ConsumerName::new("health").unwrap(), store.clone(), handler)
         .concurrency(CONCURRENCY)
-        .max_batch(1)
+        .group_commit(1)
 }
 
 /// What the source and the breaker saw during one outage.
@@ -326,7 +326,7 @@ async fn batch_consumer_holds_its_batch() {
             store.clone(),
             Ledger::default(),
         )
-        .max_batch(10)
+        .group_commit(10)
         .concurrency(1),
     );
     let health = consumer.health();

@@ -148,7 +148,7 @@ async fn group_commit_span_links_to_each_producer() {
     let _guard = tracing::subscriber::set_default(subscriber);
     let store = MemStore::default();
     let consumer =
-        Consumer::new(ConsumerName::new("traced").unwrap(), store.clone(), Effect).max_batch(8);
+        Consumer::new(ConsumerName::new("traced").unwrap(), store.clone(), Effect).group_commit(8);
     let source = MemorySource::new();
     let parents = ["1111111111111111", "2222222222222222", "3333333333333333"];
     for (i, parent) in parents.iter().enumerate() {
@@ -166,7 +166,10 @@ async fn group_commit_span_links_to_each_producer() {
 
     drop(provider.force_flush());
     let spans = exporter.get_finished_spans().unwrap();
-    let batches: Vec<_> = spans.iter().filter(|s| s.name == "oncely.batch").collect();
+    let batches: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "oncely.group_commit")
+        .collect();
     assert!(!batches.is_empty(), "a group commit ran: {spans:#?}");
     let mut linked: Vec<String> = batches
         .iter()

@@ -10,7 +10,6 @@ use oncely_sql::{db, from_ms, now_ms};
 use sqlx::Pool;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// State of a journal row.
@@ -65,31 +64,6 @@ pub struct JournalEntry {
     pub updated_at: SystemTime,
 }
 
-/// The steps of [`Journal::perform`], for crash injection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum JournalStep {
-    /// Before anything was recorded.
-    BeforeRecord,
-    /// `pending` committed, call not made.
-    Recorded,
-    /// Call returned, `done` not yet recorded.
-    Called,
-    /// `done` committed.
-    Marked,
-}
-
-/// Decides whether [`Journal::perform`] "crashes" after a step (testing).
-pub trait JournalChaos: Send + Sync + 'static {
-    /// True to abandon `perform` for `key` at `step`, as if the process died there.
-    fn crash_at(&self, step: JournalStep, key: &str) -> bool;
-}
-
-impl<F: Fn(JournalStep, &str) -> bool + Send + Sync + 'static> JournalChaos for F {
-    fn crash_at(&self, step: JournalStep, key: &str) -> bool {
-        self(step, key)
-    }
-}
-
 /// What [`Journal::perform`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Performed {
@@ -122,7 +96,6 @@ impl Performed {
 pub struct Journal<DB: SqlDatabase> {
     pool: Pool<DB>,
     tables: Tables,
-    chaos: Option<Arc<dyn JournalChaos>>,
 }
 
 impl<DB: SqlDatabase> Clone for Journal<DB> {
@@ -130,7 +103,6 @@ impl<DB: SqlDatabase> Clone for Journal<DB> {
         Self {
             pool: self.pool.clone(),
             tables: self.tables.clone(),
-            chaos: self.chaos.clone(),
         }
     }
 }
@@ -174,17 +146,7 @@ fn entry_of(row: &[Value]) -> JournalEntry {
 impl<DB: SqlDatabase> Journal<DB> {
     /// The journal of `tables` in `pool` (run [`crate::migrate`] first).
     pub fn new(pool: Pool<DB>, tables: Tables) -> Self {
-        Self {
-            pool,
-            tables,
-            chaos: None,
-        }
-    }
-
-    /// Injects crashes between the steps of [`Journal::perform`] (testing).
-    pub fn with_chaos(mut self, chaos: Arc<dyn JournalChaos>) -> Self {
-        self.chaos = Some(chaos);
-        self
+        Self { pool, tables }
     }
 
     /// The pool.
@@ -383,15 +345,6 @@ impl<DB: SqlDatabase> Journal<DB> {
         self.query("reading the journal", sql, vec![]).await
     }
 
-    fn crash(&self, step: JournalStep, key: &str) -> Result<()> {
-        match &self.chaos {
-            Some(c) if c.crash_at(step, key) => Err(Error::transient(format!(
-                "injected crash at {step:?} of effect {key}"
-            ))),
-            _ => Ok(()),
-        }
-    }
-
     /// Record → call → mark done, for `key`.
     ///
     /// 1. commits `pending` (or finds the existing row: `done` returns
@@ -401,7 +354,9 @@ impl<DB: SqlDatabase> Journal<DB> {
     /// 3. commits `done` with that reference.
     ///
     /// A crash between steps leaves `pending`: the redelivery runs this again and calls again
-    /// with the same key (the provider deduplicates), or the reconciler resolves it.
+    /// with the same key (the provider deduplicates), or the reconciler resolves it. The
+    /// steps are public ([`Journal::open`], [`Journal::start_call`], [`Journal::complete`]):
+    /// the crash tests (`tests/crashing_journal`) crash between them.
     pub async fn perform<F, Fut>(
         &self,
         key: &str,
@@ -422,17 +377,16 @@ impl<DB: SqlDatabase> Journal<DB> {
         self.complete(key, provider_ref).await
     }
 
-    /// Steps before the call: crash points, record, and the answer for a row already resolved
-    /// (`Err(AlreadyDone)`; `failed` is a permanent error). `Ok(entry)` means call now.
-    pub(crate) async fn open(
+    /// The first step of [`Journal::perform`]: records `pending` (or finds the row) and
+    /// answers for a row already resolved (`Ok(Err(AlreadyDone))`; `failed` is a permanent
+    /// error). `Ok(Ok(entry))` means: call now ([`Journal::start_call`] first).
+    pub async fn open(
         &self,
         key: &str,
         kind: &str,
         request: &[u8],
     ) -> Result<std::result::Result<JournalEntry, Performed>> {
-        self.crash(JournalStep::BeforeRecord, key)?;
         let entry = self.record(key, kind, request).await?;
-        self.crash(JournalStep::Recorded, key)?;
         match entry.state {
             EffectState::Done => Ok(Err(Performed::AlreadyDone {
                 provider_ref: entry.provider_ref.unwrap_or_default(),
@@ -445,9 +399,9 @@ impl<DB: SqlDatabase> Journal<DB> {
         }
     }
 
-    /// Steps after the call: crash points and `done`.
-    pub(crate) async fn complete(&self, key: &str, provider_ref: String) -> Result<Performed> {
-        self.crash(JournalStep::Called, key)?;
+    /// The last step of [`Journal::perform`], after the call returned `provider_ref`: commits
+    /// `done` (a row the reconciler marked `failed` meanwhile is a permanent error).
+    pub async fn complete(&self, key: &str, provider_ref: String) -> Result<Performed> {
         if !self.mark_done(key, &provider_ref).await? {
             // Resolved meanwhile (by the reconciler): report what is stored.
             let stored = self.get(key).await?;
@@ -463,7 +417,6 @@ impl<DB: SqlDatabase> Journal<DB> {
                 )));
             }
         }
-        self.crash(JournalStep::Marked, key)?;
         Ok(Performed::Called { provider_ref })
     }
 }

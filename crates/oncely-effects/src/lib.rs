@@ -37,10 +37,9 @@ mod publisher;
 mod reconcile;
 mod relay;
 mod tables;
-pub mod testing;
 mod versioned;
 
-pub use journal::{EffectState, Journal, JournalChaos, JournalEntry, JournalStep, Performed};
+pub use journal::{EffectState, Journal, JournalEntry, Performed};
 pub use key::{
     MAX_KEY_LEN, MAX_VERBATIM_CONSUMER, MAX_VERBATIM_ID, effect_key, effect_key_prefix,
     legacy_effect_key, legacy_effect_key_prefix,

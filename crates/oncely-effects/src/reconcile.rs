@@ -200,21 +200,37 @@ impl<DB: SqlDatabase> Journal<DB> {
             Ok(pending) => pending,
             Err(finished) => return Ok(finished),
         };
-        if entry.calls > 0 {
-            match resolver.check(&entry).await? {
-                Resolution::Done(provider_ref) => {
-                    self.mark_done(key, &provider_ref).await?;
-                    return Ok(Performed::AlreadyDone { provider_ref });
-                }
-                Resolution::Failed(reason) => {
-                    self.mark_failed(key, &reason).await?;
-                    return Err(Error::permanent(format!("effect {key} failed: {reason}")));
-                }
-                Resolution::RetryCall => {}
-            }
+        if let Some(resolved) = self.check_before_call(&entry, resolver).await? {
+            return Ok(resolved);
         }
         self.start_call(key).await?;
         let provider_ref = resolver.call(&entry).await?;
         self.complete(key, provider_ref).await
+    }
+
+    /// The step of [`Journal::perform_checked`] between [`Journal::open`] and the call: for
+    /// a row a call was started for before (`entry.calls > 0`), asks `resolver` and records
+    /// what it says. `Ok(Some(_))`: resolved, do not call; `Ok(None)`: call now; a provider
+    /// that says the effect failed is a permanent error.
+    pub async fn check_before_call<R: Resolve>(
+        &self,
+        entry: &JournalEntry,
+        resolver: &R,
+    ) -> Result<Option<Performed>> {
+        if entry.calls == 0 {
+            return Ok(None);
+        }
+        let key = entry.key.as_str();
+        match resolver.check(entry).await? {
+            Resolution::Done(provider_ref) => {
+                self.mark_done(key, &provider_ref).await?;
+                Ok(Some(Performed::AlreadyDone { provider_ref }))
+            }
+            Resolution::Failed(reason) => {
+                self.mark_failed(key, &reason).await?;
+                Err(Error::permanent(format!("effect {key} failed: {reason}")))
+            }
+            Resolution::RetryCall => Ok(None),
+        }
     }
 }

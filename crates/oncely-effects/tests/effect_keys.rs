@@ -8,8 +8,8 @@ mod support;
 use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
 };
-use oncely_effects::testing::FakeProvider;
 use oncely_effects::{EffectState, Journal, effect_key};
+use oncely_testkit::provider::FakeProvider;
 use sqlx::{Sqlite, Transaction};
 use tokio_util::sync::CancellationToken;
 

@@ -3,21 +3,23 @@
 //! after record, after the call and after done; the provider performs each key's effect once.
 //! Rows left pending with no redelivery are resolved by the reconciler.
 
+mod crashing_journal;
 mod support;
 
+use crashing_journal::{CrashingJournal, JournalStep};
 use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
     RetryPolicy, SourceFaults,
 };
-use oncely_effects::testing::FakeProvider;
 use oncely_effects::{
-    EffectState, EffectsDb, Journal, JournalEntry, JournalStep, Performed, Reconciler, Resolution,
-    Resolve, effect_key,
+    EffectState, EffectsDb, Journal, JournalEntry, Performed, Reconciler, Resolution, Resolve,
+    effect_key,
 };
 use oncely_sql::Tables;
+use oncely_testkit::provider::FakeProvider;
 use sqlx::{Pool, Sqlite, Transaction};
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -52,7 +54,7 @@ async fn call(
 }
 
 struct Mailer<J: EffectsDb> {
-    journal: Journal<J>,
+    journal: CrashingJournal<J>,
     /// With a resolver: `perform_checked` (ask the provider before calling again).
     checked: Option<HttpResolver>,
     client: reqwest::Client,
@@ -92,12 +94,14 @@ impl<J: EffectsDb> Handler<Transaction<'static, Sqlite>> for Mailer<J> {
 }
 
 /// Crashes once per (step, key) at each of `steps`.
-fn crash_once_at(steps: &[JournalStep]) -> Arc<dyn oncely_effects::JournalChaos> {
+fn crash_once_at(
+    steps: &[JournalStep],
+) -> impl Fn(JournalStep, &str) -> bool + Send + Sync + 'static {
     let steps: Vec<JournalStep> = steps.to_vec();
     let seen: Mutex<HashSet<(JournalStep, String)>> = Mutex::default();
-    Arc::new(move |step: JournalStep, key: &str| {
+    move |step: JournalStep, key: &str| {
         steps.contains(&step) && seen.lock().unwrap().insert((step, key.to_owned()))
-    })
+    }
 }
 
 struct Counted {
@@ -139,7 +143,7 @@ async fn run_mailer_on<J: EffectsDb>(
         .execute(inbox_db.pool())
         .await
         .unwrap();
-    let journal = Journal::new(journal_pool, tables).with_chaos(crash_once_at(steps));
+    let journal = CrashingJournal::new(Journal::new(journal_pool, tables), crash_once_at(steps));
     let ids: Vec<String> = (0..N).map(|i| format!("welcome-{i}")).collect();
     let expected: Vec<String> = ids
         .iter()
@@ -207,7 +211,7 @@ async fn run_mailer_on<J: EffectsDb>(
         per_key: provider.effects_per_key(),
         expected,
         requests: provider.requests(),
-        journal: journal.entries().await.unwrap(),
+        journal: journal.journal().entries().await.unwrap(),
         provider_refs,
         sent_rows,
     }
@@ -415,9 +419,10 @@ async fn reconciler_resolves<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
         })
         .collect();
     let plan = crash_at.clone();
-    let journal = Journal::new(pool.clone(), tables.clone()).with_chaos(Arc::new(
+    let journal = CrashingJournal::new(
+        Journal::new(pool.clone(), tables.clone()),
         move |step: JournalStep, key: &str| plan.get(key) == Some(&step),
-    ));
+    );
     for key in &keys {
         let result = journal
             .perform(key, "email", key.as_bytes(), |e| {

@@ -2,16 +2,17 @@
 //! does NOT deduplicate by key: each row must be called exactly once (the lease), on SQLite,
 //! PostgreSQL and MariaDB. The provider counts the calls it performed, per key.
 
+mod crashing_journal;
 mod support;
 
+use crashing_journal::{CrashingJournal, JournalStep};
 use oncely_core::Error;
-use oncely_effects::testing::FakeProvider;
 use oncely_effects::{
-    EffectState, EffectsDb, Journal, JournalEntry, JournalStep, Reconciler, Resolution, Resolve,
+    EffectState, EffectsDb, Journal, JournalEntry, Reconciler, Resolution, Resolve,
 };
 use oncely_sql::Tables;
+use oncely_testkit::provider::FakeProvider;
 use sqlx::Pool;
-use std::sync::Arc;
 use std::time::Duration;
 
 const ROWS: usize = 40;
@@ -58,9 +59,10 @@ impl Resolve for Http {
 async fn two_reconcilers_call_once<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
     let provider = FakeProvider::without_dedup().await.unwrap();
     // Stuck rows: `pending` committed, then the process "died" before the call.
-    let crashing = Journal::new(pool.clone(), tables.clone()).with_chaos(Arc::new(
+    let crashing = CrashingJournal::new(
+        Journal::new(pool.clone(), tables.clone()),
         |step: JournalStep, _: &str| step == JournalStep::Recorded,
-    ));
+    );
     let keys: Vec<String> = (0..ROWS).map(|i| format!("c:stuck-{i}:email")).collect();
     for key in &keys {
         let r = crashing

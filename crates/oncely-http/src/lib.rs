@@ -50,7 +50,6 @@
 //! Expired keys are deleted by [`prune_expired`] (run by `oncely prune`). See `docs/http.md`.
 
 mod answer;
-pub mod demo;
 mod extract;
 mod key;
 mod keys;

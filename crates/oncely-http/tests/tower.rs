@@ -56,7 +56,7 @@ fn request(key: &str) -> Request<Full<Bytes>> {
 #[tokio::test]
 async fn a_plain_tower_stack_replays() {
     let db = common::sqlite().await;
-    let table = oncely_http::demo::orders_table(db.store.tables());
+    let table = common::app::orders_table(db.store.tables());
     let mut service =
         IdempotencyLayer::new(db.store.clone(), Scope::global()).layer(Handler { table });
     let first = service.call(request("pen-1")).await.unwrap();
@@ -81,8 +81,8 @@ async fn a_plain_tower_stack_replays() {
 /// 500 and nothing runs, rather than served in a global scope.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extension_scope_behind_an_auth_layer() {
+    use crate::common::app::{Orders, router};
     use axum::routing::post;
-    use oncely_http::demo::{Orders, router};
     #[derive(Clone)]
     struct User(String);
     async fn auth(

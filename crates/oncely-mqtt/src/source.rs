@@ -39,11 +39,11 @@ pub struct MqttOptions5 {
 }
 
 /// The default receive maximum: what a consumer at oncely's defaults keeps in hand (two
-/// groups of [`oncely_core::DEFAULT_MAX_BATCH`] per lane, [`oncely_core::DEFAULT_CONCURRENCY`]
+/// groups of [`oncely_core::DEFAULT_GROUP_COMMIT`] per lane, [`oncely_core::DEFAULT_CONCURRENCY`]
 /// lanes), as AMQP's prefetch, the NATS pull batch and the Redis `COUNT` follow
 /// [`oncely_core::Source::read_ahead`]. Set `?inflight=` for a consumer sized otherwise.
 pub const DEFAULT_INFLIGHT: u16 =
-    (2 * oncely_core::DEFAULT_CONCURRENCY * oncely_core::DEFAULT_MAX_BATCH) as u16;
+    (2 * oncely_core::DEFAULT_CONCURRENCY * oncely_core::DEFAULT_GROUP_COMMIT) as u16;
 
 impl MqttOptions5 {
     /// Options from `mqtt://host:port?topic=…&client_id=…&inflight=…&session_expiry=SECS`;

@@ -62,7 +62,7 @@ pub struct Plan {
     /// The messages.
     pub msgs: Vec<Msg>,
     /// Group commit size (1: one transaction per delivery).
-    pub max_batch: usize,
+    pub group_commit: usize,
     /// Deliveries (or lanes, with group commit) in flight.
     pub concurrency: usize,
     /// Consumer processes sharing the source and the store (same consumer name).
@@ -164,7 +164,7 @@ impl Plan {
         let mut plan = Plan {
             seed,
             msgs,
-            max_batch: if batch { r.random_range(2..=8) } else { 1 },
+            group_commit: if batch { r.random_range(2..=8) } else { 1 },
             concurrency: r.random_range(1..=4),
             workers: r.random_range(1..=2),
             inbox_first: r.random_bool(0.3),
@@ -263,7 +263,7 @@ impl fmt::Display for Plan {
         write!(
             f,
             "batch={} conc={} workers={} inbox_first={} linger={}ms attempts={} reorder={} dup={} lost_ack={} crash={} transient={} store_errors={} broker_faults={} delay<={}ms spread={}ms",
-            self.max_batch,
+            self.group_commit,
             self.concurrency,
             self.workers,
             self.inbox_first,

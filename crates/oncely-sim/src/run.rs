@@ -112,7 +112,7 @@ type Sim = Consumer<Planted, SimHandler>;
 fn consumer(plan: &Plan, store: &Planted, handler: &SimHandler) -> Sim {
     Consumer::new(consumer_name(), store.clone(), handler.clone())
         .concurrency(plan.concurrency)
-        .max_batch(plan.max_batch)
+        .group_commit(plan.group_commit)
         .linger(Duration::from_millis(plan.linger_ms))
         .check_inbox_first(plan.inbox_first)
         .retry(
@@ -148,7 +148,7 @@ async fn simulate(plan: Plan, plant: Option<Plant>) -> RunResult {
         reorder_window: plan.reorder,
         lost_ack_rate: plan.lost_ack_rate,
     });
-    world.mark(if plan.max_batch > 1 {
+    world.mark(if plan.group_commit > 1 {
         "mode: group commit"
     } else {
         "mode: one per transaction"
@@ -368,7 +368,7 @@ struct BatchMarks<'a>(&'a World, &'a [Sim]);
 impl Drop for BatchMarks<'_> {
     fn drop(&mut self) {
         for c in self.1 {
-            let b = c.batch_stats();
+            let b = c.group_commit_stats();
             if b.committed > 0 {
                 self.0.mark("path: group committed whole");
             }

@@ -132,11 +132,11 @@ macro_rules! bench {
                     .unwrap(),
                 Mode::Batch(size, _) => {
                     let consumer = Consumer::new(name, any.clone(), handler)
-                        .max_batch(size)
+                        .group_commit(size)
                         .linger(Duration::from_millis(2))
                         .concurrency(1);
                     let stats = consumer.run(src, stop).await.unwrap();
-                    let b = consumer.batch_stats();
+                    let b = consumer.group_commit_stats();
                     batches = format!(", batches {} committed / {} fell back", b.committed, b.fallbacks);
                     stats
                 }

@@ -349,7 +349,7 @@ macro_rules! with_store_tx {
 /// ```no_run
 /// # async fn f() -> oncely_core::Result<()> {
 /// use oncely_core::Store;
-/// use oncely_sql::{AnyStore, ConnectOptions};
+/// use oncely_sql::AnyStore;
 /// let store = AnyStore::connect("sqlite:oncely.db").await?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;

@@ -17,7 +17,7 @@ const MESSAGES: usize = 500;
 /// Lanes of the consumer (group commit's groups in flight).
 const LANES: usize = 2;
 // What the lanes may read ahead is fewer than the messages left when the outage starts.
-const _: () = assert!(2 * LANES * oncely_core::DEFAULT_MAX_BATCH < MESSAGES - 50);
+const _: () = assert!(2 * LANES * oncely_core::DEFAULT_GROUP_COMMIT < MESSAGES - 50);
 const READ_ONLY_FOR: Duration = Duration::from_secs(5);
 
 /// One ledger row per applied message, classified by the workspace's error classifier (so a
@@ -163,7 +163,7 @@ async fn pg_read_only_failover_holds_deliveries() {
     // Group commit (the default): while the store fails one group goes in as the probe and
     // the lanes hold at most what the consumer reads ahead (2 × lanes × group), fewer than the
     // messages left, so an intake that did not pause would take them all.
-    let read_ahead = (2 * LANES * oncely_core::DEFAULT_MAX_BATCH) as u64;
+    let read_ahead = (2 * LANES * oncely_core::DEFAULT_GROUP_COMMIT) as u64;
     assert!(
         deliveries_during <= read_ahead,
         "intake paused: {deliveries_during}"

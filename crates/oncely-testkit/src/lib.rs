@@ -15,6 +15,10 @@
 //! Every check counts effects independently, from the ledger rows the harness reads back,
 //! never from the consumer's own counters.
 //!
+//! [`provider`] is a fake outside provider (an email or payment API over HTTP that
+//! deduplicates by `Idempotency-Key` and counts what it performed), for the effect journal's
+//! tests and examples.
+//!
 //! [`services`] holds the one rule for tests that need a server (fail under `CI` /
 //! `ONCELY_REQUIRE_SERVICES`, a loud SKIPPED banner otherwise) and the test database URLs.
 
@@ -25,6 +29,7 @@ mod fault_proxy;
 mod harness;
 mod ledger;
 mod memory_store;
+pub mod provider;
 pub mod services;
 pub mod source_suite;
 pub mod store_suite;

@@ -280,7 +280,7 @@ pub async fn exactly_once_under_crashes<H: SourceHarness>(h: &H) -> CaseResult {
     crashes_case(
         h,
         "group-crashes",
-        oncely_core::DEFAULT_MAX_BATCH,
+        oncely_core::DEFAULT_GROUP_COMMIT,
         &[Step::Claimed, Step::Committed],
         0.15,
     )
@@ -290,7 +290,7 @@ pub async fn exactly_once_under_crashes<H: SourceHarness>(h: &H) -> CaseResult {
 async fn crashes_case<H: SourceHarness>(
     h: &H,
     tag: &str,
-    max_batch: usize,
+    group_commit: usize,
     steps: &[Step],
     rate: f64,
 ) -> CaseResult {
@@ -315,7 +315,7 @@ async fn crashes_case<H: SourceHarness>(
         CrashingHandler(store.recorder()),
     )
     .concurrency(4)
-    .max_batch(max_batch)
+    .group_commit(group_commit)
     .retry(RetryPolicy::default().base_delay(Duration::from_millis(1)));
     let idle = traits.redelivery_within + traits.quiet;
     let stats = consumer
@@ -325,15 +325,15 @@ async fn crashes_case<H: SourceHarness>(
     let t = tally(&store.effects(), &expected, &[]);
     ensure!(
         t.is_exactly_once(),
-        "max_batch {max_batch}: {t:?} (stats {stats:?}): want 0 double, 0 lost"
+        "group_commit {group_commit}: {t:?} (stats {stats:?}): want 0 double, 0 lost"
     );
     ensure!(
         plan.fired() > 0 && stats.abandoned > 0,
-        "max_batch {max_batch}: the crash plan never fired"
+        "group_commit {group_commit}: the crash plan never fired"
     );
     ensure!(
         stats.duplicates > 0,
-        "max_batch {max_batch}: no Duplicate although commits were abandoned (stats {stats:?})"
+        "group_commit {group_commit}: no Duplicate although commits were abandoned (stats {stats:?})"
     );
     Ok(())
 }

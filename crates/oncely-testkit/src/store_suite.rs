@@ -214,7 +214,7 @@ pub async fn group_commit<H: StoreHarness>(h: &H) -> CaseResult {
     handler.script("m-3", Script::FailPermanent);
     handler.script("m-5", Script::Panic);
     let c = consumer("billing", &store, &handler)
-        .max_batch(4)
+        .group_commit(4)
         .concurrency(4);
     let source = MemorySource::new();
     let mut expected = HashMap::new();
@@ -244,9 +244,9 @@ pub async fn group_commit<H: StoreHarness>(h: &H) -> CaseResult {
         "stats {stats:?}: want 8 applied, m-3 and m-5 dead-lettered"
     );
     ensure!(
-        c.batch_stats().committed + c.batch_stats().fallbacks > 0,
+        c.group_commit_stats().committed + c.group_commit_stats().fallbacks > 0,
         "no group formed: {:?}",
-        c.batch_stats()
+        c.group_commit_stats()
     );
     ensure!(source.unacked() == 0, "messages left unacked");
     Ok(())
@@ -433,7 +433,7 @@ pub async fn late_messages_are_quarantined<H: StoreHarness>(h: &H) -> CaseResult
 
 /// Crashes after each step, many seeds, with duplicates, reordering and lost acks:
 /// every message's effect exactly once, none lost. Odd seeds run with group commit
-/// (`max_batch(8)`), even seeds one delivery per transaction.
+/// (`group_commit(8)`), even seeds one delivery per transaction.
 pub async fn crash_at_every_step<H: StoreHarness>(
     h: &H,
     seeds: u64,
@@ -469,7 +469,7 @@ pub async fn crash_at_every_step<H: StoreHarness>(
             )
             .retry(fast_retry())
             .concurrency(4)
-            .max_batch(if group { 8 } else { 1 });
+            .group_commit(if group { 8 } else { 1 });
             let stats = c
                 .run(
                     CrashingSource::new(source.clone(), plan.clone()),

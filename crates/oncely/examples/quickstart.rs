@@ -6,35 +6,33 @@
 //! cargo run -p oncely --example quickstart -- [database-url]   # default: a SQLite file
 //! ```
 
-use oncely::{AnyStore, AnyTx, CancellationToken, Consumer, ConsumerName};
-use oncely::{Envelope, Error, Handled, Handler, Source, StatsSnapshot};
-use oncely::{MemorySource, RawEnvelope, Store};
+use oncely::{AnyStore, AnyTx, Consumer, Error, Handled, handler_fn};
 
-struct AddCredits;
-
-impl Handler<AnyTx> for AddCredits {
-    async fn handle(&self, tx: &mut AnyTx, msg: &Envelope) -> Result<Handled, Error> {
-        let amount: i64 = std::str::from_utf8(msg.payload())
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| Error::permanent("payload is not an amount"))?;
-        let sql = "UPDATE accounts SET credits = credits + $1 WHERE id = 'a'"; // $1 on every database
-        tx.execute(sql, &[amount.into()]).await?; // the same transaction as the claim
-        Ok(Handled::Applied)
-    }
-}
-
-/// Consumes `source` into the database `url` names until the source ends.
-pub async fn consume(url: &str, source: impl Source) -> Result<StatsSnapshot, Error> {
+/// Consumes `source` into the database `url` names until the source ends or Ctrl-C/SIGTERM.
+pub async fn consume(
+    url: &str,
+    source: impl oncely::Source,
+) -> oncely::Result<oncely::StatsSnapshot> {
     let store = AnyStore::connect(url).await?; // sqlite:, postgres://, mysql://
     store.migrate().await?; // or `oncely migrate --print` for your own tool
-    let consumer = Consumer::new(ConsumerName::new("billing")?, store, AddCredits).concurrency(8);
-    let shutdown = CancellationToken::new(); // cancel it to stop after in-flight deliveries
-    consumer.run(source, shutdown.clone()).await // any Source: RabbitMQ, NATS, Redis, MQTT, Kafka, memory
+    let add_credits = handler_fn(|tx: &mut AnyTx, msg| {
+        Box::pin(async move {
+            let amount: i64 = std::str::from_utf8(msg.payload())
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| Error::permanent("payload is not an amount"))?;
+            let sql = "UPDATE accounts SET credits = credits + $1 WHERE id = 'a'"; // $1 on every database
+            tx.execute(sql, &[amount.into()]).await?; // the same transaction as the claim
+            Ok(Handled::Applied)
+        })
+    });
+    let consumer = Consumer::new("billing", store, add_credits).concurrency(8);
+    consumer.run_until_signal(source).await // any Source: RabbitMQ, NATS, Redis, MQTT, Kafka, memory
 }
 
 /// Creates the example's `accounts` table with account `a` at 0 credits.
 pub async fn create_accounts(url: &str) -> Result<(), Error> {
+    use oncely::Store;
     let store = AnyStore::connect(url).await?;
     let mut tx = store.begin().await?;
     let ddl = "CREATE TABLE accounts (id VARCHAR(16) PRIMARY KEY, credits BIGINT NOT NULL)";
@@ -56,15 +54,14 @@ async fn main() -> Result<(), Error> {
     let default = format!("sqlite:{}", dir.join("app.db").display());
     let url = std::env::args().nth(1).unwrap_or(default);
     create_accounts(&url).await?;
-    // 100 messages of 5 credits; the source delivers about a third of them twice.
-    let source = MemorySource::with_faults(oncely::SourceFaults {
-        seed: 1,
-        duplicate_rate: 0.3,
-        reorder_window: 4,
-        lost_ack_rate: 0.1,
-    });
+    // 100 messages of 5 credits; every third is delivered twice, as brokers do after a
+    // lost ack.
+    let source = oncely::MemorySource::new();
     for i in 0..100 {
-        source.publish(RawEnvelope::new(format!("m-{i}"), "5"));
+        source.publish(oncely::RawEnvelope::new(format!("m-{i}"), "5"));
+        if i % 3 == 0 {
+            source.publish(oncely::RawEnvelope::new(format!("m-{i}"), "5"));
+        }
     }
     source.close();
     let stats = consume(&url, source).await?;

@@ -71,22 +71,6 @@ impl Source for AnySource {
     }
 }
 
-impl AnySource {
-    /// Whether the broker itself drops a re-publish of a message id it has stored
-    /// recently: NATS JetStream does, for `Nats-Msg-Id` within the stream's duplicate
-    /// window (docs/wire-format.md). Copies published close together then never reach the
-    /// consumer, so oncely sees neither that duplicate nor that conflict; a checker that
-    /// counts what was injected must count those as resolved by the broker.
-    pub fn broker_drops_republished_ids(&self) -> bool {
-        match self {
-            #[cfg(feature = "nats")]
-            Self::Nats(_) => true,
-            #[allow(unreachable_patterns)]
-            _ => false,
-        }
-    }
-}
-
 /// The scheme of a URL (`amqp` in `amqp://…`).
 pub fn scheme(url: &str) -> &str {
     url.split_once("://").map_or("", |(s, _)| s)

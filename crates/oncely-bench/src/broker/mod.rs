@@ -19,7 +19,7 @@ use crate::group::PerMessage;
 use crate::runners::retry_policy;
 use anyhow::{Context, Result, bail};
 use oncely_core::{
-    CancellationToken, Consumer, ConsumerName, DEFAULT_CONCURRENCY, DEFAULT_MAX_BATCH, Delivery,
+    CancellationToken, Consumer, ConsumerName, DEFAULT_CONCURRENCY, DEFAULT_GROUP_COMMIT, Delivery,
     RawEnvelope, Source,
 };
 use serde::Serialize;
@@ -172,7 +172,7 @@ impl Filled {
 /// What oncely's group commit asks the source to read ahead ([`Source::read_ahead`]), given
 /// to the bare consumers too, so both read the same distance ahead.
 fn default_read_ahead() -> usize {
-    2 * DEFAULT_CONCURRENCY * DEFAULT_MAX_BATCH
+    2 * DEFAULT_CONCURRENCY * DEFAULT_GROUP_COMMIT
 }
 
 /// The bare consumer through `broker`: consume + ack until every message was received.

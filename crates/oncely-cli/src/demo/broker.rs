@@ -31,6 +31,15 @@ pub fn is_kafka(url: &str) -> bool {
     oncely::brokers::scheme(url) == "kafka"
 }
 
+/// Whether the broker of `url` itself drops a re-publish of a message id it stored recently:
+/// NATS JetStream does, for `Nats-Msg-Id` within the stream's duplicate window
+/// (docs/wire-format.md). Copies published close together then never reach the consumer, so
+/// oncely sees neither that duplicate nor that conflict; the checker counts those as resolved
+/// by the broker.
+pub fn drops_republished_ids(url: &str) -> bool {
+    oncely::brokers::scheme(url) == "nats"
+}
+
 /// The URL to consume from: a `kafka://` URL gets `idle_exit_ms` (from `--idle-exit`)
 /// unless it names one, so that the source itself can tell "assigned and drained" from
 /// "still joining the group".

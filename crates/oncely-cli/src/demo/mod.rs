@@ -41,13 +41,13 @@ pub struct DemoArgs {
     /// Seed for every random choice (same seed, same stream and faults).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Groups in flight (lanes of accounts); with `--group 1`, deliveries processed at once.
+    /// Groups in flight (lanes of accounts); with `--group-commit 1`, deliveries processed at once.
     #[arg(long, default_value_t = oncely_core::DEFAULT_CONCURRENCY)]
     pub workers: usize,
     /// Group commit: up to this many ready deliveries share one transaction (the library's
     /// default; 1: off, every delivery in its own).
-    #[arg(long, default_value_t = oncely_core::DEFAULT_MAX_BATCH)]
-    pub group: usize,
+    #[arg(long, default_value_t = oncely_core::DEFAULT_GROUP_COMMIT)]
+    pub group_commit: usize,
     /// Share of messages delivered twice by the broker.
     #[arg(long, default_value_t = 0.2)]
     pub duplicate_rate: f64,
@@ -164,7 +164,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
                 publish(&url, &[]).await?;
             }
             let mut source = connect_source(&url, name.as_str()).await?;
-            let broker_dedups = source.broker_drops_republished_ids();
+            let broker_dedups = broker::drops_republished_ids(&url);
             let discarded = broker::drain(&mut source, &url).await?;
             if discarded > 0 && !args.json {
                 eprintln!("discarded {discarded} leftover message(s) from earlier runs");
@@ -342,7 +342,7 @@ where
         let store = CrashingStore::new(store.clone(), plan.clone());
         let consumer = Consumer::new(name.clone(), store, handler)
             .concurrency(args.workers)
-            .max_batch(args.group)
+            .group_commit(args.group_commit)
             .retry(
                 RetryPolicy::default()
                     .max_attempts(5)

@@ -35,9 +35,9 @@ pub(super) struct BatchCounts {
     duplicates_seen: AtomicBool,
 }
 
-/// How batches went so far (see [`Consumer::max_batch`]).
+/// How batches went so far (see [`Consumer::group_commit`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BatchStats {
+pub struct GroupCommitStats {
     /// Batches committed in one transaction.
     pub committed: u64,
     /// Batches rolled back and processed one message at a time (a handler or the store failed).
@@ -45,8 +45,8 @@ pub struct BatchStats {
 }
 
 impl BatchCounts {
-    pub(super) fn snapshot(&self) -> BatchStats {
-        BatchStats {
+    pub(super) fn snapshot(&self) -> GroupCommitStats {
+        GroupCommitStats {
             committed: self.committed.load(Relaxed),
             fallbacks: self.fallbacks.load(Relaxed),
         }
@@ -180,10 +180,10 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             .collect()
     }
 
-    /// The span of one group commit (`oncely.batch`): one transaction for many messages, so
+    /// The span of one group commit (`oncely.group_commit`): one transaction for many messages, so
     /// no single parent; it links to the trace context each message carries.
     fn batch_span(&self, batch: &[Envelope]) -> tracing::Span {
-        let span = info_span!("oncely.batch", consumer = %self.name, size = batch.len());
+        let span = info_span!("oncely.group_commit", consumer = %self.name, size = batch.len());
         for message in batch {
             if let Some(cx) = crate::trace::span_context_of(&message.meta().headers) {
                 span.add_link(cx);

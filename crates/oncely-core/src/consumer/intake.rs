@@ -1,8 +1,8 @@
 //! Where the run loop takes deliveries from.
 //!
-//! One delivery per transaction ([`Consumer::max_batch`] 1): straight from the source.
+//! One delivery per transaction ([`Consumer::group_commit`] 1): straight from the source.
 //!
-//! Group commit ([`Consumer::max_batch`] above 1): a reader task keeps the source read ahead and routes each
+//! Group commit ([`Consumer::group_commit`] above 1): a reader task keeps the source read ahead and routes each
 //! delivery to one of the consumer's lanes by its lock key ([`Handler::lock_key`], by default
 //! the message's entity key): the same key always goes to the same lane, a lane settles one
 //! group at a time, and a group is sorted by key. So two groups in flight never hold the
@@ -13,7 +13,7 @@
 //! key share lane 0: without a key nothing says which rows they lock, and one lane is the
 //! order that cannot convoy.
 //!
-//! [`Consumer::max_batch`]: super::Consumer::max_batch
+//! [`Consumer::group_commit`]: super::Consumer::group_commit
 //! [`Handler::lock_key`]: crate::Handler::lock_key
 
 use crate::envelope::RawEnvelope;
@@ -58,19 +58,19 @@ pub(super) struct Lanes<Src> {
     stop: CancellationToken,
 }
 
-/// One lane's buffer: up to `max_batch` deliveries ready for its next group.
+/// One lane's buffer: up to `group_commit` deliveries ready for its next group.
 pub(super) struct Lane {
     ready: mpsc::Receiver<Keyed>,
 }
 
 impl<Src: Source> Lanes<Src> {
-    /// Starts the reader over `source`, routing into `lanes` buffers of `max_batch` each by
+    /// Starts the reader over `source`, routing into `lanes` buffers of `group_commit` each by
     /// the key `key_of` gives.
     pub(super) fn start<K>(
         source: Src,
         name: ConsumerName,
         lanes: usize,
-        max_batch: usize,
+        group_commit: usize,
         key_of: K,
         shutdown: &CancellationToken,
     ) -> Self
@@ -79,7 +79,7 @@ impl<Src: Source> Lanes<Src> {
     {
         let (senders, lanes): (Vec<_>, Vec<_>) = (0..lanes.max(1))
             .map(|_| {
-                let (tx, ready) = mpsc::channel(max_batch.max(1));
+                let (tx, ready) = mpsc::channel(group_commit.max(1));
                 (tx, Lane { ready })
             })
             .unzip();

@@ -1,7 +1,7 @@
 //! The consumer runtime: receive → begin → claim → handler → commit → ack.
 //!
 //! One runtime for both modes: the run loop takes a delivery (and, with
-//! [`Consumer::max_batch`] above 1, what else arrives within the linger), and each group is
+//! [`Consumer::group_commit`] above 1, what else arrives within the linger), and each group is
 //! settled by [`Consumer::process_batch`]: a group of one in its own transaction
 //! (`single.rs`), a larger one in one shared transaction that falls back to one at a time
 //! (`batch.rs`); acks, dead letters and hand-backs happen in one place (`settle.rs`).
@@ -11,14 +11,14 @@ mod intake;
 mod settle;
 mod single;
 
-pub use batch::BatchStats;
+pub use batch::GroupCommitStats;
 pub(crate) use settle::panic_message;
 
 use crate::error::{Error, ErrorKind};
 use crate::handler::Handler;
 use crate::health::MIGRATE_HINT;
 use crate::health::StoreHealth;
-use crate::id::ConsumerName;
+use crate::id::{ConsumerName, IntoConsumerName};
 use crate::outcome::Outcome;
 use crate::retry::RetryPolicy;
 use crate::source::{Delivery, Source};
@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 /// The default inbox retention window, 7 days: the pruner keeps ids at least this long
 /// (`oncely_ops::retention`), and a consumer quarantines, by default, a fresh message whose
@@ -45,12 +45,12 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// each other's rows.
 pub const DEFAULT_CONCURRENCY: usize = 4;
 
-/// The default [`Consumer::max_batch`]: group commit on, up to 64 ready deliveries per
+/// The default [`Consumer::group_commit`]: group commit on, up to 64 ready deliveries per
 /// transaction. A group is what is ready, so at low load it is one message (no added
 /// latency); under a backlog it grows to this cap. 64 is where the commit's cost is spread
 /// thin and a rolled-back group (one bad message) is still cheap to redo one by one
 /// (docs/performance.md).
-pub const DEFAULT_MAX_BATCH: usize = 64;
+pub const DEFAULT_GROUP_COMMIT: usize = 64;
 
 /// What to do with a message whose source time is older than the retention window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,7 +71,7 @@ struct ConsumerConfig {
     late_window: Option<Duration>,
     late_policy: LatePolicy,
     check_inbox_first: bool,
-    max_batch: usize,
+    group_commit: usize,
     linger: Duration,
 }
 
@@ -83,7 +83,7 @@ impl Default for ConsumerConfig {
             late_window: Some(DEFAULT_RETENTION),
             late_policy: LatePolicy::default(),
             check_inbox_first: false,
-            max_batch: DEFAULT_MAX_BATCH,
+            group_commit: DEFAULT_GROUP_COMMIT,
             linger: Duration::ZERO,
         }
     }
@@ -94,9 +94,21 @@ impl Default for ConsumerConfig {
 /// ```no_run
 /// # use oncely_core::*;
 /// # async fn demo<S: Store, H: Handler<S::Tx>>(store: S, handler: H, source: MemorySource) -> Result<(), Error> {
-/// let consumer = Consumer::new(ConsumerName::new("billing")?, store, handler).concurrency(8);
-/// let shutdown = CancellationToken::new();
-/// let stats = consumer.run(source, shutdown).await?;
+/// let consumer = Consumer::new("billing", store, handler).concurrency(8);
+/// let stats = consumer.run_until_signal(source).await?; // until the source ends or Ctrl-C
+/// println!("applied {}", stats.applied);
+/// # Ok(()) }
+/// ```
+///
+/// With a shutdown of your own (e.g. shared with an HTTP server), [`Consumer::run`] takes
+/// a [`CancellationToken`]:
+///
+/// ```no_run
+/// # use oncely_core::*;
+/// # async fn demo<S: Store, H: Handler<S::Tx>>(store: S, handler: H, source: MemorySource) -> Result<(), Error> {
+/// let consumer = Consumer::new(ConsumerName::new("billing")?, store, handler);
+/// let shutdown = CancellationToken::new(); // cancel it to stop after in-flight deliveries
+/// let stats = consumer.run(source, shutdown.clone()).await?;
 /// println!("applied {}", stats.applied);
 /// # Ok(()) }
 /// ```
@@ -126,7 +138,15 @@ impl<S: Store, H> Clone for Consumer<S, H> {
 
 impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// A consumer named `name` (the inbox key's first half) over `store`, running `handler`.
-    pub fn new(name: ConsumerName, store: impl Into<Arc<S>>, handler: H) -> Self {
+    ///
+    /// `name` is a [`ConsumerName`] or text (`"billing"`); see [`IntoConsumerName`].
+    ///
+    /// # Panics
+    ///
+    /// If `name` is text that is not a valid consumer name; validate names read at run time
+    /// with [`ConsumerName::new`], which returns the error.
+    pub fn new(name: impl IntoConsumerName, store: impl Into<Arc<S>>, handler: H) -> Self {
+        let name = name.into_consumer_name();
         Self {
             health: Arc::new(StoreHealth::new(name.clone())),
             name,
@@ -139,7 +159,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     }
 
     /// Deliveries processed at once (default [`DEFAULT_CONCURRENCY`], 4), or with group
-    /// commit ([`Consumer::max_batch`] above 1) groups in flight.
+    /// commit ([`Consumer::group_commit`] above 1) groups in flight.
     ///
     /// With group commit each group in flight is a *lane*: a delivery goes to the lane of its
     /// lock key ([`Handler::lock_key`], by default the entity key the producer set), so two
@@ -157,7 +177,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     }
 
     /// Group commit: up to `n` deliveries share one transaction and one claim statement, and
-    /// are acked after its commit (default [`DEFAULT_MAX_BATCH`], 64; 1 turns group commit
+    /// are acked after its commit (default [`DEFAULT_GROUP_COMMIT`], 64; 1 turns group commit
     /// off: every delivery in its own transaction). A group is what is ready when its first
     /// delivery arrives (plus what arrives within
     /// [`Consumer::linger`], default zero), so an idle consumer adds no latency: a lone
@@ -166,7 +186,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// (a recent group had some, or the broker marks a delivery as redelivered), one read
     /// before claiming ([`Store::committed_claims`]) finds them, and they are acked without a
     /// transaction. When a handler or the store fails mid-group, the group is rolled back
-    /// and its messages are processed one at a time (see [`Consumer::batch_stats`]); with a
+    /// and its messages are processed one at a time (see [`Consumer::group_commit_stats`]); with a
     /// failing store it is held whole.
     ///
     /// ```
@@ -174,21 +194,21 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// # use std::time::Duration;
     /// # fn f<S: oncely_core::Store, H: oncely_core::Handler<S::Tx>>(store: S, handler: H) {
     /// let consumer = Consumer::new(ConsumerName::new("billing").unwrap(), store, handler)
-    ///     .max_batch(256)                     // larger groups (default 64, 4 lanes)
+    ///     .group_commit(256)                     // larger groups (default 64, 4 lanes)
     ///     .linger(Duration::from_millis(5));  // optional: fuller groups under light load
     /// // Group commit off: one delivery per transaction.
     /// # let store: S = todo!(); let handler: H = todo!();
     /// let per_message = Consumer::new(ConsumerName::new("billing").unwrap(), store, handler)
-    ///     .max_batch(1);
+    ///     .group_commit(1);
     /// # }
     /// ```
-    pub fn max_batch(mut self, n: usize) -> Self {
-        self.config.max_batch = n.max(1);
+    pub fn group_commit(mut self, n: usize) -> Self {
+        self.config.group_commit = n.max(1);
         self
     }
 
     /// How long a group waits for more deliveries after its first (default zero: only what
-    /// is ready; unused with [`Consumer::max_batch`] 1). A linger fills larger groups under
+    /// is ready; unused with [`Consumer::group_commit`] 1). A linger fills larger groups under
     /// light load at the cost of that much latency.
     pub fn linger(mut self, linger: Duration) -> Self {
         self.config.linger = linger;
@@ -250,7 +270,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     }
 
     /// Batches committed whole vs. processed one at a time after a failure (batch mode).
-    pub fn batch_stats(&self) -> BatchStats {
+    pub fn group_commit_stats(&self) -> GroupCommitStats {
         self.batches.snapshot()
     }
 
@@ -269,9 +289,9 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     ) -> crate::Result<StatsSnapshot> {
         self.check_ready().await?;
         self.health.publish();
-        if self.config.max_batch > 1 {
+        if self.config.group_commit > 1 {
             // The broker's read-ahead covers the groups in flight and the next ones ready.
-            source.read_ahead(2 * self.in_flight() * self.config.max_batch);
+            source.read_ahead(2 * self.in_flight() * self.config.group_commit);
             self.run_lanes(source, &shutdown).await;
         } else {
             self.run_single(source, &shutdown).await;
@@ -279,6 +299,23 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let stats = self.stats.snapshot();
         debug!(consumer = %self.name, ?stats, "consumer stopped");
         Ok(stats)
+    }
+
+    /// [`Consumer::run`] until the source ends or the process gets Ctrl-C (SIGINT) or, on
+    /// Unix, SIGTERM: the signal stops intake, in-flight deliveries finish and are acked
+    /// after their commit, nothing uncommitted is acked.
+    pub async fn run_until_signal<Src: Source>(&self, source: Src) -> crate::Result<StatsSnapshot> {
+        let shutdown = CancellationToken::new();
+        let on_signal = shutdown.clone();
+        let name = self.name.clone();
+        let watcher = tokio::spawn(async move {
+            crate::signal::shutdown_signal().await;
+            info!(consumer = %name, "shutdown signal: stopping after in-flight deliveries");
+            on_signal.cancel();
+        });
+        let result = self.run(source, shutdown).await;
+        watcher.abort();
+        result
     }
 
     /// One delivery per transaction, up to [`Consumer::concurrency`] at once.
@@ -332,7 +369,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             source,
             self.name.clone(),
             self.in_flight(),
-            self.config.max_batch,
+            self.config.group_commit,
             move |message| handler.lock_key(message),
             shutdown,
         );
@@ -351,7 +388,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// Settles one lane's groups until the source ends or `shutdown`: a group is what the
     /// lane holds when its first delivery is there (plus the linger), sorted by lock key.
     async fn drain_lane(&self, mut lane: Lane, shutdown: &CancellationToken) {
-        let max = self.config.max_batch;
+        let max = self.config.group_commit;
         loop {
             // Intake pauses while the store fails; with nothing in flight, one lane's group
             // goes in as the probe.
@@ -387,7 +424,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 debug!(
                     consumer = %self.name,
                     in_flight = self.in_flight(),
-                    max_batch = self.config.max_batch,
+                    group_commit = self.config.group_commit,
                     "store ready; consumer starting"
                 );
                 Ok(())
@@ -431,7 +468,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         outcomes.pop().expect("one outcome per delivery")
     }
 
-    /// Processes deliveries as one batch (one transaction, see [`Consumer::max_batch`]) and
+    /// Processes deliveries as one batch (one transaction, see [`Consumer::group_commit`]) and
     /// settles each; returns the outcomes in delivery order. A batch of one is a delivery
     /// processed on its own.
     pub async fn process_batch(&self, deliveries: Vec<Delivery>) -> Vec<Outcome> {

@@ -6,6 +6,11 @@
 
 pub mod suite;
 
+/// The orders app of `oncely http-demo` (demo code lives in the binary, not in this
+/// library's `src/`); the layer is tested through it.
+#[path = "../../../oncely-cli/src/orders_app.rs"]
+pub mod app;
+
 use oncely_effects::EffectTables;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{AnyStore, ConnectOptions, Tables, with_pool};
@@ -54,7 +59,7 @@ impl Db {
         )
         .await
         .map_err(|e| oncely_core::Error::unavailable(e.to_string()))??;
-        oncely_http::demo::setup(&store).await.expect("setup");
+        app::setup(&store).await.expect("setup");
         Ok(Self {
             store,
             url: url.to_owned(),
@@ -74,8 +79,7 @@ impl Db {
     }
 
     pub async fn orders(&self) -> i64 {
-        self.count(&oncely_http::demo::orders_table(self.store.tables()))
-            .await
+        self.count(&app::orders_table(self.store.tables())).await
     }
 
     pub async fn outbox(&self) -> i64 {

@@ -1,12 +1,12 @@
 //! The scenarios every database runs: a real server on loopback, reqwest as the client, and
 //! orders / outbox / key rows counted by the database.
 
+use super::app::{Orders, router};
 use super::{Db, post, post_as, replayed, serve};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::post as post_route;
 use oncely_core::Store;
-use oncely_http::demo::{Orders, router};
 use oncely_http::{IdempotencyKey, IdempotencyLayer, IdempotentTx, TxError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +15,7 @@ use std::time::Duration;
 const BOOK: &str = r#"{"item":"book","quantity":2}"#;
 
 fn layer(db: &Db) -> IdempotencyLayer {
-    oncely_http::demo::layer(db.store.clone())
+    super::app::layer(db.store.clone())
 }
 
 async fn problem(r: reqwest::Response, status: u16) -> serde_json::Value {
@@ -180,7 +180,7 @@ pub async fn reuse_is_422_and_missing_key_is_400(db: Db) {
 /// A handler answering 5xx after its writes: rolled back, no key kept; the retry runs fresh.
 pub async fn server_error_keeps_no_key(db: Db) {
     let fail = Arc::new(AtomicBool::new(true));
-    let table = oncely_http::demo::orders_table(db.store.tables());
+    let table = super::app::orders_table(db.store.tables());
     let handler = {
         let fail = fail.clone();
         move |tx: IdempotentTx| async move {
@@ -573,7 +573,7 @@ pub async fn which_answers_are_stored(db: Db) {
     use axum::Extension;
     use axum::response::IntoResponse;
     use oncely_http::{OmitBody, Rejected};
-    let table = oncely_http::demo::orders_table(db.store.tables());
+    let table = super::app::orders_table(db.store.tables());
     let handler = move |tx: IdempotentTx, headers: axum::http::HeaderMap| async move {
         let mut tx = tx.lock().await?;
         let insert =
@@ -712,7 +712,7 @@ pub async fn migration_keeps_old_keys_global(db: Db) {
         1,
         "version 2 ran"
     );
-    oncely_http::demo::setup(&old).await.unwrap();
+    super::app::setup(&old).await.unwrap();
     let scope_rows = |sql: String| {
         let old = old.clone();
         async move {
@@ -751,7 +751,7 @@ pub async fn migration_keeps_old_keys_global(db: Db) {
     assert_eq!(replay.text().await.unwrap(), r#"{"legacy":true}"#);
     let scoped = serve(router(
         Orders::new(old.clone()),
-        oncely_http::demo::layer(old.clone()),
+        super::app::layer(old.clone()),
     ))
     .await;
     let fresh = post(&scoped, Some("legacy-1"), BOOK).await;

@@ -1,5 +1,5 @@
 //! Batch mode on every store: one-statement claims with intra-batch duplicates, and the
-//! batch mode (`Consumer::max_batch`) isolating a failing message while the others apply once.
+//! batch mode (`Consumer::group_commit`) isolating a failing message while the others apply once.
 
 use super::{Fx, TestStore};
 use oncely_core::{
@@ -202,7 +202,7 @@ pub async fn batch_quarantines_late<S: TestStore>(fx: Fx<S>) {
         .map(Outcome::name)
         .collect();
     assert_eq!(names, ["applied", "dead_lettered", "applied"]);
-    assert_eq!(consumer.batch_stats().committed, 1);
+    assert_eq!(consumer.group_commit_stats().committed, 1);
     let ids: Vec<_> = fx
         .effects()
         .await
@@ -238,7 +238,7 @@ pub async fn two_batch_consumers<S: TestStore>(fx: Fx<S>) {
         .base_delay(Duration::from_millis(5));
     let make = |store: AnyStore, instance| {
         Consumer::new(name.clone(), store, fx.ledger(instance))
-            .max_batch(25)
+            .group_commit(25)
             .linger(Duration::from_millis(5))
             .retry(retry.clone())
     };
@@ -261,7 +261,7 @@ pub async fn two_batch_consumers<S: TestStore>(fx: Fx<S>) {
     assert_eq!(a.applied + b.applied, 300, "{a:?} {b:?}");
     assert_eq!(source.unacked(), 0);
     assert!(fx.store.dead_letters(None).await.unwrap().is_empty());
-    let (one, two) = (one.batch_stats(), two.batch_stats());
+    let (one, two) = (one.group_commit_stats(), two.group_commit_stats());
     assert!(one.committed + two.committed > 0, "{one:?} {two:?}");
     eprintln!("two batch consumers: {one:?} {two:?}; {a:?} {b:?}");
     fx.cleanup().await;
@@ -272,9 +272,9 @@ pub async fn two_batch_consumers<S: TestStore>(fx: Fx<S>) {
 async fn run_batches<S: TestStore>(
     fx: &Fx<S>,
     published: &[(String, String)],
-    max_batch: usize,
+    group_commit: usize,
     multi_row: bool,
-) -> (Vec<Outcome>, oncely_core::BatchStats) {
+) -> (Vec<Outcome>, oncely_core::GroupCommitStats) {
     let mut source = MemorySource::new();
     for (id, payload) in published {
         source.publish(RawEnvelope::new(id.clone(), payload.clone()));
@@ -287,7 +287,7 @@ async fn run_batches<S: TestStore>(
         fx.ledger("one")
     };
     let consumer = Consumer::new(name, fx.any(), ledger)
-        .max_batch(max_batch)
+        .group_commit(group_commit)
         .retry(RetryPolicy::default().base_delay(Duration::from_millis(5)));
     let mut batch = vec![];
     while batch.len() < published.len() {
@@ -295,5 +295,5 @@ async fn run_batches<S: TestStore>(
     }
     let outcomes = consumer.process_batch(batch).await;
     assert_eq!(source.unacked(), 0, "every delivery settled: {outcomes:?}");
-    (outcomes, consumer.batch_stats())
+    (outcomes, consumer.group_commit_stats())
 }
