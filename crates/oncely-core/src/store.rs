@@ -54,6 +54,26 @@ pub enum Claim {
     },
 }
 
+impl Claim {
+    /// What a claim of a payload with `hash` is, given the hash the inbox already `held` for
+    /// its id (`None`: not claimed yet). Every store decides the same way through this.
+    ///
+    /// ```
+    /// use oncely_core::{Claim, PayloadHash};
+    /// let (a, b) = (PayloadHash::of(b"a"), PayloadHash::of(b"b"));
+    /// assert_eq!(Claim::given(None, a), Claim::Fresh);
+    /// assert_eq!(Claim::given(Some(a), a), Claim::Duplicate);
+    /// assert_eq!(Claim::given(Some(b), a), Claim::Conflict { stored: b });
+    /// ```
+    pub fn given(held: Option<PayloadHash>, hash: PayloadHash) -> Claim {
+        match held {
+            None => Claim::Fresh,
+            Some(stored) if stored == hash => Claim::Duplicate,
+            Some(stored) => Claim::Conflict { stored },
+        }
+    }
+}
+
 /// A message that could not be processed, with the reason.
 #[derive(Debug, Clone)]
 pub struct DeadLetter {

@@ -71,13 +71,13 @@ pub(crate) fn resolve(items: &[(MessageId, PayloadHash)], found: &Found) -> Resu
         .map(|(id, hash)| {
             let id = id.as_str();
             let claim = if let Some(held) = holds.get(id) {
-                compare(*held, *hash)
+                Claim::given(Some(*held), *hash)
             } else if found.fresh.contains(id) {
                 holds.insert(id, *hash);
                 Claim::Fresh
             } else if let Some(stored) = found.stored.get(id) {
                 holds.insert(id, *stored);
-                compare(*stored, *hash)
+                Claim::given(Some(*stored), *hash)
             } else {
                 return Err(Error::transient(format!(
                     "batch claim of {id:?}: neither inserted nor found; retrying"
@@ -86,14 +86,6 @@ pub(crate) fn resolve(items: &[(MessageId, PayloadHash)], found: &Found) -> Resu
             Ok(claim)
         })
         .collect()
-}
-
-fn compare(stored: PayloadHash, hash: PayloadHash) -> Claim {
-    if stored == hash {
-        Claim::Duplicate
-    } else {
-        Claim::Conflict { stored }
-    }
 }
 
 fn list(from: usize, count: usize, dollar: bool) -> String {

@@ -349,11 +349,7 @@ macro_rules! sql_store {
                     .await
                     .map_err(|e| db("reading the claimed payload hash", e))?;
                 let stored = stored_hash_of(&stored)?;
-                Ok(if stored == hash {
-                    Claim::Duplicate
-                } else {
-                    Claim::Conflict { stored }
-                })
+                Ok(Claim::given(Some(stored), hash))
             }
 
             async fn claim_batch(

@@ -92,14 +92,6 @@ impl MemoryStore {
     }
 }
 
-fn decide(held: Option<PayloadHash>, hash: PayloadHash) -> Claim {
-    match held {
-        None => Claim::Fresh,
-        Some(stored) if stored == hash => Claim::Duplicate,
-        Some(stored) => Claim::Conflict { stored },
-    }
-}
-
 impl Store for MemoryStore {
     type Tx = MemoryTx;
 
@@ -120,7 +112,7 @@ impl Store for MemoryStore {
     ) -> Result<Claim> {
         let key = (consumer.as_str().to_owned(), id.as_str().to_owned());
         let own = tx.claims.iter().find(|(k, _)| *k == key).map(|(_, h)| *h);
-        let claim = decide(own.or_else(|| self.lookup(&key.0, &key.1)), hash);
+        let claim = Claim::given(own.or_else(|| self.lookup(&key.0, &key.1)), hash);
         if claim == Claim::Fresh {
             tx.claims.push((key, hash));
         }

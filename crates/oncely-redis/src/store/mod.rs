@@ -252,14 +252,6 @@ impl RedisStore {
     }
 }
 
-fn decide(held: Option<PayloadHash>, hash: PayloadHash) -> Claim {
-    match held {
-        None => Claim::Fresh,
-        Some(stored) if stored == hash => Claim::Duplicate,
-        Some(stored) => Claim::Conflict { stored },
-    }
-}
-
 impl Store for RedisStore {
     type Tx = RedisTx;
 
@@ -300,7 +292,7 @@ impl Store for RedisStore {
         let mut own: HashMap<String, PayloadHash> = tx.claims.iter().cloned().collect();
         let mut claims = Vec::with_capacity(items.len());
         for ((key, (_, hash)), stored) in keys.into_iter().zip(items).zip(held) {
-            let claim = decide(stored.or_else(|| own.get(&key).copied()), *hash);
+            let claim = Claim::given(stored.or_else(|| own.get(&key).copied()), *hash);
             if claim == Claim::Fresh {
                 own.insert(key.clone(), *hash);
                 tx.claims.push((key, *hash));
