@@ -109,7 +109,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         .unwrap_or_else(|| format!("sqlite:{}", temp.path().join("oncely-demo.db").display()));
     let target = Target::open(&url, &args).await?;
     if args.consume_only {
-        let Target::Sql(store, credit_tables) = &target else {
+        let Some((store, credit_tables)) = target.sql() else {
             anyhow::bail!("--consume-only reads SQL stores only");
         };
         let ok = consume_only::run(&args, store, credit_tables).await?;
@@ -222,6 +222,15 @@ enum Target {
 }
 
 impl Target {
+    /// The SQL store and its demo tables; `None` for the Redis store.
+    fn sql(&self) -> Option<(&AnyStore, &CreditTables)> {
+        match self {
+            Target::Sql(store, tables) => Some((store, tables)),
+            #[cfg(feature = "redis")]
+            Target::Redis(_) => None,
+        }
+    }
+
     async fn open(url: &str, args: &DemoArgs) -> Result<Self> {
         if url.starts_with("redis://") || url.starts_with("rediss://") {
             #[cfg(feature = "redis")]
