@@ -15,6 +15,9 @@
 //! Every check counts effects independently, from the ledger rows the harness reads back,
 //! never from the consumer's own counters.
 //!
+//! [`FaultySource`] wraps the in-process broker (`MemorySource`) with the faults real
+//! brokers have: duplicates, reordering, lost acks, seeded.
+//!
 //! [`provider`] is a fake outside provider (an email or payment API over HTTP that
 //! deduplicates by `Idempotency-Key` and counts what it performed), for the effect journal's
 //! tests and examples.
@@ -26,6 +29,7 @@ pub mod chaos;
 mod check;
 pub mod cluster;
 mod fault_proxy;
+mod faulty_source;
 mod harness;
 mod ledger;
 mod memory_store;
@@ -36,6 +40,7 @@ pub mod store_suite;
 
 pub use check::{Tally, tally};
 pub use fault_proxy::{Fault, FaultProxy, ProxyStats};
+pub use faulty_source::{FaultStats, FaultySource, SourceFaults};
 pub use harness::StoreHarness;
 pub use ledger::{LedgerHandler, Script};
 pub use memory_store::{MemoryHarness, MemoryStore, MemoryTx};

@@ -4,9 +4,10 @@
 use super::{Fx, TestStore};
 use oncely_core::{
     Claim, Consumer, ConsumerName, MemorySource, MessageId, Outcome, PayloadHash, RawEnvelope,
-    RetryPolicy, Source, SourceFaults,
+    RetryPolicy, Source,
 };
 use oncely_sql::AnyStore;
+use oncely_testkit::{FaultySource, SourceFaults};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -219,7 +220,7 @@ pub async fn batch_quarantines_late<S: TestStore>(fx: Fx<S>) {
 
 /// Two batch consumers on separate pools draining one source full of duplicates.
 pub async fn two_batch_consumers<S: TestStore>(fx: Fx<S>) {
-    let source = MemorySource::with_faults(SourceFaults {
+    let source = FaultySource::new(SourceFaults {
         seed: 7,
         duplicate_rate: 0.3,
         reorder_window: 8,
