@@ -182,21 +182,6 @@ async fn mysql_portable_concurrent_migrations_apply_once() {
     concurrent_portable_migrations::<MySqlStore>(&mysql_url(), "my_port_mig").await;
 }
 
-/// Claims (fresh, duplicate, conflict, rollback) with portable tables.
-#[tokio::test]
-async fn pg_portable_claims() {
-    if let Some(fx) = pg_portable("pg_port_claims").await {
-        suite::claims(fx).await;
-    }
-}
-
-#[tokio::test]
-async fn mysql_portable_claims() {
-    if let Some(fx) = mysql_portable("my_port_claims").await {
-        suite::claims(fx).await;
-    }
-}
-
 /// PostgreSQL at SERIALIZABLE (what CockroachDB always runs) with portable tables: the
 /// duplicate claim that waited fails with 40001, which is retried (not dead-lettered) and
 /// ends as `Duplicate`; the ledger holds the effect exactly once, no dead letters.
