@@ -21,9 +21,9 @@ async fn main() -> Result<()> {
     let n: usize = n.parse().context("N")?;
     let prefetch: u16 = match rest.first() {
         Some(p) => p.parse().context("PREFETCH")?,
-        None => u16::try_from(
-            2 * oncely_core::DEFAULT_CONCURRENCY * oncely_core::DEFAULT_GROUP_COMMIT,
-        )?,
+        None => {
+            u16::try_from(2 * oncely_core::DEFAULT_CONCURRENCY * oncely_core::DEFAULT_GROUP_COMMIT)?
+        }
     };
     let conn = lapin::Connection::connect(url, Default::default()).await?;
     let channel = conn.create_channel().await?;

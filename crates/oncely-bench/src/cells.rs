@@ -291,11 +291,7 @@ async fn consume<B: Ops>(
             group::oncely_group(bed, name, source, g, spec.concurrency).await?;
         }
         (
-            Mode::PkLookup
-            | Mode::Latency
-            | Mode::Bare(_)
-            | Mode::Through(_)
-            | Mode::InProcess(_),
+            Mode::PkLookup | Mode::Latency | Mode::Bare(_) | Mode::Through(_) | Mode::InProcess(_),
             _,
         ) => {
             bail!("{:?} is not a consumer of the in-process source", spec.mode)

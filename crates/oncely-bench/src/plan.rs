@@ -150,19 +150,14 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
     ];
     // The same through each real broker, next to a bare consumer of the same client
     // library and to oncely in process, all three in every round.
-    groups.extend(
-        Broker::ALL
-            .into_iter()
-            .filter(|b| b.enabled())
-            .map(|b| {
-                let n = b.cell_messages(many);
-                vec![
-                    spec(Mode::InProcess(b), GROUP, DEFAULT_CONCURRENCY, n),
-                    spec(Mode::Bare(b), 1, 1, n),
-                    spec(Mode::Through(b), GROUP, DEFAULT_CONCURRENCY, n),
-                ]
-            }),
-    );
+    groups.extend(Broker::ALL.into_iter().filter(|b| b.enabled()).map(|b| {
+        let n = b.cell_messages(many);
+        vec![
+            spec(Mode::InProcess(b), GROUP, DEFAULT_CONCURRENCY, n),
+            spec(Mode::Bare(b), 1, 1, n),
+            spec(Mode::Through(b), GROUP, DEFAULT_CONCURRENCY, n),
+        ]
+    }));
     groups.extend([
         vec![
             spec(Mode::GroupDuplicate, GROUP, 1, many),

@@ -426,9 +426,13 @@ async fn a_lane_takes_its_next_group_while_the_last_acks_are_on_their_way() {
         in_flight,
         overlapped: overlapped.clone(),
     };
-    let consumer = Consumer::new(ConsumerName::new("slow-acks").unwrap(), store.clone(), handler)
-        .group_commit(16)
-        .concurrency(1);
+    let consumer = Consumer::new(
+        ConsumerName::new("slow-acks").unwrap(),
+        store.clone(),
+        handler,
+    )
+    .group_commit(16)
+    .concurrency(1);
     let stats = consumer
         .run(source, CancellationToken::new())
         .await
@@ -436,7 +440,11 @@ async fn a_lane_takes_its_next_group_while_the_last_acks_are_on_their_way() {
     let (double, lost) = double_and_lost(&store.ledger(), &ids);
     assert_eq!((double, lost, stats.applied), (0, 0, 200), "{stats:?}");
     assert_eq!(acked.load(SeqCst), 200, "acks still out when run returned");
-    assert_eq!(before_commit.load(SeqCst), 0, "an ack came before its commit");
+    assert_eq!(
+        before_commit.load(SeqCst),
+        0,
+        "an ack came before its commit"
+    );
     assert!(
         overlapped.load(SeqCst) > 0,
         "the lane waited for its group's acks before handling the next group"

@@ -191,7 +191,9 @@ impl<S: Source> Source for Watched<S> {
     async fn next(&mut self) -> oncely_core::Result<Option<Delivery>> {
         let started = Instant::now();
         let next = self.inner.next().await;
-        self.tally.next_ns.fetch_add(nanos(started.elapsed()), Relaxed);
+        self.tally
+            .next_ns
+            .fetch_add(nanos(started.elapsed()), Relaxed);
         let Some(delivery) = next? else {
             return Ok(None);
         };
