@@ -76,6 +76,12 @@ pub struct BenchArgs {
     /// Skip the cells through a broker.
     #[arg(long)]
     pub no_brokers: bool,
+    /// Skip the Redis store cells (the peer's workload at each durability setting).
+    #[arg(long)]
+    pub no_redis_store: bool,
+    /// Run only the Redis store cells (the peer's workload at each durability setting).
+    #[arg(long, conflicts_with = "no_redis_store")]
+    pub redis_store_only: bool,
     /// Small CI smoke run (under two minutes): fewer messages, concurrency 1 and 16.
     #[arg(long)]
     pub quick: bool,
@@ -384,7 +390,15 @@ async fn kafka_skipped(addr: &str) {
 }
 
 /// Runs the benchmark; returns whether every cell's checker found 0 double and 0 lost.
-pub async fn run(args: BenchArgs) -> Result<bool> {
+pub async fn run(mut args: BenchArgs) -> Result<bool> {
+    if args.redis_store_only {
+        (
+            args.no_postgres,
+            args.no_mariadb,
+            args.no_sqlite,
+            args.no_brokers,
+        ) = (true, true, true, true);
+    }
     if !args.no_brokers {
         for (broker, url) in [
             (Broker::Amqp, &args.amqp),
@@ -501,8 +515,13 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         }
     }
     bar.finish_and_clear();
+    let peer = if args.no_redis_store {
+        Vec::new()
+    } else {
+        crate::peer::run(&args.redis, args.quick, rounds, services_required()).await?
+    };
     machine.finish(rounds, args.quick);
-    let report = Report::new(machine, cells);
+    let report = Report::new(machine, cells).with_peer(peer);
     report.write(&args.out)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.json())?);
