@@ -466,6 +466,22 @@ impl Report {
     /// The terminal table.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        if !self.cells.is_empty() {
+            self.cells_table(&mut out);
+        }
+        self.peer_table(&mut out);
+        let _ = writeln!(
+            out,
+            "\nchecker: {} double, {} lost over {} cells",
+            self.double(),
+            self.lost(),
+            self.cells.len() + self.peer.len()
+        );
+        out
+    }
+
+    /// The cells and the target ratios.
+    fn cells_table(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "{:<14} {:<16} {:>5} {:>4} {:>8} {:>11} {:>13} {:>7} {:>5} {:>3}",
@@ -527,15 +543,6 @@ impl Report {
                 t.key, value, t.target
             );
         }
-        self.peer_table(&mut out);
-        let _ = writeln!(
-            out,
-            "\nchecker: {} double, {} lost over {} cells",
-            self.double(),
-            self.lost(),
-            self.cells.len() + self.peer.len()
-        );
-        out
     }
 
     /// The Redis store cells: the peer's workload per durability setting.
