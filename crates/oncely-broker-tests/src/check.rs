@@ -121,7 +121,7 @@ impl Report {
             };
             double += amounts.len() - 1;
             let published = [Some(*original), conflicting.get(id).copied()];
-            let known = |a: i64| published.iter().flatten().any(|p| amount(*p) == Some(a));
+            let known = |a: i64| published.iter().flatten().any(|p| amount(p) == Some(a));
             foreign += amounts.iter().filter(|a| !known(**a)).count();
             expected_total += amounts[0];
         }
