@@ -11,34 +11,62 @@ oncely consumers dedup it. Payload: the demo's JSON, {"account": "acct-17", "amo
     python3 scripts/python_producers.py mqtt  --url mqtt://127.0.0.1:1883 --target credits [--mqtt-v311]
 
 Publishes --count unique messages with ids "{prefix}-{i}", about --dup-rate of them twice
-(identical copies, shuffled), plus --bad messages without any id (they must end in the
-consumer's dead-letter table with reason bad_id). With --out FILE it writes a manifest of
-what it published (publish order), so a checker can compare the database with it.
+(identical copies, shuffled), about --conflict-rate of them a second time with the same id
+and another amount (a conflict: the consumer must dead-letter one copy, reason conflict),
+plus --bad messages without any id (they must end in the consumer's dead-letter table with
+reason bad_id). With --out FILE it writes a manifest of what it published (publish order;
+"conflicts" lists the conflicting copies), so a checker can compare the database with it.
 """
 
 import argparse
 import asyncio
 import json
+import os
 import random
 import sys
 import time
 from urllib.parse import urlparse
 
 
-def workload(prefix, count, dup_rate, bad, seed):
+class Pacer:
+    """Spreads publishing over time: at most `rate` messages per second (0: no limit)."""
+
+    def __init__(self, rate):
+        self.rate, self.sent, self.start = rate, 0, time.monotonic()
+
+    def delay(self):
+        self.sent += 1
+        if self.rate <= 0:
+            return 0.0
+        return max(0.0, self.start + self.sent / self.rate - time.monotonic())
+
+    def tick(self):
+        time.sleep(self.delay())
+
+
+def workload(prefix, count, dup_rate, bad, seed, conflict_rate=0.0):
     rng = random.Random(seed)
     unique = []
     for i in range(count):
         payload = json.dumps({"account": f"acct-{i % 50}", "amount": rng.randint(1, 100)})
         unique.append((f"{prefix}-{i}", payload))
     messages = list(unique) + [m for m in unique if rng.random() < dup_rate]
+    conflicts = []
+    if conflict_rate > 0:
+        # Same id, same account, another amount: never an exact copy of the original.
+        for msg_id, payload in unique:
+            if rng.random() < conflict_rate:
+                body = json.loads(payload)
+                body["amount"] += rng.randint(1, 50)
+                conflicts.append((msg_id, json.dumps(body)))
+        messages += conflicts
     bad_payloads = [json.dumps({"account": f"bad-{prefix}-{i}", "amount": 1}) for i in range(bad)]
     messages += [(None, p) for p in bad_payloads]
     rng.shuffle(messages)
-    return unique, bad_payloads, messages
+    return unique, bad_payloads, messages, conflicts
 
 
-def publish_amqp(url, target, messages):
+def publish_amqp(url, target, messages, pace):
     import pika
 
     conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -54,10 +82,11 @@ def publish_amqp(url, target, messages):
             headers={"oncely-source-time": int(time.time() * 1000)},
         )
         ch.basic_publish(exchange="", routing_key=target, body=payload.encode(), properties=props)
+        pace.tick()
     conn.close()
 
 
-def publish_nats(url, target, messages, stream):
+def publish_nats(url, target, messages, stream, pace):
     import nats
 
     async def run():
@@ -70,12 +99,13 @@ def publish_nats(url, target, messages, stream):
         for msg_id, payload in messages:
             headers = {"Nats-Msg-Id": msg_id} if msg_id else None  # the id: Nats-Msg-Id
             await js.publish(target, payload.encode(), headers=headers)
+            await asyncio.sleep(pace.delay())
         await nc.close()
 
     asyncio.run(run())
 
 
-def publish_redis(url, target, messages):
+def publish_redis(url, target, messages, pace):
     import redis
 
     r = redis.Redis.from_url(url)
@@ -85,10 +115,14 @@ def publish_redis(url, target, messages):
         if msg_id:
             fields["message_id"] = msg_id  # the id: field message_id
         pipe.xadd(target, fields)
+        wait = pace.delay()
+        if wait > 0:
+            pipe.execute()
+            time.sleep(wait)
     pipe.execute()
 
 
-def publish_mqtt(url, target, messages, v311):
+def publish_mqtt(url, target, messages, v311, pace):
     import paho.mqtt.client as mqtt
     from paho.mqtt.packettypes import PacketTypes
     from paho.mqtt.properties import Properties
@@ -114,6 +148,7 @@ def publish_mqtt(url, target, messages, v311):
             props.UserProperty = [("message-id", msg_id)]  # the id: user property message-id
         info = client.publish(target, payload.encode(), qos=1, properties=props)
         info.wait_for_publish(timeout=30)
+        pace.tick()
     client.loop_stop()
     client.disconnect()
 
@@ -126,32 +161,47 @@ def main():
     ap.add_argument("--stream", default="ONCELY", help="NATS stream (created if missing)")
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--dup-rate", type=float, default=0.2)
+    ap.add_argument("--conflict-rate", type=float, default=0.0)
     ap.add_argument("--bad", type=int, default=1)
     ap.add_argument("--prefix", default="py")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--mqtt-v311", action="store_true")
-    ap.add_argument("--out", help="write a manifest of what was published")
+    ap.add_argument("--rate", type=float, default=0, help="messages per second at most (0: no limit)")
+    ap.add_argument(
+        "--out",
+        help="write a manifest of what is published (before publishing, atomically: a consumer "
+        "started once it exists can be checked against it)",
+    )
     a = ap.parse_args()
-    unique, bad, messages = workload(a.prefix, a.count, a.dup_rate, a.bad, a.seed)
+    unique, bad, messages, conflicts = workload(
+        a.prefix, a.count, a.dup_rate, a.bad, a.seed, a.conflict_rate
+    )
     if a.broker == "mqtt" and a.mqtt_v311:
         # The payload a v3.1.1 producer sends carries the id: record those payloads.
         def with_id(i, p):
             return json.dumps({"message_id": i, **json.loads(p)})
         unique = [(i, with_id(i, p)) for i, p in unique]
+        conflicts = [(i, with_id(i, p)) for i, p in conflicts]
         messages = [(i, with_id(i, p) if i else p) for i, p in messages]
-        publish_mqtt(a.url, a.target, [(None, p) for _, p in messages], True)
-    elif a.broker == "amqp":
-        publish_amqp(a.url, a.target, messages)
-    elif a.broker == "nats":
-        publish_nats(a.url, a.target, messages, a.stream)
-    elif a.broker == "redis":
-        publish_redis(a.url, a.target, messages)
-    else:
-        publish_mqtt(a.url, a.target, messages, False)
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump({"unique": unique, "bad": bad, "messages": messages}, f)
-    print(f"{a.broker}: published {len(messages)} messages ({len(unique)} unique, {len(bad)} without id)")
+        with open(a.out + ".tmp", "w") as f:
+            json.dump({"unique": unique, "bad": bad, "messages": messages, "conflicts": conflicts}, f)
+        os.replace(a.out + ".tmp", a.out)
+    pace = Pacer(a.rate)
+    if a.broker == "mqtt" and a.mqtt_v311:
+        publish_mqtt(a.url, a.target, [(None, p) for _, p in messages], True, pace)
+    elif a.broker == "amqp":
+        publish_amqp(a.url, a.target, messages, pace)
+    elif a.broker == "nats":
+        publish_nats(a.url, a.target, messages, a.stream, pace)
+    elif a.broker == "redis":
+        publish_redis(a.url, a.target, messages, pace)
+    else:
+        publish_mqtt(a.url, a.target, messages, False, pace)
+    print(
+        f"{a.broker}: published {len(messages)} messages ({len(unique)} unique, "
+        f"{len(conflicts)} conflicting copies, {len(bad)} without id)"
+    )
 
 
 if __name__ == "__main__":

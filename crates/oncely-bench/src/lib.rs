@@ -17,9 +17,12 @@
 //!   JetStream, Redis Streams, MQTT (a smaller backlog) and Kafka (the `kafka` feature, on by
 //!   default), to a bare consumer of the client library oncely uses (consume + ack) and to
 //!   oncely at its defaults with a plain URL, beside oncely in process (`<broker>_in_process`)
-//!   in every round ([`broker`]).
+//!   in every round ([`broker`]);
+//! - `redis_store/<durability>` ([`peer`]): the peer's workload (5,000 messages, 20 %
+//!   duplicates, 5 % conflicting copies, credits in Redis) on the Redis store at `memory`,
+//!   `aof` and `replicas:1`, reporting deliveries/s, conflicts caught and the final total.
 //!
-//! Each runs on PostgreSQL and on SQLite with `synchronous=FULL` and `NORMAL`, at 1, 4, 16
+//! The others run on PostgreSQL and on SQLite with `synchronous=FULL` and `NORMAL`, at 1, 4, 16
 //! and 32 consumers. After each cell an independent checker counts effect rows against the
 //! unique messages published (0 double, 0 lost). Results go to a table, `--json`, a CSV and
 //! SVG charts in the results folder.
@@ -29,6 +32,7 @@ pub mod broker;
 pub mod cells;
 mod chart;
 mod group;
+pub mod peer;
 mod plan;
 mod raw;
 pub mod report;

@@ -79,6 +79,12 @@ pub struct BenchArgs {
     /// Run only the cells through a broker (each with oncely in process beside it).
     #[arg(long, conflicts_with = "no_brokers")]
     pub brokers_only: bool,
+    /// Skip the Redis store cells (the peer's workload at each durability setting).
+    #[arg(long)]
+    pub no_redis_store: bool,
+    /// Run only the Redis store cells (the peer's workload at each durability setting).
+    #[arg(long, conflicts_with = "no_redis_store")]
+    pub redis_store_only: bool,
     /// Small CI smoke run (under two minutes): fewer messages, concurrency 1 and 16.
     #[arg(long)]
     pub quick: bool,
@@ -406,7 +412,15 @@ async fn sweep<B: Ops>(
 }
 
 /// Runs the benchmark; returns whether every cell's checker found 0 double and 0 lost.
-pub async fn run(args: BenchArgs) -> Result<bool> {
+pub async fn run(mut args: BenchArgs) -> Result<bool> {
+    if args.redis_store_only {
+        (
+            args.no_postgres,
+            args.no_mariadb,
+            args.no_sqlite,
+            args.no_brokers,
+        ) = (true, true, true, true);
+    }
     if !args.no_brokers {
         for (broker, url) in [
             (Broker::Amqp, &args.amqp),
@@ -529,8 +543,13 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         }
     }
     bar.finish_and_clear();
+    let peer = if args.no_redis_store || args.brokers_only {
+        Vec::new()
+    } else {
+        crate::peer::run(&args.redis, args.quick, rounds.rounds, services_required()).await?
+    };
     machine.finish(rounds.rounds, rounds.broker, args.quick);
-    let report = Report::new(machine, cells);
+    let report = Report::new(machine, cells).with_peer(peer);
     report.write(&args.out)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.json())?);

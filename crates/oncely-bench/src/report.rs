@@ -3,6 +3,7 @@
 
 use crate::broker::Broker;
 use crate::cells::{Cell, Mode};
+use crate::peer::PeerCell;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -117,12 +118,42 @@ pub struct Report {
     pub machine: Machine,
     /// Every cell (best round).
     pub cells: Vec<Cell>,
+    /// The Redis store cells: the peer's workload per durability setting.
+    pub peer: Vec<PeerCell>,
 }
 
 impl Report {
     /// A report over `cells`.
     pub fn new(machine: Machine, cells: Vec<Cell>) -> Self {
-        Self { machine, cells }
+        Self {
+            machine,
+            cells,
+            peer: Vec::new(),
+        }
+    }
+
+    /// The same report with the Redis store cells.
+    pub fn with_peer(mut self, peer: Vec<PeerCell>) -> Self {
+        self.peer = peer;
+        self
+    }
+
+    fn peer_sum(&self, pick: fn(&crate::peer::PeerCheck) -> u64) -> u64 {
+        self.peer
+            .iter()
+            .filter_map(|p| p.check.as_ref())
+            .map(pick)
+            .sum()
+    }
+
+    /// Effects beyond one per message, over every cell.
+    pub fn double(&self) -> u64 {
+        self.cells.iter().map(|c| c.check.double).sum::<u64>() + self.peer_sum(|c| c.double)
+    }
+
+    /// Messages without an effect, over every cell.
+    pub fn lost(&self) -> u64 {
+        self.cells.iter().map(|c| c.check.lost).sum::<u64>() + self.peer_sum(|c| c.lost)
     }
 
     /// The cell of `backend`, `mode`, batch `b`, concurrency `c`, if it ran.
@@ -398,7 +429,7 @@ impl Report {
 
     /// Every checker passed.
     pub fn all_ok(&self) -> bool {
-        self.cells.iter().all(|c| c.check.ok)
+        self.cells.iter().all(|c| c.check.ok) && self.peer.iter().all(PeerCell::ok)
     }
 
     /// The `--json` object: the target ratios as top-level keys, `msgs_per_sec` of every cell,
@@ -417,14 +448,18 @@ impl Report {
         top.insert("msgs_per_sec".into(), Value::Object(rates));
         top.insert("targets".into(), json!(targets));
         top.insert("other_ratios".into(), Value::Object(self.extras()));
+        let peer_rates: Map<String, Value> = self
+            .peer
+            .iter()
+            .map(|p| (p.durability.to_owned(), json!(p.deliveries_per_sec)))
+            .collect();
         top.insert(
-            "double".into(),
-            json!(self.cells.iter().map(|c| c.check.double).sum::<u64>()),
+            "redis_store_deliveries_per_sec".into(),
+            Value::Object(peer_rates),
         );
-        top.insert(
-            "lost".into(),
-            json!(self.cells.iter().map(|c| c.check.lost).sum::<u64>()),
-        );
+        top.insert("redis_store".into(), json!(self.peer));
+        top.insert("double".into(), json!(self.double()));
+        top.insert("lost".into(), json!(self.lost()));
         top.insert("ok".into(), json!(self.all_ok()));
         top.insert("cells".into(), json!(self.cells));
         top.insert("machine".into(), json!(self.machine));
@@ -462,6 +497,22 @@ impl Report {
     /// The terminal table.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        if !self.cells.is_empty() {
+            self.cells_table(&mut out);
+        }
+        self.peer_table(&mut out);
+        let _ = writeln!(
+            out,
+            "\nchecker: {} double, {} lost over {} cells",
+            self.double(),
+            self.lost(),
+            self.cells.len() + self.peer.len()
+        );
+        out
+    }
+
+    /// The cells and the target ratios.
+    fn cells_table(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "{:<14} {:<16} {:>5} {:>4} {:>8} {:>11} {:>13} {:>7} {:>5} {:>3}",
@@ -523,15 +574,43 @@ impl Report {
                 t.key, value, t.target
             );
         }
-        self.path_table(&mut out);
+        self.path_table(out);
+    }
+
+    /// The Redis store cells: the peer's workload per durability setting.
+    fn peer_table(&self, out: &mut String) {
+        if self.peer.is_empty() {
+            return;
+        }
         let _ = writeln!(
             out,
-            "\nchecker: {} double, {} lost over {} cells",
-            self.cells.iter().map(|c| c.check.double).sum::<u64>(),
-            self.cells.iter().map(|c| c.check.lost).sum::<u64>(),
-            self.cells.len()
+            "\nRedis store, the peer's workload (20 % duplicates, 5 % conflicting copies, credits in Redis; the peer's figures: docs/redis-store.md):"
         );
-        out
+        let _ = writeln!(
+            out,
+            "{:<12} {:>8} {:>11} {:>10} {:>7} {:>5} {:>10} {:>3}",
+            "durability", "msgs", "deliveries", "dlv/s", "double", "lost", "conflicts", "ok"
+        );
+        for p in &self.peer {
+            let Some(c) = p.check else {
+                let why = p.skipped.as_deref().unwrap_or("not run");
+                let _ = writeln!(out, "{:<12} SKIPPED: {why}", p.durability);
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "{:<12} {:>8} {:>11} {:>10.0} {:>7} {:>5} {:>10} {:>3}  total off by {}",
+                p.durability,
+                p.messages * p.rounds,
+                p.deliveries * p.rounds,
+                p.deliveries_per_sec.unwrap_or_default(),
+                c.double,
+                c.lost,
+                format!("{}/{}", c.conflicts_caught, c.conflicts_injected),
+                if c.ok { "yes" } else { "NO" },
+                c.total_off
+            );
+        }
     }
 
     /// Where oncely's time went in the broker cells (sums over the rounds).

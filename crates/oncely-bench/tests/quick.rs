@@ -39,6 +39,26 @@ async fn quick_bench_completes_with_zero_double_and_zero_lost() {
         assert!(json.get(key).is_some(), "missing {key}");
     }
     assert!(json["sqlite_full_vs_normal_b1000"].is_number());
+    // The Redis store cells: one per durability setting, each run and exact, or skipped
+    // (never under CI: the run fails instead).
+    let redis = json["redis_store"].as_array().expect("redis_store cells");
+    assert_eq!(redis.len(), 3, "{redis:?}");
+    for cell in redis {
+        if cell["skipped"].is_string() {
+            continue;
+        }
+        let check = &cell["check"];
+        assert_eq!(check["ok"], true, "{cell}");
+        assert_eq!(check["double"], 0, "{cell}");
+        assert_eq!(check["lost"], 0, "{cell}");
+        assert_eq!(check["total_off"], 0, "{cell}");
+        assert!(check["conflicts_injected"].as_u64() > Some(0), "{cell}");
+        assert_eq!(
+            check["conflicts_caught"], check["conflicts_injected"],
+            "{cell}"
+        );
+        assert!(cell["deliveries_per_sec"].is_number(), "{cell}");
+    }
     for file in [
         "bench.csv",
         "throughput_vs_concurrency.svg",

@@ -1,6 +1,6 @@
 //! Cutting connections from the server side, and the SIGKILL crash loop.
 
-use crate::check::Report;
+use crate::check::{Effects, Report};
 use crate::ledger::Db;
 use crate::workload::Workload;
 use rand::Rng;
@@ -105,6 +105,18 @@ pub async fn wait_for_rows(db: &Db, rows: i64) {
     }
 }
 
+/// What [`crash_run`] did: the final report, the clean runs' summary lines, and how many
+/// consumers were SIGKILLed while still running (the others exited on their own first).
+#[derive(Debug, Clone)]
+pub struct CrashRun {
+    /// The checker's report after the last run.
+    pub report: Report,
+    /// The clean runs' summary lines.
+    pub outputs: Vec<String>,
+    /// Consumers killed with SIGKILL mid-run.
+    pub kills: usize,
+}
+
 /// The SIGKILL crash loop: starts the consumer binary, kills it with SIGKILL at random
 /// moments `kills` times, then lets it run to idle exit until the database is complete
 /// (at most `max_rounds` clean runs). Returns the final report and the last run's output.
@@ -115,8 +127,22 @@ pub async fn crash_loop(
     workload: &Workload,
     kills: usize,
 ) -> (Report, Vec<String>) {
+    let run = crash_run(binary, args, db, workload, kills).await;
+    (run.report, run.outputs)
+}
+
+/// [`crash_loop`] on any effect store (a SQL [`Db`], the Redis store's
+/// [`crate::redis_db::RedisDb`]), saying how many kills hit a running consumer.
+pub async fn crash_run<D: Effects>(
+    binary: &str,
+    args: &[String],
+    db: &D,
+    workload: &Workload,
+    kills: usize,
+) -> CrashRun {
     let mut rng = rand::rng();
     let mut outputs = Vec::new();
+    let mut killed = 0;
     for k in 0..kills {
         let mut child = Command::new(binary)
             .args(args)
@@ -130,6 +156,7 @@ pub async fn crash_loop(
             _ = tokio::time::sleep(wait) => {
                 child.start_kill().expect("SIGKILL");
                 let _ = child.wait().await;
+                killed += 1;
                 let (rows, dead) = db.counts().await.unwrap_or_default();
                 eprintln!("kill {}: SIGKILL after {wait:?}; ledger rows {rows}, dead letters {dead}", k + 1);
             }
@@ -138,7 +165,7 @@ pub async fn crash_loop(
             }
         }
     }
-    let mut report = Report::read(db, workload).await.expect("report");
+    let mut report = db.report(workload).await.expect("report");
     for round in 0..20 {
         let out = Command::new(binary)
             .args(args)
@@ -150,10 +177,14 @@ pub async fn crash_loop(
         eprintln!("clean run {}: {line}", round + 1);
         assert!(out.status.success(), "consumer failed: {:?}", out.status);
         outputs.push(line);
-        report = Report::read(db, workload).await.expect("report");
+        report = db.report(workload).await.expect("report");
         if report.complete() || report.double > 0 {
             break;
         }
     }
-    (report, outputs)
+    CrashRun {
+        report,
+        outputs,
+        kills: killed,
+    }
 }

@@ -11,6 +11,8 @@
 //! - [`brokers`]: one URL-driven entry over the four broker crates.
 //! - [`runner`]: runs a consumer until it has been idle for a while.
 //! - [`procs`]: consumer child processes (start, wait for the summary line).
+//! - [`python`]: the Python producers' script and its packages.
+//! - [`redis_db`]: the ledger on the Redis store (effects in Redis, read back by the checker).
 //! - [`services`]: skip-or-fail when a server is missing.
 //! - [`kafka`]: the Kafka tests' broker address, source URLs and consumer loop.
 //! - [`store_faults`]: store outages under a real broker, deliveries counted at the source.
@@ -25,6 +27,8 @@ pub mod faults;
 pub mod kafka;
 pub mod ledger;
 pub mod procs;
+pub mod python;
+pub mod redis_db;
 pub mod runner;
 pub mod services;
 pub mod store_faults;

@@ -102,6 +102,23 @@ pub async fn run_until_idle<Src: Source>(
     }
 }
 
+/// [`run_until_idle`] with any store and its handler (the Redis store's ledger, say), without
+/// chaos.
+pub async fn run_store_until_idle<S, H, Src>(
+    store: S,
+    handler: H,
+    source: Src,
+    options: &RunOptions,
+    stop: CancellationToken,
+) -> Result<RunSummary>
+where
+    S: Store,
+    H: Handler<S::Tx>,
+    Src: Source,
+{
+    go(store, handler, source, options, stop).await
+}
+
 async fn go<S, H, Src>(
     store: S,
     handler: H,

@@ -13,6 +13,9 @@ pub struct Workload {
     pub bad: Vec<Vec<u8>>,
     /// Everything to publish, in publish order (duplicates and bad messages included).
     pub messages: Vec<RawEnvelope>,
+    /// Ids published a second time with another payload (that payload): a conflict each,
+    /// one copy applied and the other dead-lettered `conflict`.
+    pub conflicts: Vec<(String, Vec<u8>)>,
 }
 
 /// The demo's payload: `{"account":"acct-17","amount":5}`.
@@ -63,10 +66,69 @@ impl Workload {
             unique,
             bad,
             messages,
+            conflicts: Vec::new(),
         }
     }
 
-    /// Copies published beyond one per unique id.
+    /// What `scripts/python_producers.py --out FILE` published: its manifest's `unique`,
+    /// `bad`, `messages` and `conflicts` (`[id, payload]` pairs; `null` for no id).
+    pub fn from_manifest(path: &std::path::Path) -> std::io::Result<Self> {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
+        let bad_manifest = |what: &str| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {what}", path.display()),
+            )
+        };
+        let pairs = |key: &str| -> std::io::Result<Vec<(Option<String>, Vec<u8>)>> {
+            let Some(list) = v[key].as_array() else {
+                return if key == "conflicts" {
+                    Ok(Vec::new())
+                } else {
+                    Err(bad_manifest(&format!("no list {key:?}")))
+                };
+            };
+            list.iter()
+                .map(|p| {
+                    let payload = p[1]
+                        .as_str()
+                        .ok_or_else(|| bad_manifest("a pair without payload"))?;
+                    Ok((
+                        p[0].as_str().map(str::to_owned),
+                        payload.as_bytes().to_vec(),
+                    ))
+                })
+                .collect()
+        };
+        let with_ids =
+            |list: Vec<(Option<String>, Vec<u8>)>| -> std::io::Result<Vec<(String, Vec<u8>)>> {
+                list.into_iter()
+                    .map(|(id, p)| Ok((id.ok_or_else(|| bad_manifest("a pair without id"))?, p)))
+                    .collect()
+            };
+        let bad = v["bad"]
+            .as_array()
+            .ok_or_else(|| bad_manifest("no list \"bad\""))?
+            .iter()
+            .map(|p| p.as_str().map(|s| s.as_bytes().to_vec()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad_manifest("a bad payload that is not text"))?;
+        Ok(Self {
+            unique: with_ids(pairs("unique")?)?,
+            bad,
+            messages: pairs("messages")?
+                .into_iter()
+                .map(|(id, payload)| RawEnvelope {
+                    id: id.map(String::into_bytes),
+                    payload,
+                    meta: Meta::default(),
+                })
+                .collect(),
+            conflicts: with_ids(pairs("conflicts")?)?,
+        })
+    }
+
+    /// Copies published beyond one per unique id (exact duplicates and conflicting copies).
     pub fn duplicates(&self) -> usize {
         self.messages.len() - self.unique.len() - self.bad.len()
     }

@@ -2,83 +2,14 @@
 //! ordinary clients (pika, nats-py, redis, paho-mqtt), duplicates and an id-less message
 //! included; the consumer binary consumes; the checker compares the database with the
 //! script's manifest. Skipped (loudly) when Python or the client package is missing,
-//! unless `ONCELY_REQUIRE_PYTHON` is set.
+//! unless `CI`, `ONCELY_REQUIRE_SERVICES` or `ONCELY_REQUIRE_PYTHON` is set.
 
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::python::{python_has, script};
 use oncely_broker_tests::services::{AMQP_URL, MQTT_URL, NATS_URL, REDIS_URL, available, unique};
 use oncely_broker_tests::workload::Workload;
-use oncely_core::{Meta, RawEnvelope};
 use std::process::Command;
-
-fn python_has(test: &str, module: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var_os("ONCELY_REQUIRE_PYTHON").is_some() {
-            panic!(
-                "{test}: python3 module {module} missing (pip install pika nats-py redis paho-mqtt)"
-            );
-        }
-        oncely_testkit::services::skipped(
-            test,
-            &format_args!(
-                "python3 module {module} is not installed (pip install pika nats-py redis paho-mqtt)"
-            ),
-        );
-    }
-    ok
-}
-
-fn script() -> String {
-    format!(
-        "{}/../../scripts/python_producers.py",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
-
-fn manifest_workload(path: &std::path::Path) -> Workload {
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(path).expect("manifest")).expect("json");
-    let pair = |p: &serde_json::Value| {
-        (
-            p[0].as_str().map(str::to_owned),
-            p[1].as_str().expect("payload").as_bytes().to_vec(),
-        )
-    };
-    Workload {
-        unique: v["unique"]
-            .as_array()
-            .expect("unique")
-            .iter()
-            .map(|p| {
-                let (id, payload) = pair(p);
-                (id.expect("id"), payload)
-            })
-            .collect(),
-        bad: v["bad"]
-            .as_array()
-            .expect("bad")
-            .iter()
-            .map(|p| p.as_str().expect("payload").as_bytes().to_vec())
-            .collect(),
-        messages: v["messages"]
-            .as_array()
-            .expect("messages")
-            .iter()
-            .map(|p| {
-                let (id, payload) = pair(p);
-                RawEnvelope {
-                    id: id.map(String::into_bytes),
-                    payload,
-                    meta: Meta::default(),
-                }
-            })
-            .collect(),
-    }
-}
 
 /// Creates the topology through the Rust source, runs the Python producer, consumes with
 /// the consumer binary, checks the database against the manifest.
@@ -108,7 +39,7 @@ async fn roundtrip(test: &str, broker: &str, source_url: &str, script_args: &[&s
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{test}: the Python producer failed");
-    let workload = manifest_workload(&manifest);
+    let workload = Workload::from_manifest(&manifest).expect("manifest");
     let run = Command::new(env!("CARGO_BIN_EXE_oncely-broker-consumer"))
         .args([
             "--source",

@@ -5,73 +5,24 @@
 
 use oncely_core::{ConsumerName, ErrorKind, MessageId, PayloadHash, Store};
 use oncely_redis::RedisStore;
-use std::process::{Child, Command, Stdio};
+use oncely_testkit::redis_server::RedisServer;
 use std::time::Duration;
-
-struct Server {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
 
 /// Starts `redis-server` with `args`, or `None` (SKIPPED banner; a failure under CI) when
 /// the binary is missing.
-async fn server(test: &str, args: &[&str]) -> Option<Server> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let spawned = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
+async fn server(test: &str, args: &[&str]) -> Option<RedisServer> {
+    match RedisServer::start(args).await {
+        Ok(s) => Some(s),
+        Err(e) if RedisServer::is_missing(&e) => {
             oncely_testkit::services::unavailable(test, "redis-server binary", &e);
-            return None;
+            None
         }
-    };
-    let s = Server {
-        child,
-        port,
-        _dir: dir,
-    };
-    for _ in 0..100 {
-        if oncely_testkit::services::probe(&format!("127.0.0.1:{port}"))
-            .await
-            .is_ok()
-        {
-            return Some(s);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        Err(e) => panic!("{test}: {e}"),
     }
-    panic!("redis-server on {port} did not start");
 }
 
-fn url(s: &Server, options: &str) -> String {
-    format!("redis://127.0.0.1:{}/0?{options}", s.port)
+fn url(s: &RedisServer, options: &str) -> String {
+    format!("{}?{options}", s.url(0))
 }
 
 async fn commit_one(store: &RedisStore, id: &str) -> oncely_core::Result<()> {
@@ -144,7 +95,7 @@ async fn replica_durability_waits_for_replicas() {
     let Some(primary) = server("replica_durability", &[]).await else {
         return;
     };
-    let of = primary.port.to_string();
+    let of = primary.port().to_string();
     let Some(_replica) = server("replica_durability", &["--replicaof", "127.0.0.1", &of]).await
     else {
         return;

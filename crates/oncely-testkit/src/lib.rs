@@ -22,6 +22,8 @@
 //! deduplicates by `Idempotency-Key` and counts what it performed), for the effect journal's
 //! tests and examples.
 //!
+//! [`redis_server`] starts `redis-server` processes of a test's own (AOF, replicas).
+//!
 //! [`services`] holds the one rule for tests that need a server (fail under `CI` /
 //! `ONCELY_REQUIRE_SERVICES`, a loud SKIPPED banner otherwise) and the test database URLs.
 
@@ -34,6 +36,7 @@ mod harness;
 mod ledger;
 mod memory_store;
 pub mod provider;
+pub mod redis_server;
 pub mod services;
 pub mod source_suite;
 pub mod store_cases;

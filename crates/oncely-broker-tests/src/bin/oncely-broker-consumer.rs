@@ -6,11 +6,13 @@
 //! ```
 //!
 //! Consumes into the ledger until no delivery arrived for `--idle-exit` seconds, then
-//! prints its counters as one line and exits 0.
+//! prints its counters as one line and exits 0. A `redis://` store is the Redis store
+//! (ledger and balances in Redis, `--schema` its hash tag), any other URL a SQL database.
 
 use oncely_broker_tests::brokers::connect_source;
 use oncely_broker_tests::ledger::Db;
-use oncely_broker_tests::runner::{RunOptions, run_until_idle};
+use oncely_broker_tests::redis_db::RedisDb;
+use oncely_broker_tests::runner::{RunOptions, run_store_until_idle, run_until_idle};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -42,9 +44,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(n) = arg(&args, "--concurrency") {
         options.concurrency = n.parse()?;
     }
-    let db = Db::open(&store_url, schema.as_deref()).await?;
-    let source = connect_source(&source_url, &consumer).await?;
-    let summary = run_until_idle(&db, source, &options, CancellationToken::new()).await?;
+    let summary = if store_url.starts_with("redis://") {
+        let db = RedisDb::open(&store_url, schema.as_deref().unwrap_or("oncely")).await?;
+        let source = connect_source(&source_url, &consumer).await?;
+        let (store, handler) = (db.store().clone(), db.handler());
+        run_store_until_idle(store, handler, source, &options, CancellationToken::new()).await?
+    } else {
+        let db = Db::open(&store_url, schema.as_deref()).await?;
+        let source = connect_source(&source_url, &consumer).await?;
+        run_until_idle(&db, source, &options, CancellationToken::new()).await?
+    };
     let s = summary.stats;
     println!(
         "received={} applied={} duplicates={} dead_lettered={} ack_failures={} busy_ms={} rate={:.0}",
