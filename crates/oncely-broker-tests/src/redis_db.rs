@@ -42,31 +42,15 @@ impl RedisDb {
         RedisLedger
     }
 
-    async fn keys(&self, pattern: &str) -> Result<Vec<String>> {
-        let mut conn = self.store.connection();
-        let (mut cursor, mut out) = (0u64, Vec::new());
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(redis_err("SCAN"))?;
-            out.extend(batch);
-            if next == 0 {
-                return Ok(out);
-            }
-            cursor = next;
-        }
-    }
-
     /// Deletes every key of the tag: claims, dead letters, ledger and balances.
     pub async fn reset(&self) -> Result<()> {
         let mut conn = self.store.connection();
-        for chunk in self.keys(&self.store.key("*")).await?.chunks(500) {
+        for chunk in self
+            .store
+            .scan_keys(&self.store.key("*"))
+            .await?
+            .chunks(500)
+        {
             let _: i64 = redis::cmd("DEL")
                 .arg(chunk)
                 .query_async(&mut conn)
@@ -98,7 +82,12 @@ impl RedisDb {
     pub async fn balance_total(&self) -> Result<i64> {
         let mut conn = self.store.connection();
         let mut total = 0;
-        for chunk in self.keys(&self.store.key("balance:*")).await?.chunks(500) {
+        for chunk in self
+            .store
+            .scan_keys(&self.store.key("balance:*"))
+            .await?
+            .chunks(500)
+        {
             let values: Vec<Option<i64>> = redis::cmd("MGET")
                 .arg(chunk)
                 .query_async(&mut conn)

@@ -255,27 +255,6 @@ async fn one_round(store: &RedisStore, workload: &PeerWorkload) -> Result<(Durat
     Ok((elapsed, judge(workload, &ledger, balance_total, &letters)))
 }
 
-async fn scan(store: &RedisStore, pattern: &str) -> Result<Vec<String>> {
-    let mut conn = store.connection();
-    let (mut cursor, mut out) = (0u64, Vec::new());
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .context("SCAN")?;
-        out.extend(batch);
-        if next == 0 {
-            return Ok(out);
-        }
-        cursor = next;
-    }
-}
-
 /// The ledger `(id, amount)` and the sum of the balances, read back from Redis.
 async fn read_effects(store: &RedisStore) -> Result<(Vec<(String, i64)>, i64)> {
     let mut conn = store.connection();
@@ -294,7 +273,11 @@ async fn read_effects(store: &RedisStore) -> Result<(Vec<(String, i64)>, i64)> {
         ledger.push(parsed.with_context(|| format!("ledger entry {row:?}"))?);
     }
     let mut total = 0;
-    for chunk in scan(store, &store.key("peer:balance:*")).await?.chunks(500) {
+    for chunk in store
+        .scan_keys(&store.key("peer:balance:*"))
+        .await?
+        .chunks(500)
+    {
         let values: Vec<Option<i64>> = redis::cmd("MGET")
             .arg(chunk)
             .query_async(&mut conn)
@@ -308,7 +291,7 @@ async fn read_effects(store: &RedisStore) -> Result<(Vec<(String, i64)>, i64)> {
 /// Deletes every key of the store's tag (claims, dead letters, ledger, balances).
 async fn reset(store: &RedisStore) -> Result<()> {
     let mut conn = store.connection();
-    for chunk in scan(store, &store.key("*")).await?.chunks(500) {
+    for chunk in store.scan_keys(&store.key("*")).await?.chunks(500) {
         let _: i64 = redis::cmd("DEL")
             .arg(chunk)
             .query_async(&mut conn)

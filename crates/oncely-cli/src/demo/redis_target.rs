@@ -42,28 +42,6 @@ impl Handler<RedisTx> for RedisCredits {
     }
 }
 
-async fn keys(store: &RedisStore, pattern: &str) -> Result<Vec<String>> {
-    let mut conn = store.connection();
-    let mut cursor = 0u64;
-    let mut out = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .context("SCAN")?;
-        out.extend(batch);
-        if next == 0 {
-            return Ok(out);
-        }
-        cursor = next;
-    }
-}
-
 async fn values(store: &RedisStore, keys: &[String]) -> Result<Vec<Option<String>>> {
     let mut conn = store.connection();
     let mut out = Vec::with_capacity(keys.len());
@@ -80,7 +58,7 @@ async fn values(store: &RedisStore, keys: &[String]) -> Result<Vec<Option<String
 
 /// Deletes every key of the demo's tag (claims, dead letters, ledger, balances).
 pub(super) async fn reset(store: &RedisStore) -> Result<()> {
-    let all = keys(store, &store.key("*")).await?;
+    let all = store.scan_keys(&store.key("*")).await?;
     let mut conn = store.connection();
     for chunk in all.chunks(500) {
         let _: i64 = redis::cmd("DEL")
@@ -95,14 +73,14 @@ pub(super) async fn reset(store: &RedisStore) -> Result<()> {
 /// Reads the inbox, the ledger and the balances back.
 pub(super) async fn read(store: &RedisStore, consumer: &str) -> Result<Readings> {
     let inbox_prefix = store.key(&format!("inbox:{}:{consumer}:", consumer.len()));
-    let inbox_keys = keys(store, &format!("{inbox_prefix}*")).await?;
+    let inbox_keys = store.scan_keys(&format!("{inbox_prefix}*")).await?;
     let hashes = values(store, &inbox_keys).await?;
     let inbox: HashMap<String, String> = inbox_keys
         .iter()
         .zip(hashes)
         .filter_map(|(k, h)| Some((k.strip_prefix(&inbox_prefix)?.to_owned(), h?)))
         .collect();
-    let balance_keys = keys(store, &store.key("demo:balance:*")).await?;
+    let balance_keys = store.scan_keys(&store.key("demo:balance:*")).await?;
     let balances = values(store, &balance_keys)
         .await?
         .into_iter()

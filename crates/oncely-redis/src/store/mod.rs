@@ -182,6 +182,29 @@ impl RedisStore {
         self.conn.clone()
     }
 
+    /// Every key matching `pattern` (a `SCAN … MATCH`, 1,000 per round trip), e.g.
+    /// `store.key("demo:balance:*")` for the balances a handler keeps under the store's tag.
+    pub async fn scan_keys(&self, pattern: &str) -> Result<Vec<String>> {
+        let mut conn = self.conn.clone();
+        let (mut cursor, mut out) = (0u64, Vec::new());
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| redis_error("SCAN", e))?;
+            out.extend(batch);
+            if next == 0 {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
     async fn held(&self, keys: &[String]) -> Result<Vec<Option<PayloadHash>>> {
         let mut conn = self.conn.clone();
         let mut out = Vec::with_capacity(keys.len());
