@@ -64,8 +64,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         dir.path().join("orders.db").display()
     ))
     .await?;
-    store.migrate().await?;
-    oncely_effects::migrate(store.pool(), store.tables()).await?;
+    store
+        .migrate_with(&[&oncely_sql::INBOX, &oncely_effects::MIGRATIONS])
+        .await?;
     sqlx::query(
         "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT NOT NULL, version INTEGER NOT NULL)",
     )

@@ -216,9 +216,25 @@ impl AnyStore {
         }
     }
 
-    /// Applies pending migrations; returns how many ran.
+    /// Applies the pending inbox and dead-letter migrations ([`INBOX`](crate::INBOX)); returns
+    /// how many ran. The same as `migrate_with(&[&INBOX])`.
     pub async fn migrate(&self) -> Result<usize> {
         with_store!(self, s => s.migrate().await)
+    }
+
+    /// Applies the pending migrations of `sets`, in the given order, on this store's pool and
+    /// tables ([`SqlStore::migrate_with`](crate::SqlStore::migrate_with)): the one way to
+    /// create any crate's tables. Returns how many ran (0 when up to date).
+    ///
+    /// ```no_run
+    /// # async fn f(store: oncely_sql::AnyStore) -> oncely_core::Result<()> {
+    /// use oncely_sql::INBOX;
+    /// // with oncely-effects: store.migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS])
+    /// store.migrate_with(&[&INBOX]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn migrate_with(&self, sets: &[&crate::MigrationSet]) -> Result<usize> {
+        with_store!(self, s => s.migrate_with(sets).await)
     }
 
     /// The table naming in use.

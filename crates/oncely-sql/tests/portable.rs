@@ -132,7 +132,7 @@ async fn concurrent_portable_migrations<S: TestStore>(url: &str, test: &str) {
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
         assert_eq!(
             ra + rb,
-            oncely_sql::migrations(S::DIALECT).len(),
+            oncely_sql::INBOX.migrations(S::DIALECT).len(),
             "each migration applied exactly once ({ra} + {rb})"
         );
         assert_eq!(a.migrate_now().await.unwrap(), 0);
