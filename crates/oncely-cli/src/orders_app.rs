@@ -66,7 +66,7 @@ impl Orders {
     pub fn new(store: AnyStore) -> Self {
         Self {
             table: orders_table(store.tables()),
-            outbox: Outbox::new("http-demo", store.tables().clone()),
+            outbox: Outbox::new("http-demo", store.tables().clone()).portable(store.portable()),
             store,
             delay: Duration::ZERO,
         }

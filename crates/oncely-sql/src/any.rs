@@ -242,6 +242,11 @@ impl AnyStore {
         with_store!(self, s => s.tables())
     }
 
+    /// Whether the store runs in portable mode ([`SqlStore::portable`](crate::SqlStore::portable())).
+    pub fn portable(&self) -> bool {
+        with_store!(self, s => s.portable())
+    }
+
     /// The store's pool (a cheap clone sharing the connections).
     pub fn pool(&self) -> AnyPool {
         match self {

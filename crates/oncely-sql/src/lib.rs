@@ -64,7 +64,7 @@ pub use any::{AnyPool, AnyStore};
 pub use clock::{from_ms, now_ms, to_ms};
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
-pub use engine::{detect_portable, engine_of_version, resolve_tables};
+pub use engine::{detect_portable, engine_of_version};
 pub use error::{db, db as db_error, error_kind, is_missing_table};
 pub use letter::{dead_letter_columns, decode_dead_letter};
 pub use lock::{DbLock, LEASE_TTL};

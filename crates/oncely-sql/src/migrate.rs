@@ -340,6 +340,7 @@ pub trait MigrateDb: SqlDatabase + sealed::Sealed {
     fn run_sets(
         pool: &Pool<Self>,
         tables: &Tables,
+        portable: bool,
         sets: &[&MigrationSet],
     ) -> impl Future<Output = Result<usize>> + Send;
 }
@@ -356,8 +357,8 @@ impl<DB: MigrateDb> SqlStore<DB> {
     /// create or upgrade any crate's tables.
     ///
     /// Concurrent migrators serialize: SQLite through `BEGIN IMMEDIATE`, PostgreSQL through an
-    /// advisory lock, MySQL through `GET_LOCK`; in portable mode ([`Tables::portable`], set or
-    /// detected by [`resolve_tables`](crate::resolve_tables)) through a lease row in
+    /// advisory lock, MySQL through `GET_LOCK`; in portable mode ([`SqlStore::portable()`], or
+    /// detected by [`detect_portable`](crate::detect_portable)) through a lease row in
     /// `{prefix}ops_leases`, waited for up to two minutes. The schema (PostgreSQL) or database
     /// (MySQL) of the store's tables is created if missing. Applied versions are recorded in
     /// `{schema}.{prefix}migration_ledger`; a set's older ledger or tables are adopted first
@@ -370,7 +371,7 @@ impl<DB: MigrateDb> SqlStore<DB> {
     /// # Ok(()) }
     /// ```
     pub async fn migrate_with(&self, sets: &[&MigrationSet]) -> Result<usize> {
-        DB::run_sets(self.pool(), self.tables(), sets).await
+        DB::run_sets(self.pool(), self.tables(), self.portable(), sets).await
     }
 }
 

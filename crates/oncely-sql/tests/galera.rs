@@ -333,7 +333,7 @@ async fn detection_is_true_on_galera() {
         .expect("the Galera node answers");
     assert!(detect_portable(&store.pool().clone().into()).await.unwrap());
     assert!(
-        store.tables().portable(),
+        store.portable(),
         "connect resolved to portable on Galera"
     );
 }

@@ -142,6 +142,16 @@ pub async fn enqueue_rows<DB: oncely_effects::EffectsDb>(
     entities: usize,
 ) -> std::collections::HashSet<String> {
     let outbox = oncely_effects::Outbox::new("test", tables.clone());
+    enqueue_rows_in(pool, &outbox, n, entities).await
+}
+
+/// [`enqueue_rows`] through `outbox` (e.g. one in portable mode).
+pub async fn enqueue_rows_in<DB: oncely_effects::EffectsDb>(
+    pool: &sqlx::Pool<DB>,
+    outbox: &oncely_effects::Outbox,
+    n: usize,
+    entities: usize,
+) -> std::collections::HashSet<String> {
     let mut ids = std::collections::HashSet::new();
     for i in 0..n {
         let mut tx = pool.begin_with(DB::BEGIN).await.unwrap();
