@@ -34,7 +34,8 @@ impl Handler<AnyTx> for OrderStatus {
             // An absolute write keyed by the natural id (not "advance the status by one").
             let upsert = format!(
                 "INSERT INTO orders (id, status, version) VALUES ($1, $2, $3) {}",
-                tx.dialect().on_conflict_update("id", &["status", "version"])
+                tx.dialect()
+                    .on_conflict_update("id", &["status", "version"])
             );
             let args = [order.into(), status.into(), version.into()];
             tx.execute(&upsert, &args).await?;
@@ -89,7 +90,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut tx = store.begin().await?;
     let cols = [Column::Text, Column::Text, Column::I64];
     let rows = tx
-        .fetch("SELECT id, status, version FROM orders ORDER BY id", &[], &cols)
+        .fetch(
+            "SELECT id, status, version FROM orders ORDER BY id",
+            &[],
+            &cols,
+        )
         .await?;
     store.rollback(tx).await?;
     assert_eq!(rows.len(), orders, "every order has a row");

@@ -50,7 +50,11 @@ pub fn orders_table(tables: &Tables) -> String {
 /// Creates the tables the demo needs (inbox, effects with the outbox, http keys, orders).
 pub async fn setup(store: &AnyStore) -> Result<()> {
     store
-        .migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS, &oncely_http::MIGRATIONS])
+        .migrate_with(&[
+            &INBOX,
+            &oncely_effects::MIGRATIONS,
+            &oncely_http::MIGRATIONS,
+        ])
         .await?;
     let ddl = format!(
         "CREATE TABLE IF NOT EXISTS {} (id VARCHAR(64) NOT NULL PRIMARY KEY, item VARCHAR(255) NOT NULL, quantity BIGINT NOT NULL, created_at BIGINT NOT NULL)",

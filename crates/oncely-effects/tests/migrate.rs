@@ -52,7 +52,9 @@ fn printed_migrations_are_rendered_per_dialect() {
         }
         assert!(!sql.contains('{'), "no placeholder left: {sql}");
     }
-    let sqlite = MIGRATIONS.print(Dialect::Sqlite, &Tables::default()).unwrap();
+    let sqlite = MIGRATIONS
+        .print(Dialect::Sqlite, &Tables::default())
+        .unwrap();
     assert!(sqlite.starts_with("-- version 1 (effects)"));
     assert!(sqlite.contains("CREATE TABLE IF NOT EXISTS oncely_outbox"));
 }

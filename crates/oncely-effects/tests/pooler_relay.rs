@@ -41,10 +41,7 @@ async fn two_relays_dispatch_each_row_once_through_pgbouncer() {
         return;
     };
     assert!(oncely_sql::behind_transaction_pooler());
-    assert!(
-        store.portable(),
-        "portable mode: polling, lease locks"
-    );
+    assert!(store.portable(), "portable mode: polling, lease locks");
     let (pool, tables) = (store.pool().clone(), store.tables().clone());
     let outbox = oncely_effects::Outbox::new("test", tables.clone()).portable(store.portable());
     let ids = support::enqueue_rows_in(&pool, &outbox, 80, 4).await;

@@ -121,11 +121,7 @@ async fn postgres_portable_relay_polls_without_notify() {
                 break;
             }
         }
-        assert_eq!(
-            seen,
-            expected,
-            "sessions LISTENing (portable: {portable})"
-        );
+        assert_eq!(seen, expected, "sessions LISTENing (portable: {portable})");
         stop.cancel();
         task.await.unwrap().unwrap();
     }

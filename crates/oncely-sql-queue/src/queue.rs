@@ -6,9 +6,7 @@ use oncely_core::{
     Acker, Delivery, Envelope, Error, Handled, Handler, Meta, RawEnvelope, Result, Source,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
-use oncely_sql::{
-    Adopt, AnyTx, Autocommit, Dialect, MigrationSet, PgStore, Tables, now_ms,
-};
+use oncely_sql::{Adopt, AnyTx, Autocommit, Dialect, MigrationSet, PgStore, Tables, now_ms};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -157,9 +157,8 @@ impl DbLock {
         purpose: &str,
         wait: bool,
     ) -> Result<Option<Self>> {
-        let lease = pool.dialect() == crate::Dialect::Sqlite
-            || portable
-            || detect_portable(pool).await?;
+        let lease =
+            pool.dialect() == crate::Dialect::Sqlite || portable || detect_portable(pool).await?;
         if lease {
             let patience = if wait { Duration::MAX } else { Duration::ZERO };
             return Self::lease(pool, tables, purpose, patience).await;

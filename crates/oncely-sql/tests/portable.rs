@@ -300,7 +300,9 @@ async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
         portable: true,
         ..Default::default()
     };
-    let sqlite = SqliteStore::connect_with("sqlite::memory:", &forced).await.unwrap();
+    let sqlite = SqliteStore::connect_with("sqlite::memory:", &forced)
+        .await
+        .unwrap();
     assert!(sqlite.portable(), "forced at connect");
 
     for (server, url) in [("PostgreSQL", pg_url()), ("MariaDB", mysql_url())] {

@@ -350,7 +350,10 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
         tables = tables.with_schema(&fx.name).unwrap();
     }
     let store = S::open(fx.url(), tables.clone()).await.unwrap();
-    store.exec(INBOX.migrations(d)[0].sql(&tables)).await.unwrap();
+    store
+        .exec(INBOX.migrations(d)[0].sql(&tables))
+        .await
+        .unwrap();
     let (p1, p2) = (b"p1".as_slice(), b"p2".as_slice());
     let old: [OldRow; 9] = [
         ("billing", Some(b"a"), p1, "conflict", 1000),
