@@ -9,7 +9,7 @@ use oncely::effects::{MIGRATIONS, apply_if_newer};
 use oncely::sql::INBOX;
 use oncely::{
     AnyStore, AnyTx, Column, Consumer, Envelope, Error, Handled, Handler, MemorySource,
-    RawEnvelope, SourceFaults, Store,
+    RawEnvelope, Store,
 };
 
 const STATUSES: [&str; 4] = ["created", "paid", "shipped", "delivered"];
@@ -61,19 +61,22 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     store.commit(tx).await?;
 
-    // A broker that reorders within a window of 12 and duplicates 30% of messages.
-    let source = MemorySource::with_faults(SourceFaults {
-        seed: 42,
-        duplicate_rate: 0.3,
-        reorder_window: 12,
-        lost_ack_rate: 0.05,
-    });
+    // What a broker does under redelivery: every update arrives, some twice, and the orders'
+    // updates out of order (newest first for every other order).
+    let source = MemorySource::new();
     let orders = 6;
     for o in 0..orders {
-        for (v, status) in STATUSES.iter().enumerate() {
-            let mut raw = RawEnvelope::new(format!("order-{o}-v{}", v + 1), *status);
+        let mut versions: Vec<usize> = (0..STATUSES.len()).collect();
+        if o % 2 == 1 {
+            versions.reverse();
+        }
+        for v in versions {
+            let mut raw = RawEnvelope::new(format!("order-{o}-v{}", v + 1), STATUSES[v]);
             raw.meta.entity_key = Some(format!("order-{o}"));
             raw.meta.version = Some(v as i64 + 1);
+            if v % 2 == 0 {
+                source.publish(raw.clone()); // delivered twice
+            }
             source.publish(raw);
         }
     }

@@ -69,13 +69,16 @@ pub struct BenchArgs {
         default_value = "mqtt://127.0.0.1:1883"
     )]
     pub mqtt: String,
-    /// Kafka bootstrap address: the bench has no Kafka cell yet; it reports
-    /// `kafka_pg_vs_bare_consumer` as skipped, saying whether a broker answered here.
+    /// Kafka bootstrap address for the cells through Kafka (a fresh topic and consumer
+    /// groups per cell, the topic deleted after; `bash scripts/kafka-broker.sh start`).
     #[arg(long, env = "ONCELY_BENCH_KAFKA", default_value = "127.0.0.1:9092")]
     pub kafka: String,
     /// Skip the cells through a broker.
     #[arg(long)]
     pub no_brokers: bool,
+    /// Run only the cells through a broker (each with oncely in process beside it).
+    #[arg(long, conflicts_with = "no_brokers")]
+    pub brokers_only: bool,
     /// Small CI smoke run (under two minutes): fewer messages, concurrency 1 and 16.
     #[arg(long)]
     pub quick: bool,
@@ -98,6 +101,11 @@ pub struct BenchArgs {
     /// figure is its total messages over its total time.
     #[arg(long)]
     pub rounds: Option<usize>,
+    /// Rounds of each broker's cells (oncely in process, the bare consumer, oncely through
+    /// the broker, back to back, every other round in reverse order); the
+    /// `*_vs_bare_consumer` keys are the median of the rounds' ratios. Default 5 (`--quick`: 1).
+    #[arg(long)]
+    pub broker_rounds: Option<usize>,
     /// Most connections of the PostgreSQL pool (default: the largest concurrency + 2).
     #[arg(long)]
     pub pool: Option<u32>,
@@ -125,7 +133,7 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
     let many = base * 6;
     // Latency is measured idle: a message every 20 ms, slower than any per-message cell.
     let paced = if quick { 60 } else { 200 };
-    vec![
+    let mut groups = vec![
         vec![
             spec(Mode::Plain, 1, 16, many),
             spec(Mode::Oncely, 1, 16, many),
@@ -137,26 +145,20 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
         ],
         // How group commit scales with groups in flight (lanes of accounts).
         vec![spec(Mode::Group, GROUP, 2, many)],
-        // The defaults (4 lanes of 64) in process, and the same through each real broker
-        // next to a bare consumer of the same client library.
-        std::iter::once(spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many))
-            .chain(
-                Broker::ALL
-                    .into_iter()
-                    .filter(|b| b.enabled())
-                    .flat_map(|b| {
-                        [
-                            spec(Mode::Bare(b), 1, 1, b.cell_messages(many)),
-                            spec(
-                                Mode::Through(b),
-                                GROUP,
-                                DEFAULT_CONCURRENCY,
-                                b.cell_messages(many),
-                            ),
-                        ]
-                    }),
-            )
-            .collect(),
+        // The defaults (4 lanes of 64) in process.
+        vec![spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many)],
+    ];
+    // The same through each real broker, next to a bare consumer of the same client
+    // library and to oncely in process, all three in every round.
+    groups.extend(Broker::ALL.into_iter().filter(|b| b.enabled()).map(|b| {
+        let n = b.cell_messages(many);
+        vec![
+            spec(Mode::InProcess(b), GROUP, DEFAULT_CONCURRENCY, n),
+            spec(Mode::Bare(b), 1, 1, n),
+            spec(Mode::Through(b), GROUP, DEFAULT_CONCURRENCY, n),
+        ]
+    }));
+    groups.extend([
         vec![
             spec(Mode::GroupDuplicate, GROUP, 1, many),
             spec(Mode::PkLookup, GROUP, 1, many),
@@ -165,13 +167,20 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
             spec(Mode::Latency, 1, 1, paced),
             spec(Mode::Latency, GROUP, 1, paced),
         ],
-    ]
+    ]);
+    groups
 }
 
 /// The cells to run on one database, in groups: the cells of a group are compared by a ratio,
 /// so each round runs them back to back (the machine's load drifts; side by side it hits
 /// every cell of a group alike).
 pub(crate) fn matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
+    if args.brokers_only {
+        return group_matrix(args)
+            .into_iter()
+            .filter(|g| is_broker_group(g))
+            .collect();
+    }
     let quick = args.quick;
     let conc = args.concurrency.clone().unwrap_or_else(|| {
         if quick {
@@ -302,14 +311,41 @@ async fn sqlite(
     Ok(bed)
 }
 
-/// Runs the groups on one bed, each group `rounds` times back to back; a cell's figure is
-/// its messages over its time summed across rounds, and its check passes only if every
-/// round's did.
+/// How many times each group runs: a broker's group `broker` times, every other `rounds`.
+#[derive(Debug, Clone, Copy)]
+struct Rounds {
+    rounds: usize,
+    broker: usize,
+}
+
+impl Rounds {
+    fn of(self, group: &[Spec]) -> usize {
+        if is_broker_group(group) {
+            self.broker
+        } else {
+            self.rounds
+        }
+    }
+
+    /// Cells run over `groups` (for the progress bar).
+    fn cells(self, groups: &[Vec<Spec>]) -> usize {
+        groups.iter().map(|g| g.len() * self.of(g)).sum()
+    }
+}
+
+fn is_broker_group(group: &[Spec]) -> bool {
+    group.iter().all(|s| s.mode.is_broker())
+}
+
+/// Runs the groups on one bed, each group its rounds back to back (a broker's group in
+/// reverse order every other round, so neither side always runs first); a cell's figure is
+/// its messages over its time summed across rounds, each round's rate is kept, and its
+/// check passes only if every round's did.
 async fn sweep<B: Ops>(
     bed: &B,
     backend: &str,
     groups: &[Vec<Spec>],
-    rounds: usize,
+    rounds: Rounds,
     bar: &ProgressBar,
 ) -> Result<Vec<Cell>> {
     // Warm-up (not recorded): opens the pool's connections and prepares the statements.
@@ -339,8 +375,13 @@ async fn sweep<B: Ops>(
     let mut cells = Vec::new();
     for group in groups {
         let mut sums: Vec<Option<Cell>> = vec![None; group.len()];
-        for round in 0..rounds {
-            for (i, spec) in group.iter().enumerate() {
+        for round in 0..rounds.of(group) {
+            let mut order: Vec<usize> = (0..group.len()).collect();
+            if round % 2 == 1 && is_broker_group(group) {
+                order.reverse();
+            }
+            for i in order {
+                let spec = &group[i];
                 bar.set_message(format!(
                     "{backend} {} B={} c={} round {}",
                     spec.mode.name(),
@@ -364,25 +405,6 @@ async fn sweep<B: Ops>(
     Ok(cells)
 }
 
-/// The Kafka cell is not built (no bare rdkafka consumer in the bench yet): says so on every
-/// run, and whether a broker answered at `addr`, so `kafka_pg_vs_bare_consumer` is never
-/// read as measured.
-async fn kafka_skipped(addr: &str) {
-    let connect = tokio::net::TcpStream::connect(addr);
-    let answered = matches!(
-        tokio::time::timeout(std::time::Duration::from_secs(2), connect).await,
-        Ok(Ok(_))
-    );
-    let broker = if answered {
-        format!("a broker answers at {addr}")
-    } else {
-        format!("and no broker answers at {addr} (scripts/kafka-broker.sh status)")
-    };
-    eprintln!(
-        "SKIPPED: the Kafka cell (kafka_pg_vs_bare_consumer): the bench has no Kafka cell yet, {broker}"
-    );
-}
-
 /// Runs the benchmark; returns whether every cell's checker found 0 double and 0 lost.
 pub async fn run(args: BenchArgs) -> Result<bool> {
     if !args.no_brokers {
@@ -391,6 +413,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
             (Broker::Nats, &args.nats),
             (Broker::Redis, &args.redis),
             (Broker::Mqtt, &args.mqtt),
+            (Broker::Kafka, &args.kafka),
         ] {
             match broker.probe(url).await {
                 Ok(()) => broker.enable(url),
@@ -407,11 +430,14 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
             }
         }
     }
-    if !args.no_brokers {
-        kafka_skipped(&args.kafka).await;
-    }
     let groups = matrix(&args);
-    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let rounds = Rounds {
+        rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1),
+        broker: args
+            .broker_rounds
+            .unwrap_or(if args.quick { 1 } else { 5 })
+            .max(1),
+    };
     let mut machine = Machine::probe();
     let mut cells = Vec::new();
     let mut backends = Vec::new();
@@ -455,15 +481,17 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
             Err(e) => return Err(e.context("MariaDB is required (CI / ONCELY_REQUIRE_SERVICES)")),
         }
     }
-    let maria_groups = group_matrix(&args);
+    let maria_groups: Vec<Vec<Spec>> = group_matrix(&args)
+        .into_iter()
+        .filter(|g| !args.brokers_only || is_broker_group(g))
+        .collect();
     let dir = tempfile::tempdir().context("creating a temporary directory for SQLite")?;
     if !args.no_sqlite {
         backends.extend(["sqlite_full", "sqlite_normal"]);
     }
-    let cells_per_backend = groups.iter().flatten().count();
-    let maria_cells = maria_groups.iter().flatten().count() * usize::from(maria.is_some());
-    let bar =
-        ProgressBar::new(((cells_per_backend * backends.len() + maria_cells) * rounds) as u64);
+    let cells_per_backend = rounds.cells(&groups);
+    let maria_cells = rounds.cells(&maria_groups) * usize::from(maria.is_some());
+    let bar = ProgressBar::new((cells_per_backend * backends.len() + maria_cells) as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
             .expect("valid template")
@@ -501,7 +529,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         }
     }
     bar.finish_and_clear();
-    machine.finish(rounds, args.quick);
+    machine.finish(rounds.rounds, rounds.broker, args.quick);
     let report = Report::new(machine, cells);
     report.write(&args.out)?;
     if args.json {
