@@ -87,8 +87,9 @@ async fn sqlite(
     name: &str,
 ) -> Result<SqliteStore, Box<dyn std::error::Error>> {
     let store = SqliteStore::connect(&format!("sqlite:{}", dir.join(name).display())).await?;
-    store.migrate().await?;
-    oncely_effects::migrate(store.pool(), store.tables()).await?;
+    store
+        .migrate_with(&[&oncely_sql::INBOX, &oncely_effects::MIGRATIONS])
+        .await?;
     Ok(store)
 }
 

@@ -110,7 +110,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         dir.path().join("journal.db").display()
     ))
     .await?;
-    oncely_effects::migrate(journal_db.pool(), &Tables::default()).await?;
+    journal_db
+        .migrate_with(&[&oncely_effects::MIGRATIONS])
+        .await?;
 
     let provider = FakeProvider::start().await?;
     // Crash once per key right after the provider call, before `done` is recorded.

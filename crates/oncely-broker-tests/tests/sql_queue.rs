@@ -23,7 +23,10 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
         unreachable!()
     };
     let queue = SqlQueue::of(store);
-    queue.migrate().await.expect("queue table");
+    store
+        .migrate_with(&[&oncely_sql_queue::MIGRATIONS])
+        .await
+        .expect("queue table");
     let workload = Workload::new(&schema, 1000, 0.2, 2, 5);
     queue.enqueue(&workload.messages).await.expect("enqueue");
     let plan = CrashPlan::new(3, 0.1).only_at(&[Step::Claimed, Step::Effected, Step::Committed]);
@@ -72,7 +75,10 @@ async fn pg_queue_keeps_invalid_utf8_ids_exact() {
         unreachable!()
     };
     let queue = SqlQueue::of(store);
-    queue.migrate().await.expect("queue table");
+    store
+        .migrate_with(&[&oncely_sql_queue::MIGRATIONS])
+        .await
+        .expect("queue table");
     let ids: [Vec<u8>; 3] = [vec![0xff, 0x01], vec![0xfe, 0x01], b"plain-1".to_vec()];
     let messages: Vec<RawEnvelope> = ids
         .iter()

@@ -30,7 +30,7 @@ async fn pg_queue_migrations_adopt_an_older_table() {
     };
     let store = PgStore::connect_with(PG_URL, &options).await.expect("pg");
     let t = store.tables().table("queue");
-    // The DDL `SqlQueue::migrate` ran before the ledger, and one waiting row.
+    // The DDL the queue's migration ran before the ledger, and one waiting row.
     sqlx::raw_sql(AssertSqlSafe(format!(
         "CREATE SCHEMA {schema};
          CREATE TABLE {t} (id BIGSERIAL PRIMARY KEY, message_id TEXT, payload BYTEA NOT NULL,
@@ -44,7 +44,8 @@ async fn pg_queue_migrations_adopt_an_older_table() {
     .await
     .expect("older table");
     let queue = SqlQueue::of(&store);
-    queue.migrate().await.expect("migrate");
+    let sets = [&oncely_sql_queue::MIGRATIONS];
+    store.migrate_with(&sets).await.expect("migrate");
     assert_eq!(
         ledger(&store).await,
         [(1, "queue".to_owned()), (2, "raw_id".to_owned())]
@@ -64,7 +65,7 @@ async fn pg_queue_migrations_adopt_an_older_table() {
         indexes, 2,
         "primary key and the old lease index; version 1 did not run"
     );
-    queue.migrate().await.expect("migrate again");
+    store.migrate_with(&sets).await.expect("migrate again");
     assert_eq!(ledger(&store).await.len(), 2);
     let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
         .execute(store.pool())

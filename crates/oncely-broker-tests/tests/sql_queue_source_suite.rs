@@ -21,9 +21,10 @@ impl SourceHarness for Queues {
 
     async fn fresh(&self, case: &str) -> Result<SqlQueueSource> {
         let tables = Tables::default().with_prefix(&format!("{}_", unique("sq")))?;
-        let store = PgStore::connect(PG_URL).await?;
-        let queue = SqlQueue::new(store.pool().clone(), &tables);
-        queue.migrate().await?;
+        let pool = PgStore::connect(PG_URL).await?.pool().clone();
+        let store = PgStore::with_tables(pool, tables);
+        store.migrate_with(&[&oncely_sql_queue::MIGRATIONS]).await?;
+        let queue = SqlQueue::of(&store);
         self.0
             .lock()
             .unwrap()

@@ -133,8 +133,8 @@ async fn sqlite() -> (SqliteStore, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("trace.db").display());
     let store = SqliteStore::connect(&url).await.unwrap();
-    store.migrate().await.unwrap();
-    oncely_effects::migrate(store.pool(), store.tables())
+    store
+        .migrate_with(&[&oncely_sql::INBOX, &oncely_effects::MIGRATIONS])
         .await
         .unwrap();
     sqlx::query("CREATE TABLE ledger (message_id TEXT NOT NULL)")

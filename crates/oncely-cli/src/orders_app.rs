@@ -17,7 +17,7 @@ use axum::{Json, Router};
 use oncely_core::{MessageId, Result, Store};
 use oncely_effects::{Outbox, Outgoing};
 use oncely_http::{IdempotencyLayer, IdempotentTx, Scope, TxError};
-use oncely_sql::{AnyStore, AnyTx, Column, Tables, now_ms, with_store};
+use oncely_sql::{AnyStore, AnyTx, Column, INBOX, Tables, now_ms};
 use std::time::Duration;
 
 /// The outbox destination of the `order created` events.
@@ -49,9 +49,13 @@ pub fn orders_table(tables: &Tables) -> String {
 
 /// Creates the tables the demo needs (inbox, effects with the outbox, http keys, orders).
 pub async fn setup(store: &AnyStore) -> Result<()> {
-    store.migrate().await?;
-    with_store!(store, s => oncely_effects::migrate(s.pool(), s.tables()).await?);
-    oncely_http::migrate(store).await?;
+    store
+        .migrate_with(&[
+            &INBOX,
+            &oncely_effects::MIGRATIONS,
+            &oncely_http::MIGRATIONS,
+        ])
+        .await?;
     let ddl = format!(
         "CREATE TABLE IF NOT EXISTS {} (id VARCHAR(64) NOT NULL PRIMARY KEY, item VARCHAR(255) NOT NULL, quantity BIGINT NOT NULL, created_at BIGINT NOT NULL)",
         orders_table(store.tables())
@@ -66,7 +70,7 @@ impl Orders {
     pub fn new(store: AnyStore) -> Self {
         Self {
             table: orders_table(store.tables()),
-            outbox: Outbox::new("http-demo", store.tables().clone()),
+            outbox: Outbox::new("http-demo", store.tables().clone()).portable(store.portable()),
             store,
             delay: Duration::ZERO,
         }

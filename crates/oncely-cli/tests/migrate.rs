@@ -149,7 +149,7 @@ async fn with_http_migrates_old_keys_to_the_global_scope() {
     let store = AnyStore::connect(&t.url).await.unwrap();
     let v1 =
         MigrationSet::new("http").sqlite(&oncely_http::MIGRATIONS.migrations(Dialect::Sqlite)[..1]);
-    let applied = oncely_sql::with_store!(&store, s => s.migrate_with(&[&v1]).await).unwrap();
+    let applied = store.migrate_with(&[&v1]).await.unwrap();
     assert_eq!(applied, 1);
     let keys = t.tables().table("http_keys");
     let mut tx = oncely_core::Store::begin(&store).await.unwrap();

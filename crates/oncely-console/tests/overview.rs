@@ -31,8 +31,10 @@ async fn get_text(base: &str, path: &str) -> String {
 /// `billing` ×3, done ×1, a legacy key pending ×1; outbox to `orders` ×2 undispatched,
 /// ×1 dispatched, to `mail` ×1 undispatched.
 async fn effects(f: &Fixture) {
-    let pool = f.store.pool();
-    oncely_sql::with_pool!(&pool, p => oncely_effects::migrate(p, f.store.tables()).await.unwrap());
+    f.store
+        .migrate_with(&[&oncely_effects::MIGRATIONS])
+        .await
+        .unwrap();
     let now = oncely_sql::now_ms();
     let journal = format!(
         "INSERT INTO {} (effect_key, kind, state, request, calls, recorded_at, updated_at) VALUES ($1, 'email', $2, $3, 1, $4, $4)",

@@ -16,13 +16,14 @@
 //!   written in the handler's transaction with ids derived from the incoming id, dispatched
 //!   after commit, in order per entity key, by one relay at a time per row.
 //!
-//! The tables are created by [`migrate`] (or printed by [`print_migrations`]):
+//! The tables are the migration set [`MIGRATIONS`], applied with the inbox's by the store
+//! (or printed with `MIGRATIONS.print(dialect, &tables)`):
 //!
 //! ```no_run
 //! # async fn f() -> oncely_core::Result<()> {
-//! let store = oncely_sql::SqliteStore::connect("sqlite:app.db").await?;
-//! store.migrate().await?;
-//! oncely_effects::migrate(store.pool(), store.tables()).await?;
+//! use oncely_sql::INBOX;
+//! let store = oncely_sql::AnyStore::connect("sqlite:app.db").await?;
+//! store.migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS]).await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -44,7 +45,7 @@ pub use key::{
     MAX_KEY_LEN, MAX_VERBATIM_CONSUMER, MAX_VERBATIM_ID, effect_key, effect_key_prefix,
     legacy_effect_key, legacy_effect_key_prefix,
 };
-pub use migrate::{EffectsMigration, MIGRATIONS, migrate, migrations, print_migrations};
+pub use migrate::MIGRATIONS;
 /// The databases oncely-effects supports: [`oncely_sql::SqlDatabase`] (SQLite, PostgreSQL,
 /// MySQL/MariaDB) under the name this crate used first.
 pub use oncely_sql::SqlDatabase as EffectsDb;

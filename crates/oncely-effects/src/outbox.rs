@@ -177,6 +177,7 @@ pub(crate) fn channel(tables: &Tables) -> String {
 pub struct Outbox {
     emitter: String,
     tables: Tables,
+    portable: bool,
 }
 
 impl Outbox {
@@ -186,14 +187,22 @@ impl Outbox {
         Self {
             emitter: emitter.into(),
             tables,
+            portable: false,
         }
+    }
+
+    /// Portable mode (pass the store's, `store.portable()`): on PostgreSQL, no `NOTIFY` at
+    /// enqueue, since CockroachDB, YugabyteDB and Citus have no `LISTEN`/`NOTIFY` across
+    /// nodes; the relay finds the rows by polling.
+    pub fn portable(mut self, portable: bool) -> Self {
+        self.portable = portable;
+        self
     }
 
     /// Enqueues `message` as the `seq`-th output of `incoming`, inside `tx`, and returns its id
     /// ([`derived_id`]). Enqueuing the same `(incoming, seq)` again is a no-op. On PostgreSQL
     /// the relay is woken by a NOTIFY delivered at commit, except in portable mode
-    /// ([`Tables::portable`]; build the outbox with the store's tables, which carry the mode
-    /// the store detected), where the relay finds the row by polling.
+    /// ([`Outbox::portable()`]), where the relay finds the row by polling.
     ///
     /// The current span's W3C trace context is stored in the row's headers (`traceparent`,
     /// `tracestate`; see [`oncely_core::trace::inject_current`]) unless `message` carries a
@@ -233,7 +242,7 @@ impl Outbox {
             oncely_core::Error::new(e.kind(), "enqueuing an outgoing message").with_source(e)
         })?;
         // Portable mode (CockroachDB, YugabyteDB, Citus): no NOTIFY; the relay polls.
-        if d == Dialect::Postgres && !self.tables.portable() {
+        if d == Dialect::Postgres && !self.portable {
             tx.execute(NOTIFY, &[channel(&self.tables).into()]).await?;
         }
         Ok(id)

@@ -58,6 +58,7 @@ pub struct Relay<DB: SqlDatabase, P> {
     publish_timeout: Duration,
     wake: Arc<Notify>,
     listener: Option<ListenFn>,
+    portable: bool,
 }
 
 impl<DB: SqlDatabase, P> Clone for Relay<DB, P> {
@@ -73,6 +74,7 @@ impl<DB: SqlDatabase, P> Clone for Relay<DB, P> {
             publish_timeout: self.publish_timeout,
             wake: self.wake.clone(),
             listener: self.listener.clone(),
+            portable: self.portable,
         }
     }
 }
@@ -93,7 +95,18 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
             publish_timeout: Duration::from_secs(30),
             wake: Arc::new(Notify::new()),
             listener: None,
+            portable: false,
         }
+    }
+
+    /// Portable mode (pass the store's, `store.portable()`): no `LISTEN`/`NOTIFY`, the relay
+    /// polls ([`Relay::poll_interval`]); [`Relay::listen_notify`] is then a no-op.
+    pub fn portable(mut self, portable: bool) -> Self {
+        self.portable = portable;
+        if portable {
+            self.listener = None;
+        }
+        self
     }
 
     /// Rows locked and dispatched per pass.
@@ -289,19 +302,20 @@ impl<P: Publisher> Relay<Postgres, P> {
     ///
     /// In portable mode (CockroachDB, YugabyteDB, Citus: no `LISTEN`/`NOTIFY` across nodes)
     /// this is a no-op with a log line and the relay dispatches by polling only
-    /// ([`Relay::poll_interval`]): when the tables say so ([`Tables::portable`]), or when
+    /// ([`Relay::poll_interval`]): when set ([`Relay::portable()`]), or when
     /// [`oncely_sql::detect_portable`] finds such an engine as the relay starts.
     ///
     /// ```no_run
     /// # async fn f(pool: sqlx::PgPool) {
-    /// let tables = oncely_sql::Tables::default().with_portable(true);
+    /// let tables = oncely_sql::Tables::default();
     /// let relay = oncely_effects::Relay::new(pool, tables, oncely_core::MemorySource::new())
+    ///     .portable(true)
     ///     .poll_interval(std::time::Duration::from_millis(200))
     ///     .listen_notify(); // portable: polling only
     /// # }
     /// ```
     pub fn listen_notify(mut self) -> Self {
-        if self.tables.portable() {
+        if self.portable {
             info!(outbox = %self.tables.outbox(), "portable mode: no LISTEN/NOTIFY, the relay polls");
             return self;
         }
@@ -316,7 +330,7 @@ impl<P: Publisher> Relay<Postgres, P> {
 
 #[cfg(feature = "postgres")]
 async fn listen(pool: Pool<Postgres>, channel: String, wake: Arc<Notify>, stop: CancellationToken) {
-    // Tables built by hand on a distributed engine: detect it here, poll only.
+    // A relay not told it is portable, on a distributed engine: detect it here, poll only.
     match oncely_sql::detect_portable(&pool.clone().into()).await {
         Ok(true) => {
             info!("portable mode (distributed engine detected): no LISTEN/NOTIFY, the relay polls");

@@ -2,22 +2,17 @@
 
 mod support;
 
-use oncely_sql::{Dialect, Tables};
+use oncely_effects::MIGRATIONS;
+use oncely_sql::{Dialect, SqliteStore, Tables};
 
 #[tokio::test]
 async fn migrate_twice_applies_once_sqlite() {
     let (store, _dir) = support::sqlite().await; // migrated once already
-    assert_eq!(
-        oncely_effects::migrate(store.pool(), store.tables())
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(store.migrate_with(&[&MIGRATIONS]).await.unwrap(), 0);
     let with_schema = Tables::default().with_schema("nope").unwrap();
+    let elsewhere = SqliteStore::with_tables(store.pool().clone(), with_schema);
     assert!(
-        oncely_effects::migrate(store.pool(), &with_schema)
-            .await
-            .is_err(),
+        elsewhere.migrate_with(&[&MIGRATIONS]).await.is_err(),
         "SQLite has no schemas"
     );
 }
@@ -27,12 +22,7 @@ async fn migrate_twice_applies_once_postgres() {
     let Some(store) = support::postgres("mig").await else {
         return;
     };
-    assert_eq!(
-        oncely_effects::migrate(store.pool(), store.tables())
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(store.migrate_with(&[&MIGRATIONS]).await.unwrap(), 0);
     support::drop_pg(&store).await;
 }
 
@@ -41,12 +31,7 @@ async fn migrate_twice_applies_once_mariadb() {
     let Some(store) = support::mysql("mig").await else {
         return;
     };
-    assert_eq!(
-        oncely_effects::migrate(store.pool(), store.tables())
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(store.migrate_with(&[&MIGRATIONS]).await.unwrap(), 0);
     support::drop_mysql(&store).await;
 }
 
@@ -58,7 +43,7 @@ fn printed_migrations_are_rendered_per_dialect() {
         .with_prefix("x_")
         .unwrap();
     for d in [Dialect::Postgres, Dialect::MySql] {
-        let sql = oncely_effects::print_migrations(d, &tables);
+        let sql = MIGRATIONS.print(d, &tables).unwrap();
         for t in ["versions", "effect_journal", "outbox"] {
             assert!(
                 sql.contains(&format!("CREATE TABLE IF NOT EXISTS billing.x_{t}")),
@@ -67,7 +52,9 @@ fn printed_migrations_are_rendered_per_dialect() {
         }
         assert!(!sql.contains('{'), "no placeholder left: {sql}");
     }
-    let sqlite = oncely_effects::print_migrations(Dialect::Sqlite, &Tables::default());
+    let sqlite = MIGRATIONS
+        .print(Dialect::Sqlite, &Tables::default())
+        .unwrap();
     assert!(sqlite.starts_with("-- version 1 (effects)"));
     assert!(sqlite.contains("CREATE TABLE IF NOT EXISTS oncely_outbox"));
 }

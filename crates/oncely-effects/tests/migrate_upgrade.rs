@@ -30,7 +30,7 @@ fn old_ledgers(tables: &Tables, name_type: &str, effects: &[(i64, &str)]) -> Str
     sql
 }
 
-/// Turns a freshly migrated store into the older code's state, runs both crates' `migrate()`,
+/// Turns a freshly migrated store into the older code's state, runs both crates' sets,
 /// and checks the outcome. Sentinel: the tables the first migrations create (`IF NOT EXISTS`)
 /// are dropped first, so a re-run would bring them back.
 macro_rules! upgrade {
@@ -61,7 +61,7 @@ macro_rules! upgrade {
         exec(format!("DROP TABLE {}; DROP TABLE {}", t.inbox(), t.versions())).await;
         assert_eq!(store.migrate().await.unwrap(), 0, "inbox adopted, not re-run");
         assert_eq!(
-            oncely_effects::migrate(store.pool(), &t).await.unwrap(),
+            store.migrate_with(&[&oncely_effects::MIGRATIONS]).await.unwrap(),
             0,
             "effects adopted, not re-run"
         );

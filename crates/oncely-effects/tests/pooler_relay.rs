@@ -41,17 +41,16 @@ async fn two_relays_dispatch_each_row_once_through_pgbouncer() {
         return;
     };
     assert!(oncely_sql::behind_transaction_pooler());
-    assert!(
-        store.tables().portable(),
-        "portable mode: polling, lease locks"
-    );
+    assert!(store.portable(), "portable mode: polling, lease locks");
     let (pool, tables) = (store.pool().clone(), store.tables().clone());
-    let ids = support::enqueue_rows(&pool, &tables, 80, 4).await;
+    let outbox = oncely_effects::Outbox::new("test", tables.clone()).portable(store.portable());
+    let ids = support::enqueue_rows_in(&pool, &outbox, 80, 4).await;
     let recorder = Recorder::default();
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
     for _ in 0..2 {
         let relay = Relay::new(pool.clone(), tables.clone(), recorder.clone())
+            .portable(store.portable())
             .batch(5)
             .poll_interval(Duration::from_millis(20))
             .listen_notify(); // asks for LISTEN: behind the pooler it must poll instead

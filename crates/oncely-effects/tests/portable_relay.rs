@@ -1,6 +1,6 @@
 //! Portable mode (issue 16): the relay dispatches by polling only. `listen_notify()` is a
 //! no-op (no LISTEN session), `Outbox::enqueue` sends no NOTIFY, and every row is still
-//! published exactly once. Forced with `Tables::with_portable(true)`.
+//! published exactly once. Forced with `Outbox::portable(true)` / `Relay::portable(true)`.
 
 mod support;
 
@@ -32,10 +32,12 @@ async fn dispatch_by_polling<DB: oncely_effects::EffectsDb>(
     pool: &sqlx::Pool<DB>,
     tables: &Tables,
 ) -> HashMap<String, u32> {
-    let ids = support::enqueue_rows(pool, tables, ROWS, 5).await;
+    let outbox = oncely_effects::Outbox::new("test", tables.clone()).portable(true);
+    let ids = support::enqueue_rows_in(pool, &outbox, ROWS, 5).await;
     assert_eq!(ids.len(), ROWS);
     let recorder = Recorder::default();
     let relay = Relay::new(pool.clone(), tables.clone(), recorder.clone())
+        .portable(true)
         .batch(7)
         .poll_interval(Duration::from_millis(50));
     let stop = CancellationToken::new();
@@ -82,7 +84,7 @@ async fn postgres_portable_relay_polls_without_notify() {
     let Some(store) = support::postgres("portable_relay").await else {
         return;
     };
-    let tables = store.tables().clone().with_portable(true);
+    let tables = store.tables().clone();
     let pool = store.pool().clone();
     let channel = channel(&tables);
     let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
@@ -101,8 +103,9 @@ async fn postgres_portable_relay_polls_without_notify() {
         .await
         .unwrap()
     };
-    for (relay_tables, expected) in [(&tables, 1), (store.tables(), 2)] {
-        let relay = Relay::new(pool.clone(), relay_tables.clone(), Recorder::default())
+    for (portable, expected) in [(true, 1), (false, 2)] {
+        let relay = Relay::new(pool.clone(), tables.clone(), Recorder::default())
+            .portable(portable)
             .poll_interval(Duration::from_millis(50))
             .listen_notify();
         let stop = CancellationToken::new();
@@ -118,12 +121,7 @@ async fn postgres_portable_relay_polls_without_notify() {
                 break;
             }
         }
-        assert_eq!(
-            seen,
-            expected,
-            "sessions LISTENing (portable: {})",
-            relay_tables.portable()
-        );
+        assert_eq!(seen, expected, "sessions LISTENing (portable: {portable})");
         stop.cancel();
         task.await.unwrap().unwrap();
     }
@@ -151,7 +149,7 @@ async fn mariadb_portable_relay_dispatches_every_row() {
     let Some(store) = support::mysql("portable_relay").await else {
         return;
     };
-    let tables = store.tables().clone().with_portable(true);
+    let tables = store.tables().clone();
     let per_id = dispatch_by_polling(store.pool(), &tables).await;
     assert!(
         per_id.values().all(|&n| n == 1),

@@ -36,8 +36,7 @@
 //!
 //! # async fn f() -> oncely_core::Result<()> {
 //! let store = oncely_sql::AnyStore::connect("sqlite:app.db").await?;
-//! store.migrate().await?;
-//! oncely_http::migrate(&store).await?;
+//! store.migrate_with(&[&oncely_sql::INBOX, &oncely_http::MIGRATIONS]).await?;
 //! let layer = IdempotencyLayer::new(store, Scope::header("authorization"))
 //!     .require_key(true)
 //!     .fingerprint_headers(["content-type"])
@@ -64,7 +63,7 @@ pub use answer::{OmitBody, Rejected};
 pub use extract::{IdempotencyKey, IdempotentTx, TxError, TxGuard};
 pub use key::{BODY_OMITTED, IDEMPOTENCY_KEY, REPLAYED, fingerprint, parse_key};
 pub use layer::IdempotencyLayer;
-pub use migrate::{MIGRATIONS, migrate, print_migrations};
+pub use migrate::MIGRATIONS;
 pub use prune::prune_expired;
 pub use scope::{MissingScope, Scope, ScopeId};
 pub use service::IdempotencyService;

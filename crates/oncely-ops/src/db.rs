@@ -8,12 +8,30 @@ use oncely_sql::{AnyPool, AnyStore, AnyTx, Dialect, SqlDatabase, SqlStore, Table
 pub struct Ops {
     pool: AnyPool,
     tables: Tables,
+    portable: bool,
 }
 
 impl Ops {
-    /// Operations over `pool` for the tables named by `tables`.
+    /// Operations over `pool` for the tables named by `tables` (portable mode off unless
+    /// detected: [`Ops::with_portable`]; `Ops::from(&store)` takes the store's).
     pub fn new(pool: AnyPool, tables: Tables) -> Self {
-        Self { pool, tables }
+        Self {
+            pool,
+            tables,
+            portable: false,
+        }
+    }
+
+    /// Forces portable mode ([`oncely_sql::SqlStore::portable()`]): lease locks and
+    /// primary-key-range pruning even where the engine is not detected as distributed.
+    pub fn with_portable(mut self, portable: bool) -> Self {
+        self.portable = portable;
+        self
+    }
+
+    /// Whether portable mode is forced (it is also used when detected at the time).
+    pub fn portable(&self) -> bool {
+        self.portable
     }
 
     /// The pool (for typed sqlx code; [`Ops::begin`] runs statements on any database).
@@ -40,7 +58,7 @@ impl Ops {
 
 impl From<&AnyStore> for Ops {
     fn from(s: &AnyStore) -> Self {
-        Self::new(s.pool(), s.tables().clone())
+        Self::new(s.pool(), s.tables().clone()).with_portable(s.portable())
     }
 }
 
@@ -49,6 +67,6 @@ where
     AnyPool: From<Pool<DB>>,
 {
     fn from(s: &SqlStore<DB>) -> Self {
-        Self::new(AnyPool::from(s.pool().clone()), s.tables().clone())
+        Self::new(AnyPool::from(s.pool().clone()), s.tables().clone()).with_portable(s.portable())
     }
 }

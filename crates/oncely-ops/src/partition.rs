@@ -5,7 +5,7 @@
 //! `{schema}.{prefix}inbox` as a table partitioned by `received_at` (one partition per UTC day,
 //! created ahead, plus a default partition), with a guard trigger that keeps
 //! `(consumer, message_id)` unique across partitions. Install it *before* the store's
-//! `migrate()` on a fresh schema or prefix, then point the store's `Tables` at it; the store's
+//! `migrate()` on a fresh schema or prefix (`oncely migrate --with partitioned` applies both), then point the store's `Tables` at it; the store's
 //! claim statement works unchanged. See `docs/retention.md` for the design and its limits
 //! (READ COMMITTED only; retention is rounded up to whole days).
 //!
@@ -16,7 +16,7 @@ use crate::db::Ops;
 use oncely_core::{Error, Result};
 use oncely_sql::Autocommit;
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool};
-use oncely_sql::{Adopt, Dialect, Migration, MigrationSet, Tables, run_migrations};
+use oncely_sql::{Adopt, Dialect, Migration, MigrationSet, PgStore, Tables};
 use oncely_sql::{db, now_ms};
 use tracing::{info, warn};
 
@@ -158,7 +158,8 @@ pub async fn install(ops: &Ops, days_ahead: u32) -> Result<Vec<String>> {
     }
     check_installable(ops).await?;
     // Under the migration lock; records (or adopts) the set in the ledger.
-    if run_migrations(pool, ops.tables(), &[&MIGRATIONS]).await? > 0 {
+    let store = PgStore::with_tables(pool.clone(), ops.tables().clone());
+    if store.migrate_with(&[&MIGRATIONS]).await? > 0 {
         info!(table = %ops.tables().inbox(), "partitioned inbox installed");
     }
     ensure(ops, now_ms(), days_ahead).await

@@ -7,7 +7,7 @@
 //! - MySQL / MariaDB: `DELETE … WHERE received_at < ? LIMIT n`
 //! - SQLite (the inbox is `WITHOUT ROWID`): `DELETE … WHERE (consumer, message_id) IN
 //!   (SELECT consumer, message_id … LIMIT n)`
-//! - Portable mode ([`oncely_sql::Tables::portable`], every dialect): by primary-key ranges,
+//! - Portable mode ([`oncely_sql::SqlStore::portable()`], [`Ops::with_portable`], every dialect): by primary-key ranges,
 //!   never `ctid`: select the next `n` expired keys after the previous batch's last one
 //!   (`expired_keys_sql`), then delete the expired rows between the first and the last of
 //!   them (`delete_key_range_sql`).
@@ -20,7 +20,7 @@
 use crate::db::Ops;
 use crate::partition;
 use oncely_core::Result;
-use oncely_sql::{Column, DbLock, Value, now_ms, resolve_tables};
+use oncely_sql::{Column, DbLock, Value, detect_portable, now_ms};
 use std::time::{Duration, Instant};
 use tracing::info;
 
@@ -107,16 +107,20 @@ pub async fn prune(
         cutoff_ms,
         ..PruneReport::default()
     };
-    // Portable mode when the tables say so or the server is a distributed engine.
-    let tables = resolve_tables(ops.pool(), ops.tables()).await?;
-    let Some(mut lock) =
-        DbLock::acquire(ops.pool(), &tables, "prune", options.wait_for_lock).await?
-    else {
+    // Portable mode when the store says so or the server is a distributed engine.
+    let portable = ops.portable() || detect_portable(ops.pool()).await?;
+    let lock = DbLock::acquire(
+        ops.pool(),
+        ops.tables(),
+        portable,
+        "prune",
+        options.wait_for_lock,
+    );
+    let Some(mut lock) = lock.await? else {
         info!(inbox = %ops.tables().inbox(), "another pruner holds the lock; skipping this run");
         return Ok(report);
     };
     report.ran = true;
-    let portable = tables.portable();
     let result = run(ops, options, portable, &mut lock, &mut report, progress).await;
     let released = lock.release().await;
     result?;

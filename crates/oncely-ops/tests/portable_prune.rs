@@ -1,5 +1,5 @@
 //! Portable pruning (issue 16): by primary-key ranges, never `ctid`, forced with
-//! `Tables::with_portable(true)` on PostgreSQL and MariaDB. Counts the rows before and after,
+//! `Ops::with_portable(true)` on PostgreSQL and MariaDB. Counts the rows before and after,
 //! checks the batches go in key order (not physical order) and leave recent rows alone.
 
 mod common;
@@ -125,7 +125,7 @@ async fn check(ops: &Ops) {
 }
 
 fn portable(ops: &Ops) -> Ops {
-    Ops::new(ops.pool().clone(), ops.tables().clone().with_portable(true))
+    ops.clone().with_portable(true)
 }
 
 #[tokio::test]

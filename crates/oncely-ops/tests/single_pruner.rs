@@ -103,7 +103,7 @@ async fn mariadb_named_lock_serializes_pruners() {
 
 /// Portable mode (issue 16): the pruners exclude each other through the lease table.
 fn portable(ops: &Ops) -> Ops {
-    Ops::new(ops.pool().clone(), ops.tables().clone().with_portable(true))
+    ops.clone().with_portable(true)
 }
 
 #[tokio::test]

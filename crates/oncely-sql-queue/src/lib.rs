@@ -10,7 +10,7 @@
 //! right after the commit; if that delete is lost, the lease expires, the row is delivered
 //! again and ends as `Duplicate` once more, then deleted.
 //!
-//! Table (`{schema}.{prefix}queue`, created by [`SqlQueue::migrate`], the [`MIGRATIONS`] set): `id BIGSERIAL`,
+//! Table (`{schema}.{prefix}queue`, the [`MIGRATIONS`] set, applied by `store.migrate_with(&[&MIGRATIONS])`): `id BIGSERIAL`,
 //! `message_id TEXT` (the producer-set id; `NULL` → dead-lettered as `bad_id`),
 //! `payload BYTEA`, `headers TEXT` (JSON object), `enqueued_at`, `leased_until` (Unix ms),
 //! `deliveries` (the delivery count, reported as `attempt`).

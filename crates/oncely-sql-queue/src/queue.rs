@@ -6,9 +6,7 @@ use oncely_core::{
     Acker, Delivery, Envelope, Error, Handled, Handler, Meta, RawEnvelope, Result, Source,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
-use oncely_sql::{
-    Adopt, AnyTx, Autocommit, Dialect, MigrationSet, PgStore, Tables, now_ms, run_migrations,
-};
+use oncely_sql::{Adopt, AnyTx, Autocommit, Dialect, MigrationSet, PgStore, Tables, now_ms};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -55,11 +53,16 @@ fn meta_of(column: &str) -> Meta {
 pub struct SqlQueue {
     pool: PgPool,
     table: String,
-    tables: Tables,
 }
 
-/// The `queue` migration set (PostgreSQL only) of oncely-sql's one registry. A queue table
-/// created before the shared ledger (which kept no ledger) is adopted at version 1.
+/// The `queue` migration set (PostgreSQL only) of oncely-sql's one registry, applied by the
+/// store's one runner: `store.migrate_with(&[&MIGRATIONS])` (creating the table, and its
+/// schema, if missing; a no-op when up to date). A queue table created before the shared
+/// ledger (which kept no ledger) is adopted at version 1.
+///
+/// Message ids are kept byte-exact in `raw_id` (BYTEA; added to older tables by migration 2);
+/// `message_id` holds the id as text for people reading the table (invalid UTF-8 shown
+/// lossily) and is only read for rows enqueued before `raw_id` existed.
 ///
 /// ```
 /// use oncely_sql::{Dialect, Tables};
@@ -87,19 +90,7 @@ impl SqlQueue {
         Self {
             pool,
             table: tables.table("queue"),
-            tables: tables.clone(),
         }
-    }
-
-    /// Applies the pending [`MIGRATIONS`] (creating the table, and its schema, if missing)
-    /// through oncely-sql's one runner; a no-op when up to date.
-    ///
-    /// Message ids are kept byte-exact in `raw_id` (BYTEA; added to older tables by migration
-    /// 2); `message_id` holds the id as text for people reading the table (invalid UTF-8 shown
-    /// lossily) and is only read for rows enqueued before `raw_id` existed.
-    pub async fn migrate(&self) -> Result<()> {
-        run_migrations(&self.pool, &self.tables, &[&MIGRATIONS]).await?;
-        Ok(())
     }
 
     /// Enqueues a message inside the caller's transaction (commit it with the business change).

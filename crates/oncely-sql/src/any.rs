@@ -216,14 +216,35 @@ impl AnyStore {
         }
     }
 
-    /// Applies pending migrations; returns how many ran.
+    /// Applies the pending inbox and dead-letter migrations ([`INBOX`](crate::INBOX)); returns
+    /// how many ran. The same as `migrate_with(&[&INBOX])`.
     pub async fn migrate(&self) -> Result<usize> {
         with_store!(self, s => s.migrate().await)
+    }
+
+    /// Applies the pending migrations of `sets`, in the given order, on this store's pool and
+    /// tables ([`SqlStore::migrate_with`](crate::SqlStore::migrate_with)): the one way to
+    /// create any crate's tables. Returns how many ran (0 when up to date).
+    ///
+    /// ```no_run
+    /// # async fn f(store: oncely_sql::AnyStore) -> oncely_core::Result<()> {
+    /// use oncely_sql::INBOX;
+    /// // with oncely-effects: store.migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS])
+    /// store.migrate_with(&[&INBOX]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn migrate_with(&self, sets: &[&crate::MigrationSet]) -> Result<usize> {
+        with_store!(self, s => s.migrate_with(sets).await)
     }
 
     /// The table naming in use.
     pub fn tables(&self) -> &Tables {
         with_store!(self, s => s.tables())
+    }
+
+    /// Whether the store runs in portable mode ([`SqlStore::portable`](crate::SqlStore::portable())).
+    pub fn portable(&self) -> bool {
+        with_store!(self, s => s.portable())
     }
 
     /// The store's pool (a cheap clone sharing the connections).

@@ -251,7 +251,7 @@ impl SqlStore<MySql> {
         if rest.is_empty() {
             return Ok(());
         }
-        if self.tables().portable() {
+        if self.portable() {
             return self.claim_each(tx, consumer, rest, found).await;
         }
         // 2. Claim the rest with one statement; all inserted means all fresh.

@@ -53,6 +53,11 @@ pub struct ConnectOptions {
     /// PostgreSQL only: what a commit waits for on a primary with streaming replicas
     /// ([`Replication`]; the URL option `?replication=replicated` overrides it).
     pub replication: Replication,
+    /// Forces portable mode ([`SqlStore::portable`](crate::SqlStore::portable())). Off by
+    /// default: the store turns it on by itself when
+    /// [`detect_portable`](crate::detect_portable) recognizes a distributed engine (or a
+    /// transaction pooler) at connect.
+    pub portable: bool,
 }
 
 impl Default for ConnectOptions {
@@ -62,7 +67,16 @@ impl Default for ConnectOptions {
             max_connections: 16,
             durability: Durability::Full,
             replication: Replication::AsConfigured,
+            portable: false,
         }
+    }
+}
+
+impl ConnectOptions {
+    /// Whether a store on `pool` runs in portable mode: forced, or a distributed engine
+    /// behind it ([`detect_portable`](crate::detect_portable)).
+    async fn resolve_portable(&self, pool: &crate::AnyPool) -> Result<bool> {
+        Ok(self.portable || crate::engine::detect_portable(pool).await?)
     }
 }
 
@@ -92,9 +106,8 @@ impl SqliteStore {
             .connect_with(connect)
             .await
             .map_err(|e| db("opening SQLite", e))?;
-        // Portable mode when forced or when the server is a distributed engine.
-        let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
-        Ok(Self::with_tables(pool, tables))
+        let portable = options.resolve_portable(&pool.clone().into()).await?;
+        Ok(Self::with_tables(pool, options.tables.clone()).with_portable(portable))
     }
 }
 
@@ -136,8 +149,9 @@ impl PgStore {
         }
         // Portable mode when forced, behind a transaction pooler, or when the server is a
         // distributed engine.
-        let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
-        Ok(Self::with_tables(pool, tables)
+        let portable = options.resolve_portable(&pool.clone().into()).await?;
+        Ok(Self::with_tables(pool, options.tables.clone())
+            .with_portable(portable)
             .with_failover(failover)
             .with_replication(replication))
     }
@@ -158,9 +172,10 @@ impl MySqlStore {
             .max_connections(options.max_connections)
             .after_connect(|conn, _| Box::pin(galera_sync_wait(conn)));
         let (pool, failover) = open(&url, pool, "MySQL", |o| o).await?;
-        // Portable mode when forced or when the server is a distributed engine.
-        let tables = crate::engine::resolve_tables(&pool.clone().into(), &options.tables).await?;
-        Ok(Self::with_tables(pool, tables).with_failover(failover))
+        let portable = options.resolve_portable(&pool.clone().into()).await?;
+        Ok(Self::with_tables(pool, options.tables.clone())
+            .with_portable(portable)
+            .with_failover(failover))
     }
 }
 

@@ -625,7 +625,7 @@ const DEAD_LETTER_PARAMS: usize = 14;
 pub(crate) const DEAD_LETTER_KEY: &str = "consumer, id_hash, payload_hash, reason";
 
 impl Queries {
-    pub fn new(d: Dialect, t: &Tables) -> Self {
+    pub fn new(d: Dialect, t: &Tables, portable: bool) -> Self {
         let inbox = t.inbox();
         let dl = t.dead_letters();
         let now = d.now_ms_sql();
@@ -648,7 +648,7 @@ impl Queries {
         // commit the INSERT IGNORE just waited for; a locking read sees the latest row.
         // Portable mode: `FOR UPDATE`, since TiDB ignores `LOCK IN SHARE MODE`.
         let claim_hash = match d {
-            Dialect::MySql if t.portable() => format!("{stored_hash} FOR UPDATE"),
+            Dialect::MySql if portable => format!("{stored_hash} FOR UPDATE"),
             Dialect::MySql => format!("{stored_hash} LOCK IN SHARE MODE"),
             _ => stored_hash.clone(),
         };

@@ -1,5 +1,5 @@
 //! Which engine is behind a pool, and whether oncely must use its portable mode there
-//! ([`Tables::with_portable`]).
+//! ([`SqlStore::portable`](crate::SqlStore::portable())).
 //!
 //! Portable mode is for engines that speak the PostgreSQL or MySQL protocol but lack
 //! single-node features: CockroachDB, YugabyteDB and Citus (no session advisory locks shared
@@ -8,7 +8,6 @@
 
 use crate::any::AnyPool;
 use crate::error::db;
-use crate::tables::Tables;
 use oncely_core::Result;
 #[cfg(feature = "mysql")]
 use sqlx::MySqlPool;
@@ -120,24 +119,6 @@ async fn mysql_engine(pool: &MySqlPool) -> Result<Option<&'static str>> {
         ),
     };
     Ok(engine_of_version(&version).or(wsrep_on(wsrep.as_deref()).then_some("MariaDB Galera")))
-}
-
-/// `tables` with portable mode on when it was set already or [`detect_portable`] finds a
-/// distributed engine behind `pool`. The stores call it when they connect; tools that take a
-/// pool and tables built by hand (the lock, pruning, migrations, the relay) call it too.
-///
-/// ```no_run
-/// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
-/// let tables = oncely_sql::resolve_tables(&pool, &oncely_sql::Tables::default()).await?;
-/// println!("portable: {}", tables.portable());
-/// # Ok(()) }
-/// ```
-pub async fn resolve_tables(pool: &AnyPool, tables: &Tables) -> Result<Tables> {
-    if tables.portable() {
-        return Ok(tables.clone());
-    }
-    let portable = detect_portable(pool).await?;
-    Ok(tables.clone().with_portable(portable))
 }
 
 #[cfg(test)]

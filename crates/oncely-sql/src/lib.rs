@@ -64,15 +64,13 @@ pub use any::{AnyPool, AnyStore};
 pub use clock::{from_ms, now_ms, to_ms};
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
-pub use engine::{detect_portable, engine_of_version, resolve_tables};
+pub use engine::{detect_portable, engine_of_version};
 pub use error::{db, db as db_error, error_kind, is_missing_table};
 pub use letter::{dead_letter_columns, decode_dead_letter};
 pub use lock::{DbLock, LEASE_TTL};
 pub use migrate::{
-    Adopt, INBOX, MigrateDb, MigrationSet, migrate_url, print_migration_sets, reset_sql,
-    run_migrations,
+    Adopt, INBOX, MigrateDb, Migration, MigrationSet, print_migration_sets, reset_sql,
 };
-pub use migrate::{Migration, migrations, print_migrations};
 pub use pooler::{Autocommit, behind_transaction_pooler, query, query_as, query_scalar};
 pub use query::{Column, Done, SqlDatabase, Value};
 pub use replication::Replication;

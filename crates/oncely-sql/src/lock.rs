@@ -5,7 +5,7 @@
 //! - PostgreSQL: a session advisory lock (`pg_try_advisory_lock(int4, int4)`) held on a
 //!   connection taken out of the pool; if the process dies, the session ends and the lock goes.
 //! - MySQL / MariaDB: a named lock (`GET_LOCK`) held the same way.
-//! - SQLite, and every database in portable mode ([`Tables::portable`]: CockroachDB,
+//! - SQLite, and every database in portable mode ([`SqlStore::portable`](crate::SqlStore::portable()): CockroachDB,
 //!   YugabyteDB, TiDB, Citus, MariaDB Galera, where advisory and named locks do not exclude
 //!   sessions on other nodes): a lease row in `{prefix}ops_leases` with an expiry, renewed
 //!   after every batch; a crashed holder's lease expires after [`LEASE_TTL`].
@@ -43,7 +43,7 @@ const PG_CLASS: i32 = 0x6f6e_6365;
 /// ```no_run
 /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
 /// use oncely_sql::{DbLock, Tables};
-/// if let Some(lock) = DbLock::acquire(&pool, &Tables::default(), "prune", false).await? {
+/// if let Some(lock) = DbLock::acquire(&pool, &Tables::default(), false, "prune", false).await? {
 ///     // … the work only one process may do at a time …
 ///     lock.release().await?;
 /// }
@@ -147,17 +147,18 @@ impl DbLock {
     /// (e.g. `"prune"`). Returns `None` when another holder has it and `wait` is false; with
     /// `wait`, waits.
     ///
-    /// A lease is used on SQLite and in portable mode: when `tables` says so, or when
-    /// [`detect_portable`] finds a distributed engine behind `pool` (one query).
+    /// A lease is used on SQLite and in portable mode: when `portable` (the store's
+    /// [`SqlStore::portable`](crate::SqlStore::portable())), or when [`detect_portable`] finds a
+    /// distributed engine behind `pool` (one query).
     pub async fn acquire(
         pool: &AnyPool,
         tables: &Tables,
+        portable: bool,
         purpose: &str,
         wait: bool,
     ) -> Result<Option<Self>> {
-        let lease = pool.dialect() == crate::Dialect::Sqlite
-            || tables.portable()
-            || detect_portable(pool).await?;
+        let lease =
+            pool.dialect() == crate::Dialect::Sqlite || portable || detect_portable(pool).await?;
         if lease {
             let patience = if wait { Duration::MAX } else { Duration::ZERO };
             return Self::lease(pool, tables, purpose, patience).await;

@@ -3,22 +3,19 @@
 //! them in one ledger table, `{schema}.{prefix}migration_ledger`, keyed by `(set_name, version)`.
 //!
 //! The sets: [`INBOX`] (here: inbox and dead letters), `oncely_effects::MIGRATIONS` (entity
-//! versions, effect journal, outbox), `oncely_sql_queue::MIGRATIONS` (the PostgreSQL queue
-//! table) and `oncely_ops::partition::MIGRATIONS` (the partitioned inbox's static DDL). This
-//! crate knows none of them but its own: the crates hand their sets to [`run_migrations`].
+//! versions, effect journal, outbox), `oncely_http::MIGRATIONS` (the Idempotency-Key table),
+//! `oncely_sql_queue::MIGRATIONS` (the PostgreSQL queue table) and
+//! `oncely_ops::partition::MIGRATIONS` (the partitioned inbox's static DDL). This crate knows
+//! none of them but its own. There is one way to apply them:
+//! `store.migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS, …])` on an
+//! [`AnyStore`](crate::AnyStore) or a [`SqlStore`] (`store.migrate()` is the inbox set alone).
 
 mod runner;
 
+use crate::SqlDatabase;
 use crate::dialect::Dialect;
-#[cfg(feature = "mysql")]
-use crate::store::MySqlStore;
-#[cfg(feature = "postgres")]
-use crate::store::PgStore;
 use crate::store::SqlStore;
-#[cfg(feature = "sqlite")]
-use crate::store::SqliteStore;
 use crate::tables::{Tables, is_identifier};
-use crate::{ConnectOptions, SqlDatabase};
 use oncely_core::{Error, Result};
 use sqlx::Pool;
 use std::future::Future;
@@ -252,17 +249,6 @@ pub static INBOX: MigrationSet = crate::migration_set!("inbox", [sqlite, postgre
 ])
 .adopt(&[Adopt::Ledger("migrations")]);
 
-/// The inbox migrations of a dialect, oldest first.
-pub fn migrations(dialect: Dialect) -> &'static [Migration] {
-    INBOX.migrations(dialect)
-}
-
-/// The inbox migrations of a dialect as one SQL script, for users who run their own
-/// migration tool ([`print_migration_sets`] prints any sets).
-pub fn print_migrations(dialect: Dialect, tables: &Tables) -> String {
-    INBOX.print(dialect, tables).unwrap_or_default()
-}
-
 /// Sets as one SQL script for `dialect`, in the given order; an error if a set does not exist
 /// on `dialect` (the queue and the partitioned inbox are PostgreSQL only).
 ///
@@ -307,7 +293,7 @@ fn created_tables(template: &'static str) -> impl Iterator<Item = &'static str> 
 /// The statements that undo `sets` on `dialect` for the tables `tables`, for a demo or a test
 /// that resets a database of its own (**every row of those tables is lost**): each set's
 /// tables ([`MigrationSet::tables`]) dropped, newest first, and its rows removed from the
-/// shared ledger, so that the next [`run_migrations`] applies the sets again from version 1.
+/// shared ledger, so that the next [`SqlStore::migrate_with`] applies the sets again from version 1.
 /// The ledger itself stays (other sets may be recorded in it). Run them in order.
 ///
 /// ```
@@ -354,80 +340,38 @@ pub trait MigrateDb: SqlDatabase + sealed::Sealed {
     fn run_sets(
         pool: &Pool<Self>,
         tables: &Tables,
+        portable: bool,
         sets: &[&MigrationSet],
     ) -> impl Future<Output = Result<usize>> + Send;
 }
 
-/// Applies the pending migrations of `sets`, set after set in the given order, and returns
-/// how many ran (0 when up to date).
-///
-/// Concurrent migrators serialize: SQLite through `BEGIN IMMEDIATE`, PostgreSQL through an
-/// advisory lock, MySQL through `GET_LOCK`; in portable mode ([`Tables::portable`], set or
-/// detected by [`resolve_tables`](crate::resolve_tables)) through a lease row in
-/// `{prefix}ops_leases`, waited for up to two minutes. The schema (PostgreSQL) or database (MySQL) of
-/// `tables` is created if missing. Applied versions are recorded in
-/// `{schema}.{prefix}migration_ledger`; a set's older ledger or tables are adopted first
-/// (see [`Adopt`]).
-///
-/// ```no_run
-/// # async fn f() -> oncely_core::Result<()> {
-/// let store = oncely_sql::SqliteStore::connect("sqlite:app.db").await?;
-/// oncely_sql::run_migrations(store.pool(), store.tables(), &[&oncely_sql::INBOX]).await?;
-/// # Ok(()) }
-/// ```
-pub async fn run_migrations<DB: MigrateDb>(
-    pool: &Pool<DB>,
-    tables: &Tables,
-    sets: &[&MigrationSet],
-) -> Result<usize> {
-    DB::run_sets(pool, tables, sets).await
-}
-
-/// Connects to `url` (two connections) and applies `sets` there ([`run_migrations`]).
-pub async fn migrate_url(url: &str, tables: &Tables, sets: &[&MigrationSet]) -> Result<usize> {
-    let options = ConnectOptions {
-        tables: tables.clone(),
-        max_connections: 2,
-        ..ConnectOptions::default()
-    };
-    match Dialect::from_url(url)? {
-        #[cfg(feature = "sqlite")]
-        Dialect::Sqlite => {
-            SqliteStore::connect_with(url, &options)
-                .await?
-                .migrate_with(sets)
-                .await
-        }
-        #[cfg(feature = "postgres")]
-        Dialect::Postgres => {
-            PgStore::connect_with(url, &options)
-                .await?
-                .migrate_with(sets)
-                .await
-        }
-        #[cfg(feature = "mysql")]
-        Dialect::MySql => {
-            MySqlStore::connect_with(url, &options)
-                .await?
-                .migrate_with(sets)
-                .await
-        }
-        #[allow(unreachable_patterns)]
-        dialect => Err(crate::any::not_built(dialect)),
-    }
-}
-
 impl<DB: MigrateDb> SqlStore<DB> {
     /// Applies the pending inbox and dead-letter migrations ([`INBOX`]); a no-op when up to
-    /// date. Returns how many ran.
+    /// date. Returns how many ran. The same as `migrate_with(&[&INBOX])`.
     pub async fn migrate(&self) -> Result<usize> {
         self.migrate_with(&[&INBOX]).await
     }
 
-    /// Applies the pending migrations of `sets` on this store's pool and tables
-    /// ([`run_migrations`]).
+    /// Applies the pending migrations of `sets` on this store's pool and tables, set after set
+    /// in the given order, and returns how many ran (0 when up to date): the one way to
+    /// create or upgrade any crate's tables.
+    ///
+    /// Concurrent migrators serialize: SQLite through `BEGIN IMMEDIATE`, PostgreSQL through an
+    /// advisory lock, MySQL through `GET_LOCK`; in portable mode ([`SqlStore::portable()`], or
+    /// detected by [`detect_portable`](crate::detect_portable)) through a lease row in
+    /// `{prefix}ops_leases`, waited for up to two minutes. The schema (PostgreSQL) or database
+    /// (MySQL) of the store's tables is created if missing. Applied versions are recorded in
+    /// `{schema}.{prefix}migration_ledger`; a set's older ledger or tables are adopted first
+    /// (see [`Adopt`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> oncely_core::Result<()> {
+    /// let store = oncely_sql::SqliteStore::connect("sqlite:app.db").await?;
+    /// store.migrate_with(&[&oncely_sql::INBOX]).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn migrate_with(&self, sets: &[&MigrationSet]) -> Result<usize> {
-        run_migrations(self.pool(), self.tables(), sets).await
+        DB::run_sets(self.pool(), self.tables(), self.portable(), sets).await
     }
 }
 
@@ -438,12 +382,12 @@ mod tests {
     #[test]
     fn every_dialect_has_the_same_versions_and_prints_them() {
         for d in [Dialect::Sqlite, Dialect::Postgres, Dialect::MySql] {
-            let versions: Vec<i64> = migrations(d).iter().map(|m| m.version).collect();
+            let versions: Vec<i64> = INBOX.migrations(d).iter().map(|m| m.version).collect();
             assert_eq!(versions, vec![1, 2], "{d:?}");
-            let script = print_migrations(d, &Tables::default());
+            let script = INBOX.print(d, &Tables::default()).unwrap();
             assert!(script.contains("-- version 2 (dead_letter_key)"), "{d:?}");
             assert!(script.contains("dead_letters_key"), "{d:?}");
-            let sql = migrations(d)[1].sql(&Tables::default());
+            let sql = INBOX.migrations(d)[1].sql(&Tables::default());
             assert_eq!(
                 runner::split_backfill(&sql).1.is_some(),
                 d == Dialect::Sqlite,

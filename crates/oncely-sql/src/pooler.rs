@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | named prepared statements (sqlx caches `sqlx_s_N` per client connection) | another client's `Parse` of the same name fails `already exists`; worse, a cached `Bind sqlx_s_N` lands on a server where another client prepared a *different* `sqlx_s_N`: that client's SQL runs with this client's values | every statement is unnamed ([`query`], [`query_as`], [`query_scalar`], and the erased layer) |
 //! | the unnamed statement between `Parse` and `Bind` (sqlx sends them in two round trips) | outside a transaction the pooler may hand the `Bind` to another server, whose unnamed statement another client prepared | every statement runs inside a transaction: the store's own, or a short one of its own ([`Autocommit`], and the erased layer by itself) |
-//! | session advisory locks (`pg_advisory_lock`), `LISTEN` | held or listening on a server another client now uses; released or deaf at random | portable mode (see [`Tables::with_portable`](crate::Tables::with_portable)): lease-table locks, a polling outbox relay; the migration lock is transaction-scoped anyway |
+//! | session advisory locks (`pg_advisory_lock`), `LISTEN` | held or listening on a server another client now uses; released or deaf at random | portable mode (see [`SqlStore::portable`](crate::SqlStore::portable())): lease-table locks, a polling outbox relay; the migration lock is transaction-scoped anyway |
 //! | `SET` (session settings) | leaks to other clients | oncely sets nothing per session on PostgreSQL; per-transaction settings use `SET LOCAL` |
 //!
 //! **How oncely knows.** The URL option `pooler=transaction` says so; `pooler=none` says

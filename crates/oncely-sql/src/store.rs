@@ -36,6 +36,8 @@ pub struct SqlStore<DB: Database> {
     failover: Option<Arc<Failover<DB>>>,
     /// What a commit waits for (see [`crate::replication`]).
     replication: Replication,
+    /// Portable mode (see [`SqlStore::portable()`]).
+    portable: bool,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -48,6 +50,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
             packet_limit: self.packet_limit.clone(),
             failover: self.failover.clone(),
             replication: self.replication,
+            portable: self.portable,
         }
     }
 }
@@ -72,8 +75,8 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    fn new(dialect: Dialect, tables: &Tables) -> Self {
-        let q = Queries::new(dialect, tables);
+    fn new(dialect: Dialect, tables: &Tables, portable: bool) -> Self {
+        let q = Queries::new(dialect, tables, portable);
         let s = |text: String| AssertSqlSafe(text).into_sql_str();
         Self {
             claim: s(q.claim),
@@ -142,7 +145,7 @@ impl<DB: SqlDatabase> SqlStore<DB> {
 
     /// A store over an existing pool, with custom table names.
     pub fn with_tables(pool: Pool<DB>, tables: Tables) -> Self {
-        let queries = Arc::new(Statements::new(DB::DIALECT, &tables));
+        let queries = Arc::new(Statements::new(DB::DIALECT, &tables, false));
         Self {
             pool,
             tables,
@@ -151,7 +154,36 @@ impl<DB: SqlDatabase> SqlStore<DB> {
             packet_limit: Arc::default(),
             failover: None,
             replication: Replication::AsConfigured,
+            portable: false,
         }
+    }
+
+    /// Turns portable mode on or off (see [`SqlStore::portable()`]); `connect_with` sets it from
+    /// [`ConnectOptions::portable`](crate::ConnectOptions::portable) and what it detects, a
+    /// store made [`with_tables`](Self::with_tables) starts with it off.
+    pub fn with_portable(mut self, portable: bool) -> Self {
+        self.portable = portable;
+        self.queries = Arc::new(Statements::new(DB::DIALECT, &self.tables, portable));
+        self
+    }
+
+    /// Whether the store runs in portable mode: only SQL that distributed engines support
+    /// (CockroachDB, YugabyteDB, TiDB, Citus, MariaDB Galera; and PostgreSQL behind a
+    /// transaction pooler): lease-table locks instead of advisory / named locks,
+    /// primary-key-range pruning instead of `ctid`, a polling outbox relay (no
+    /// `LISTEN`/`NOTIFY`), `FOR UPDATE` claim reads on the MySQL family, batch claims one at a
+    /// time. Tools built from the store (`oncely_ops::Ops::from(&store)`) take it over; pass it
+    /// on to the outbox and relay of oncely-effects (`.portable(store.portable())`).
+    ///
+    /// ```no_run
+    /// # async fn f() -> oncely_core::Result<()> {
+    /// let store = oncely_sql::SqliteStore::connect("sqlite:app.db").await?;
+    /// assert!(!store.portable()); // never detected on SQLite
+    /// assert!(store.with_portable(true).portable()); // forced
+    /// # Ok(()) }
+    /// ```
+    pub fn portable(&self) -> bool {
+        self.portable
     }
 
     pub(crate) fn with_failover(mut self, failover: Option<Failover<DB>>) -> Self {

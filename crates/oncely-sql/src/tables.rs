@@ -15,7 +15,6 @@ use oncely_core::Error;
 pub struct Tables {
     schema: Option<String>,
     prefix: String,
-    portable: bool,
 }
 
 impl Default for Tables {
@@ -23,7 +22,6 @@ impl Default for Tables {
         Self {
             schema: None,
             prefix: "oncely_".to_owned(),
-            portable: false,
         }
     }
 }
@@ -57,34 +55,6 @@ impl Tables {
         }
         self.prefix = prefix.to_owned();
         Ok(self)
-    }
-
-    /// Portable mode: use only SQL that distributed engines support (CockroachDB,
-    /// YugabyteDB, TiDB, Citus, MariaDB Galera): lease-table locks instead of advisory /
-    /// named locks, primary-key-range pruning instead of `ctid`, a polling outbox relay
-    /// (no `LISTEN`/`NOTIFY`), `FOR UPDATE` claim reads on the MySQL family.
-    ///
-    /// Off by default; the stores turn it on by themselves when
-    /// [`detect_portable`](crate::detect_portable) recognizes such an engine
-    /// ([`resolve_tables`](crate::resolve_tables)). Set it to force the mode.
-    ///
-    /// ```
-    /// let t = oncely_sql::Tables::default().with_portable(true);
-    /// assert!(t.portable());
-    /// assert!(!oncely_sql::Tables::default().portable());
-    /// ```
-    pub fn with_portable(mut self, portable: bool) -> Self {
-        self.portable = portable;
-        self
-    }
-
-    /// Whether portable mode is on (see [`Tables::with_portable`]).
-    ///
-    /// ```
-    /// assert!(!oncely_sql::Tables::default().portable());
-    /// ```
-    pub fn portable(&self) -> bool {
-        self.portable
     }
 
     /// The schema, if any.
@@ -156,7 +126,8 @@ impl Tables {
     }
 
     /// The qualified name of the leases behind [`DbLock`](crate::DbLock) on SQLite and in
-    /// portable mode (and of the migration lock in portable mode).
+    /// portable mode ([`SqlStore::portable`](crate::SqlStore::portable()); also the migration
+    /// lock there).
     ///
     /// ```
     /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();

@@ -5,13 +5,13 @@ mod common;
 use common::{missing, mysql_url, unique};
 use oncely_core::{Error, Result};
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Transaction};
-use oncely_sql::{ConnectOptions, MySqlStore, Tables};
+use oncely_sql::{ConnectOptions, MySqlStore};
 use oncely_testkit::{ExerciseOptions, StoreHarness};
 use std::sync::Mutex;
 
 struct MySqlHarness {
     databases: Mutex<Vec<String>>,
-    /// Portable mode forced on (`Tables::with_portable`).
+    /// Portable mode forced on (`ConnectOptions::portable`).
     portable: bool,
 }
 
@@ -52,12 +52,12 @@ impl StoreHarness for MySqlHarness {
         // the test ledger live there.
         let options = ConnectOptions {
             max_connections: 8,
-            tables: Tables::default().with_portable(self.portable),
+            portable: self.portable,
             ..ConnectOptions::default()
         };
         let store = MySqlStore::connect_with(&url_with_db(&mysql_url(), &name), &options).await?;
         // Forced, or detected (the suite also runs on a Galera node: ONCELY_TEST_MYSQL_URL).
-        assert!(store.tables().portable() || !self.portable);
+        assert!(store.portable() || !self.portable);
         store.migrate().await?;
         if self.portable {
             // The portable migration took its lock in the lease table (and released it).

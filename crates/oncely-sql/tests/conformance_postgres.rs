@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 struct PgHarness {
     schemas: Mutex<Vec<String>>,
-    /// Portable mode forced on (`Tables::with_portable`).
+    /// Portable mode forced on (`SqlStore::with_portable`).
     portable: bool,
 }
 
@@ -36,10 +36,8 @@ impl StoreHarness for PgHarness {
             .connect_with(connect)
             .await
             .map_err(db)?;
-        let tables = Tables::default()
-            .with_schema(&schema)?
-            .with_portable(self.portable);
-        let store = PgStore::with_tables(pool, tables);
+        let tables = Tables::default().with_schema(&schema)?;
+        let store = PgStore::with_tables(pool, tables).with_portable(self.portable);
         store.migrate().await?;
         if self.portable {
             // The portable migration took its lock in the lease table (and released it).

@@ -75,10 +75,14 @@ async fn migrate_twice_is_a_no_op_and_prints() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("m.db").display());
     let store = SqliteStore::connect(&url).await.unwrap();
-    let all = oncely_sql::migrations(oncely_sql::Dialect::Sqlite).len();
+    let all = oncely_sql::INBOX
+        .migrations(oncely_sql::Dialect::Sqlite)
+        .len();
     assert_eq!(store.migrate().await.unwrap(), all);
     assert_eq!(store.migrate().await.unwrap(), 0);
-    let sql = oncely_sql::print_migrations(oncely_sql::Dialect::Sqlite, store.tables());
+    let sql = oncely_sql::INBOX
+        .print(oncely_sql::Dialect::Sqlite, store.tables())
+        .unwrap();
     assert!(sql.contains("CREATE TABLE IF NOT EXISTS oncely_inbox"));
     assert!(sql.contains("CREATE UNIQUE INDEX IF NOT EXISTS oncely_dead_letters_key"));
 }

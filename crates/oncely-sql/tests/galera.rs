@@ -332,8 +332,5 @@ async fn detection_is_true_on_galera() {
         .await
         .expect("the Galera node answers");
     assert!(detect_portable(&store.pool().clone().into()).await.unwrap());
-    assert!(
-        store.tables().portable(),
-        "connect resolved to portable on Galera"
-    );
+    assert!(store.portable(), "connect resolved to portable on Galera");
 }

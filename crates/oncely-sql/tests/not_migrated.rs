@@ -94,7 +94,7 @@ async fn a_consumer_over_tables_of_an_older_version_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir).await;
     // Version 1 of the inbox set only: dead_letters lacks id_hash, last_seen, deliveries.
-    let v1 = oncely_sql::migrations(oncely_sql::Dialect::Sqlite)[0].sql(store.tables());
+    let v1 = oncely_sql::INBOX.migrations(oncely_sql::Dialect::Sqlite)[0].sql(store.tables());
     sqlx::raw_sql(sqlx::AssertSqlSafe(v1))
         .execute(store.pool())
         .await

@@ -207,7 +207,7 @@ async fn through_pgbouncer_in_transaction_mode() {
     let store = PgStore::connect(&bouncer_url("test")).await.unwrap();
     assert!(oncely_sql::behind_transaction_pooler());
     assert!(
-        store.tables().portable(),
+        store.portable(),
         "behind a transaction pooler oncely uses lease locks and polling"
     );
 

@@ -1,5 +1,5 @@
 //! Portable mode (issue 16, item 5) on the real PostgreSQL and MariaDB servers, forced with
-//! `Tables::with_portable(true)`: the lease lock, portable migrations, the MySQL-family
+//! `ConnectOptions::portable`: the lease lock, portable migrations, the MySQL-family
 //! `FOR UPDATE` claim read, serialization failures retried, and detection (false here).
 //! The conformance suite with portable tables runs in `conformance_{postgres,mysql}.rs`.
 
@@ -10,7 +10,7 @@ use oncely_core::{Claim, ConsumerName, ErrorKind, MessageId, PayloadHash, Store}
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{
     AnyPool, AnyStore, DbLock, Isolation, MySqlStore, PgStore, SqliteStore, Tables,
-    detect_portable, engine_of_version, resolve_tables, with_pool,
+    detect_portable, engine_of_version, with_pool,
 };
 use oncely_testkit::{FaultySource, SourceFaults};
 use std::time::Duration;
@@ -32,7 +32,7 @@ async fn exec(pool: &AnyPool, sql: String) {
 /// expired (the old holder's renewal then fails), and leaves no row behind when released.
 async fn lease_excludes_and_expires(pool: AnyPool, tables: Tables) {
     let leases = tables.ops_leases();
-    let first = DbLock::acquire(&pool, &tables, "job", false)
+    let first = DbLock::acquire(&pool, &tables, true, "job", false)
         .await
         .unwrap()
         .expect("the lock is free");
@@ -44,14 +44,14 @@ async fn lease_excludes_and_expires(pool: AnyPool, tables: Tables) {
         "a lease row, not a session lock"
     );
     assert!(
-        DbLock::acquire(&pool, &tables, "job", false)
+        DbLock::acquire(&pool, &tables, true, "job", false)
             .await
             .unwrap()
             .is_none(),
         "a second holder is refused while the first holds the lease"
     );
     // Another purpose is another lease.
-    let other = DbLock::acquire(&pool, &tables, "other", false)
+    let other = DbLock::acquire(&pool, &tables, true, "other", false)
         .await
         .unwrap();
     other
@@ -63,7 +63,7 @@ async fn lease_excludes_and_expires(pool: AnyPool, tables: Tables) {
     // A waiter gets it once the first releases.
     let waiter = tokio::spawn({
         let (pool, tables) = (pool.clone(), tables.clone());
-        async move { DbLock::acquire(&pool, &tables, "job", true).await }
+        async move { DbLock::acquire(&pool, &tables, true, "job", true).await }
     });
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(
@@ -81,7 +81,7 @@ async fn lease_excludes_and_expires(pool: AnyPool, tables: Tables) {
 
     // The holder "crashes": its lease expires and someone else takes it over.
     exec(&pool, format!("UPDATE {leases} SET expires_at = 0")).await;
-    let mut third = DbLock::acquire(&pool, &tables, "job", false)
+    let mut third = DbLock::acquire(&pool, &tables, true, "job", false)
         .await
         .unwrap()
         .expect("an expired lease is taken over");
@@ -103,7 +103,7 @@ async fn pg_portable_lease_lock_excludes_and_expires() {
     let Some(fx) = pg_portable("pg_port_lease").await else {
         return;
     };
-    assert!(fx.store.tables().portable());
+    assert!(fx.store.portable());
     lease_excludes_and_expires(fx.store.pool().clone().into(), fx.tables().clone()).await;
     fx.cleanup().await;
 }
@@ -113,7 +113,7 @@ async fn mysql_portable_lease_lock_excludes_and_expires() {
     let Some(fx) = mysql_portable("my_port_lease").await else {
         return;
     };
-    assert!(fx.store.tables().portable());
+    assert!(fx.store.portable());
     lease_excludes_and_expires(fx.store.pool().clone().into(), fx.tables().clone()).await;
     fx.cleanup().await;
 }
@@ -123,17 +123,14 @@ async fn mysql_portable_lease_lock_excludes_and_expires() {
 async fn concurrent_portable_migrations<S: TestStore>(url: &str, test: &str) {
     for _ in 0..3 {
         let schema = common::unique(test);
-        let tables = Tables::default()
-            .with_schema(&schema)
-            .unwrap()
-            .with_portable(true);
-        let a = S::open(url, tables.clone()).await.unwrap();
-        let b = S::open(url, tables.clone()).await.unwrap();
+        let tables = Tables::default().with_schema(&schema).unwrap();
+        let a = S::open_with(url, tables.clone(), true).await.unwrap();
+        let b = S::open_with(url, tables.clone(), true).await.unwrap();
         let (ra, rb) = tokio::join!(a.migrate_now(), b.migrate_now());
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
         assert_eq!(
             ra + rb,
-            oncely_sql::migrations(S::DIALECT).len(),
+            oncely_sql::INBOX.migrations(S::DIALECT).len(),
             "each migration applied exactly once ({ra} + {rb})"
         );
         assert_eq!(a.migrate_now().await.unwrap(), 0);
@@ -263,7 +260,7 @@ async fn mysql_portable_claim_read_is_for_update() {
         s.rollback(tx).await.unwrap();
         // Without forcing, the store may still have detected a distributed engine (a Galera
         // node given as the MariaDB URL): then the claim read is `FOR UPDATE` as well.
-        let locked = fx.store.tables().portable();
+        let locked = fx.store.portable();
         assert!(locked || !portable, "forced portable mode is kept");
         if locked {
             let e = shared.expect_err("the claim read holds an exclusive lock");
@@ -284,9 +281,15 @@ async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
     let sqlite = SqliteStore::connect("sqlite::memory:").await.unwrap();
     let pool: AnyPool = sqlite.pool().clone().into();
     assert!(!detect_portable(&pool).await.unwrap());
-    assert!(!sqlite.tables().portable());
-    let forced = Tables::default().with_portable(true);
-    assert!(resolve_tables(&pool, &forced).await.unwrap().portable());
+    assert!(!sqlite.portable());
+    let forced = oncely_sql::ConnectOptions {
+        portable: true,
+        ..Default::default()
+    };
+    let sqlite = SqliteStore::connect_with("sqlite::memory:", &forced)
+        .await
+        .unwrap();
+    assert!(sqlite.portable(), "forced at connect");
 
     for (server, url) in [("PostgreSQL", pg_url()), ("MariaDB", mysql_url())] {
         if let Err(e) = common::probe(&url).await {
@@ -297,21 +300,11 @@ async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
         let pool = store.pool();
         assert!(!detect_portable(&pool).await.unwrap(), "{server}");
         assert!(
-            !store.tables().portable(),
+            !store.portable(),
             "{server}: connect resolved to not portable"
         );
-        let resolved = resolve_tables(&pool, &Tables::default()).await.unwrap();
-        assert!(!resolved.portable(), "{server}");
-        assert!(
-            resolve_tables(&pool, &forced).await.unwrap().portable(),
-            "{server}"
-        );
-        let options = oncely_sql::ConnectOptions {
-            tables: forced.clone(),
-            ..Default::default()
-        };
-        let store = AnyStore::connect_with(&url, &options).await.unwrap();
-        assert!(store.tables().portable(), "{server}: forced at connect");
+        let store = AnyStore::connect_with(&url, &forced).await.unwrap();
+        assert!(store.portable(), "{server}: forced at connect");
         // The version string really was read, and names no distributed engine.
         let version: String = with_pool!(&pool, p => sqlx::query_scalar(
             "SELECT CAST(VERSION() AS CHAR(200))"

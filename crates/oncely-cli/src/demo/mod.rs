@@ -437,7 +437,7 @@ async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
 
 /// Migrates and creates the demo tables if missing (keeps existing data).
 async fn create_tables(store: &AnyStore, tables: &CreditTables) -> Result<()> {
-    let ran = with_store!(store, s => s.migrate_with(DEMO_SETS).await)?;
+    let ran = store.migrate_with(DEMO_SETS).await?;
     debug!(migrations = ran, "demo store migrated");
     for sql in tables.ddl() {
         with_store!(store, s => { sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(s.pool()).await.context("creating the demo tables")?; });

@@ -3,7 +3,7 @@
 //! (the rule and the URLs of `oncely_testkit::services`).
 #![allow(dead_code)]
 
-use oncely_sql::{MySqlStore, PgStore, SqliteStore, Tables};
+use oncely_sql::{INBOX, MySqlStore, PgStore, SqliteStore, Tables};
 use std::time::Duration;
 
 pub use oncely_testkit::services::{mysql_url, pg_url};
@@ -41,8 +41,8 @@ pub async fn sqlite() -> (SqliteStore, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("test.db").display());
     let store = SqliteStore::connect(&url).await.unwrap();
-    store.migrate().await.unwrap();
-    oncely_effects::migrate(store.pool(), store.tables())
+    store
+        .migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS])
         .await
         .unwrap();
     (store, dir)
@@ -75,8 +75,8 @@ pub async fn postgres_at(test: &str, url: &str, server: &str) -> Option<PgStore>
         Ok(Err(e)) => return missing(server, test, &e),
         Err(e) => return missing(server, test, &e),
     };
-    store.migrate().await.unwrap();
-    oncely_effects::migrate(store.pool(), store.tables())
+    store
+        .migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS])
         .await
         .unwrap();
     Some(store)
@@ -103,8 +103,8 @@ pub async fn mysql(test: &str) -> Option<MySqlStore> {
         Ok(Err(e)) => return missing("MariaDB/MySQL", test, &e),
         Err(e) => return missing("MariaDB/MySQL", test, &e),
     };
-    store.migrate().await.unwrap();
-    oncely_effects::migrate(store.pool(), store.tables())
+    store
+        .migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS])
         .await
         .unwrap();
     Some(store)
@@ -142,6 +142,16 @@ pub async fn enqueue_rows<DB: oncely_effects::EffectsDb>(
     entities: usize,
 ) -> std::collections::HashSet<String> {
     let outbox = oncely_effects::Outbox::new("test", tables.clone());
+    enqueue_rows_in(pool, &outbox, n, entities).await
+}
+
+/// [`enqueue_rows`] through `outbox` (e.g. one in portable mode).
+pub async fn enqueue_rows_in<DB: oncely_effects::EffectsDb>(
+    pool: &sqlx::Pool<DB>,
+    outbox: &oncely_effects::Outbox,
+    n: usize,
+    entities: usize,
+) -> std::collections::HashSet<String> {
     let mut ids = std::collections::HashSet::new();
     for i in 0..n {
         let mut tx = pool.begin_with(DB::BEGIN).await.unwrap();

@@ -668,7 +668,7 @@ pub async fn which_answers_are_stored(db: Db) {
 /// still deletes exactly the expired rows. Run on a second set of tables (`legacy_` prefix)
 /// in the test's database.
 pub async fn migration_keeps_old_keys_global(db: Db) {
-    use oncely_sql::{AnyStore, Column, ConnectOptions, Dialect, MigrationSet, Value, with_store};
+    use oncely_sql::{AnyStore, Column, ConnectOptions, Dialect, MigrationSet, Value};
     let tables = db.store.tables().clone().with_prefix("legacy_").unwrap();
     let options = ConnectOptions {
         tables: tables.clone(),
@@ -680,7 +680,7 @@ pub async fn migration_keeps_old_keys_global(db: Db) {
         .sqlite(&m.migrations(Dialect::Sqlite)[..1])
         .postgres(&m.migrations(Dialect::Postgres)[..1])
         .mysql(&m.migrations(Dialect::MySql)[..1]);
-    let applied = with_store!(&old, s => s.migrate_with(&[&v1]).await).unwrap();
+    let applied = old.migrate_with(&[&v1]).await.unwrap();
     assert_eq!(applied, 1, "version 1 only");
     let mut json = http::HeaderMap::new();
     json.insert("content-type", "application/json".parse().unwrap());
@@ -708,7 +708,7 @@ pub async fn migration_keeps_old_keys_global(db: Db) {
     }
     old.commit(tx).await.unwrap();
     assert_eq!(
-        oncely_http::migrate(&old).await.unwrap(),
+        old.migrate_with(&[&oncely_http::MIGRATIONS]).await.unwrap(),
         1,
         "version 2 ran"
     );

@@ -6,7 +6,7 @@ use crate::any::AnyPool;
 use crate::clock::now_ms;
 use crate::dialect::Dialect;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::engine::resolve_tables;
+use crate::engine::detect_portable;
 use crate::error::db;
 use crate::lock::{DbLock, LEASE_TTL, create_lease_table};
 use crate::tables::Tables;
@@ -288,7 +288,12 @@ macro_rules! backfill_id_hash {
 }
 #[cfg(feature = "sqlite")]
 impl MigrateDb for Sqlite {
-    async fn run_sets(pool: &Pool<Self>, tables: &Tables, sets: &[&MigrationSet]) -> Result<usize> {
+    async fn run_sets(
+        pool: &Pool<Self>,
+        tables: &Tables,
+        _portable: bool,
+        sets: &[&MigrationSet],
+    ) -> Result<usize> {
         if tables.schema().is_some() {
             return Err(Error::config(
                 "SQLite has no schemas: use a table prefix instead",
@@ -309,9 +314,13 @@ impl MigrateDb for Sqlite {
 #[cfg(feature = "postgres")]
 impl MigrateDb for Postgres {
     /// The lock is `pg_advisory_xact_lock`, or in portable mode a lease (see [`under_lease`]).
-    async fn run_sets(pool: &Pool<Self>, tables: &Tables, sets: &[&MigrationSet]) -> Result<usize> {
-        let tables = &resolve_tables(&pool.clone().into(), tables).await?;
-        if tables.portable() {
+    async fn run_sets(
+        pool: &Pool<Self>,
+        tables: &Tables,
+        portable: bool,
+        sets: &[&MigrationSet],
+    ) -> Result<usize> {
+        if portable || detect_portable(&pool.clone().into()).await? {
             return under_lease(
                 pool.clone().into(),
                 tables,
@@ -359,9 +368,13 @@ impl MigrateDb for MySql {
     /// MySQL commits DDL implicitly: the lock is a named lock (`GET_LOCK`) on one connection,
     /// or in portable mode a lease (see [`under_lease`]; Galera's and TiDB's named locks do not
     /// exclude sessions on other nodes).
-    async fn run_sets(pool: &Pool<Self>, tables: &Tables, sets: &[&MigrationSet]) -> Result<usize> {
-        let tables = &resolve_tables(&pool.clone().into(), tables).await?;
-        if tables.portable() {
+    async fn run_sets(
+        pool: &Pool<Self>,
+        tables: &Tables,
+        portable: bool,
+        sets: &[&MigrationSet],
+    ) -> Result<usize> {
+        if portable || detect_portable(&pool.clone().into()).await? {
             let work = async {
                 let mut conn = pool
                     .acquire()

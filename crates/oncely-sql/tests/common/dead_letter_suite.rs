@@ -6,7 +6,7 @@ use oncely_core::{
     ConsumerName, DeadLetter, DeadLetterReason, MessageId, Meta, PayloadHash, RawEnvelope,
     StoredDeadLetter,
 };
-use oncely_sql::{Dialect, Tables, migrations};
+use oncely_sql::{Dialect, INBOX, Tables};
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -350,7 +350,10 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
         tables = tables.with_schema(&fx.name).unwrap();
     }
     let store = S::open(fx.url(), tables.clone()).await.unwrap();
-    store.exec(migrations(d)[0].sql(&tables)).await.unwrap();
+    store
+        .exec(INBOX.migrations(d)[0].sql(&tables))
+        .await
+        .unwrap();
     let (p1, p2) = (b"p1".as_slice(), b"p2".as_slice());
     let old: [OldRow; 9] = [
         ("billing", Some(b"a"), p1, "conflict", 1000),
@@ -382,7 +385,7 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
     let applied = store.migrate_now().await.unwrap();
     assert_eq!(
         applied,
-        migrations(d).len(),
+        INBOX.migrations(d).len(),
         "0001 again (a no-op) and 0002"
     );
     let rows = store.dead_letters(None).await.unwrap();

@@ -57,8 +57,16 @@ pub trait TestStore:
 {
     /// Server name for messages.
     const SERVER: &'static str;
+    /// Opens a store on `url` with `tables`, portable mode forced when `portable`.
+    fn open_with(
+        url: &str,
+        tables: Tables,
+        portable: bool,
+    ) -> impl Future<Output = Result<Self>> + Send;
     /// Opens a store on `url` with `tables`.
-    fn open(url: &str, tables: Tables) -> impl Future<Output = Result<Self>> + Send;
+    fn open(url: &str, tables: Tables) -> impl Future<Output = Result<Self>> + Send {
+        Self::open_with(url, tables, false)
+    }
     /// Applies migrations.
     fn migrate_now(&self) -> impl Future<Output = Result<usize>> + Send;
     /// Runs a statement outside any transaction.
@@ -77,9 +85,10 @@ pub trait TestStore:
     const DIALECT: Dialect;
 }
 
-fn opts(tables: Tables) -> ConnectOptions {
+fn opts(tables: Tables, portable: bool) -> ConnectOptions {
     ConnectOptions {
         tables,
+        portable,
         max_connections: 4,
         ..ConnectOptions::default()
     }
@@ -93,8 +102,8 @@ impl TestStore for PgStore {
     const SERVER: &'static str = "PostgreSQL";
     const DOLLAR: bool = true;
     const DIALECT: Dialect = Dialect::Postgres;
-    async fn open(url: &str, tables: Tables) -> Result<Self> {
-        PgStore::connect_with(url, &opts(tables)).await
+    async fn open_with(url: &str, tables: Tables, portable: bool) -> Result<Self> {
+        PgStore::connect_with(url, &opts(tables, portable)).await
     }
     async fn migrate_now(&self) -> Result<usize> {
         self.migrate().await
@@ -127,8 +136,8 @@ impl TestStore for MySqlStore {
     const SERVER: &'static str = "MariaDB";
     const DOLLAR: bool = false;
     const DIALECT: Dialect = Dialect::MySql;
-    async fn open(url: &str, tables: Tables) -> Result<Self> {
-        MySqlStore::connect_with(url, &opts(tables)).await
+    async fn open_with(url: &str, tables: Tables, portable: bool) -> Result<Self> {
+        MySqlStore::connect_with(url, &opts(tables, portable)).await
     }
     async fn migrate_now(&self) -> Result<usize> {
         self.migrate().await
@@ -163,8 +172,8 @@ impl TestStore for SqliteStore {
     const SERVER: &'static str = "SQLite";
     const DOLLAR: bool = false;
     const DIALECT: Dialect = Dialect::Sqlite;
-    async fn open(url: &str, tables: Tables) -> Result<Self> {
-        SqliteStore::connect_with(url, &opts(tables)).await
+    async fn open_with(url: &str, tables: Tables, portable: bool) -> Result<Self> {
+        SqliteStore::connect_with(url, &opts(tables, portable)).await
     }
     async fn migrate_now(&self) -> Result<usize> {
         self.migrate().await
@@ -200,6 +209,8 @@ pub struct Fx<S> {
     pub ledger_table: String,
     url: String,
     tables: Tables,
+    /// Portable mode forced on both stores.
+    portable: bool,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -217,19 +228,19 @@ pub async fn mysql(test: &str) -> Option<Fx<MySqlStore>> {
 pub async fn sqlite(test: &str) -> Option<Fx<SqliteStore>> {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite:{}", dir.path().join("oncely.db").display());
-    let mut fx: Fx<SqliteStore> = build(test, &url, Tables::default(), unique(test))
+    let mut fx: Fx<SqliteStore> = build(test, &url, Tables::default(), false, unique(test))
         .await
         .ok()?;
     fx._dir = Some(dir);
     Some(fx)
 }
 
-/// Sets up PostgreSQL for `test` with portable tables ([`Tables::with_portable`]).
+/// Sets up PostgreSQL for `test` with portable mode forced ([`ConnectOptions::portable`]).
 pub async fn pg_portable(test: &str) -> Option<Fx<PgStore>> {
     server_fx_with(test, &pg_url(), true, true).await
 }
 
-/// Sets up MariaDB for `test` with portable tables ([`Tables::with_portable`]).
+/// Sets up MariaDB for `test` with portable mode forced ([`ConnectOptions::portable`]).
 pub async fn mysql_portable(test: &str) -> Option<Fx<MySqlStore>> {
     server_fx_with(test, &mysql_url(), true, true).await
 }
@@ -249,13 +260,12 @@ async fn server_fx_with<S: TestStore>(
         Tables::default().with_schema(&name).expect("valid schema")
     } else {
         Tables::default()
-    }
-    .with_portable(portable);
+    };
     if let Err(e) = probe(url).await {
         missing(S::SERVER, test, &e);
         return None;
     }
-    match build(test, url, tables, name).await {
+    match build(test, url, tables, portable, name).await {
         Ok(fx) => Some(fx),
         Err(e) => {
             missing(S::SERVER, test, &e);
@@ -264,11 +274,17 @@ async fn server_fx_with<S: TestStore>(
     }
 }
 
-async fn build<S: TestStore>(test: &str, url: &str, tables: Tables, name: String) -> Result<Fx<S>> {
+async fn build<S: TestStore>(
+    test: &str,
+    url: &str,
+    tables: Tables,
+    portable: bool,
+    name: String,
+) -> Result<Fx<S>> {
     let _ = test;
-    let store = S::open(url, tables.clone()).await?;
+    let store = S::open_with(url, tables.clone(), portable).await?;
     store.migrate_now().await?;
-    let other = S::open(url, tables.clone()).await?;
+    let other = S::open_with(url, tables.clone(), portable).await?;
     let ledger_table = tables.table("ledger");
     store
         .exec(format!(
@@ -282,6 +298,7 @@ async fn build<S: TestStore>(test: &str, url: &str, tables: Tables, name: String
         ledger_table,
         url: url.to_owned(),
         tables,
+        portable,
         _dir: None,
     })
 }
@@ -315,7 +332,9 @@ impl<S: TestStore> Fx<S> {
 
     /// Another store on the same tables with its own pool.
     pub async fn open_another(&self) -> S {
-        S::open(&self.url, self.tables.clone()).await.expect("open")
+        S::open_with(&self.url, self.tables.clone(), self.portable)
+            .await
+            .expect("open")
     }
 
     /// The server URL.

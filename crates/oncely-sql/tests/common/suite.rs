@@ -34,7 +34,7 @@ pub async fn concurrent_migrators<S: TestStore>(url: &str, schema: &str) {
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert_eq!(
         ra + rb,
-        oncely_sql::migrations(S::DIALECT).len(),
+        oncely_sql::INBOX.migrations(S::DIALECT).len(),
         "each migration applied exactly once ({ra} + {rb})"
     );
     assert_eq!(a.migrate_now().await.unwrap(), 0);
@@ -151,7 +151,7 @@ pub async fn custom_prefix<S: TestStore>(url: &str, schema: Option<&str>, count_
     let store = S::open(url, tables.clone()).await.unwrap();
     assert_eq!(
         store.migrate_now().await.unwrap(),
-        oncely_sql::migrations(S::DIALECT).len()
+        oncely_sql::INBOX.migrations(S::DIALECT).len()
     );
     let mut tx = store.begin().await.unwrap();
     let claim = store

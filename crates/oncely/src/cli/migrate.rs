@@ -3,8 +3,7 @@
 
 use anyhow::{Context, Result};
 use oncely_sql::{
-    AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, migrate_url, print_migration_sets,
-    redact_url,
+    AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, print_migration_sets, redact_url,
 };
 
 /// A migration set besides the inbox, for `--with`.
@@ -73,18 +72,21 @@ pub(crate) async fn run(args: MigrateArgs) -> Result<()> {
         print!("{}", print_migration_sets(dialect, &tables, &sets)?);
         return Ok(());
     }
+    let options = ConnectOptions {
+        tables,
+        max_connections: 2,
+        ..ConnectOptions::default()
+    };
+    let store = AnyStore::connect_with(url, &options).await?;
     if with.contains(&With::Partitioned) {
         // The partitioned layout replaces the inbox table: refuse clearly over a regular one.
-        let options = ConnectOptions {
-            tables: tables.clone(),
-            ..ConnectOptions::default()
-        };
-        let store = AnyStore::connect_with(url, &options).await?;
         oncely_ops::partition::check_installable(&oncely_ops::Ops::from(&store)).await?;
     }
-    let applied = migrate_url(url, &tables, &sets)
+    let applied = store
+        .migrate_with(&sets)
         .await
         .with_context(|| format!("migrating {}", redact_url(url)))?;
+    store.pool().close().await;
     println!(
         "{applied} migration(s) applied ({} up to date)",
         dialect.name()

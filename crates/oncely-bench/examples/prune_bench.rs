@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! ONCELY_BENCH_PG=postgres://postgres@127.0.0.1:5432/test \
-//!   cargo run --release -p oncely-ops --example prune_bench -- [ROWS] [BASELINE_SECS]
+//!   cargo run --release -p oncely-bench --example prune_bench -- [ROWS] [BASELINE_SECS]
 //! ```
 //! Uses (and drops) the schemas `oncely_bench_batched` and `oncely_bench_partitioned`.
 

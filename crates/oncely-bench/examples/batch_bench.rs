@@ -1,7 +1,7 @@
 //! Per-message vs batch throughput on SQLite, PostgreSQL and MariaDB.
 //!
 //! ```text
-//! cargo run -p oncely-sql --example batch_bench -- [messages] [postgres-url] [mysql-url]
+//! cargo run -p oncely-bench --example batch_bench -- [messages] [postgres-url] [mysql-url]
 //! ```
 //!
 //! Each run drains `messages` deliveries (10 % published twice) through a handler that writes
