@@ -98,6 +98,12 @@ pub struct BenchArgs {
     /// figure is its total messages over its total time.
     #[arg(long)]
     pub rounds: Option<usize>,
+    /// Rounds of the groups whose ratios are PostgreSQL's in-process target keys (plain vs
+    /// oncely at 16 consumers, latency with and without group commit): more, shorter
+    /// samples side by side, every other round in reverse order; each key is the median of
+    /// the rounds' ratios. Default 7 (`--quick`: 1).
+    #[arg(long)]
+    pub paired_rounds: Option<usize>,
     /// Most connections of the PostgreSQL pool (default: the largest concurrency + 2).
     #[arg(long)]
     pub pool: Option<u32>,
@@ -123,13 +129,16 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
         messages,
     };
     let many = base * 6;
-    // Latency is measured idle: a message every 20 ms, slower than any per-message cell.
-    let paced = if quick { 60 } else { 200 };
+    // Latency is measured idle: a message every 20 ms, slower than any per-message cell
+    // (per round: the latency cells run `--paired-rounds` times).
+    let paced = if quick { 60 } else { 100 };
     vec![
         vec![
             spec(Mode::Plain, 1, 16, many),
             spec(Mode::Oncely, 1, 16, many),
             spec(Mode::Group, GROUP, 16, many),
+            // The defaults, side by side with the plain consumer they are compared to.
+            spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many),
         ],
         vec![
             spec(Mode::Plain, 1, 1, base),
@@ -302,14 +311,50 @@ async fn sqlite(
     Ok(bed)
 }
 
-/// Runs the groups on one bed, each group `rounds` times back to back; a cell's figure is
-/// its messages over its time summed across rounds, and its check passes only if every
+/// How many times each group runs: on PostgreSQL a group of an in-process target key
+/// ([`is_paired`]) `paired` times, every other group `rounds` times.
+#[derive(Debug, Clone, Copy)]
+struct Rounds {
+    rounds: usize,
+    paired: usize,
+}
+
+impl Rounds {
+    fn of(self, backend: &str, group: &[Spec]) -> usize {
+        if backend == "postgres" && is_paired(group) {
+            self.paired
+        } else {
+            self.rounds
+        }
+    }
+
+    /// Cells run over `groups` on `backend` (for the progress bar).
+    fn cells(self, backend: &str, groups: &[Vec<Spec>]) -> usize {
+        groups.iter().map(|g| g.len() * self.of(backend, g)).sum()
+    }
+}
+
+/// Whether `group` holds the cells of an in-process target key measured round by round:
+/// the plain consumer and oncely per-message at 16 consumers, or the latency pair.
+fn is_paired(group: &[Spec]) -> bool {
+    let has = |mode: Mode| {
+        group
+            .iter()
+            .any(|s| s.mode == mode && s.batch == 1 && s.concurrency == 16)
+    };
+    group.iter().any(|s| s.mode == Mode::Latency) || (has(Mode::Plain) && has(Mode::Oncely))
+}
+
+/// Runs the groups on one bed, each group its rounds back to back, every other round in
+/// reverse order (so no cell always runs first, on warmer or colder caches); a cell's figure
+/// is its messages over its time summed across rounds, each round's figure is kept (the
+/// report takes ratios round by round within a group), and its check passes only if every
 /// round's did.
 async fn sweep<B: Ops>(
     bed: &B,
     backend: &str,
     groups: &[Vec<Spec>],
-    rounds: usize,
+    rounds: Rounds,
     bar: &ProgressBar,
 ) -> Result<Vec<Cell>> {
     // Warm-up (not recorded): opens the pool's connections and prepares the statements.
@@ -337,10 +382,15 @@ async fn sweep<B: Ops>(
         }
     }
     let mut cells = Vec::new();
-    for group in groups {
+    for (at, group) in groups.iter().enumerate() {
         let mut sums: Vec<Option<Cell>> = vec![None; group.len()];
-        for round in 0..rounds {
-            for (i, spec) in group.iter().enumerate() {
+        for round in 0..rounds.of(backend, group) {
+            let mut order: Vec<usize> = (0..group.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let spec = &group[i];
                 bar.set_message(format!(
                     "{backend} {} B={} c={} round {}",
                     spec.mode.name(),
@@ -348,9 +398,10 @@ async fn sweep<B: Ops>(
                     spec.concurrency,
                     round + 1
                 ));
-                let cell = run_cell(bed, backend, *spec, &format!("r{round}"))
+                let mut cell = run_cell(bed, backend, *spec, &format!("r{round}"))
                     .await
                     .with_context(|| format!("{backend} {spec:?}"))?;
+                cell.group = at;
                 bar.inc(1);
                 sums[i] = Some(match sums[i].take() {
                     None => cell,
@@ -411,7 +462,13 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         kafka_skipped(&args.kafka).await;
     }
     let groups = matrix(&args);
-    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let rounds = Rounds {
+        rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1),
+        paired: args
+            .paired_rounds
+            .unwrap_or(if args.quick { 1 } else { 7 })
+            .max(1),
+    };
     let mut machine = Machine::probe();
     let mut cells = Vec::new();
     let mut backends = Vec::new();
@@ -460,10 +517,9 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
     if !args.no_sqlite {
         backends.extend(["sqlite_full", "sqlite_normal"]);
     }
-    let cells_per_backend = groups.iter().flatten().count();
-    let maria_cells = maria_groups.iter().flatten().count() * usize::from(maria.is_some());
-    let bar =
-        ProgressBar::new(((cells_per_backend * backends.len() + maria_cells) * rounds) as u64);
+    let server_cells: usize = backends.iter().map(|b| rounds.cells(b, &groups)).sum();
+    let maria_cells = rounds.cells("mariadb", &maria_groups) * usize::from(maria.is_some());
+    let bar = ProgressBar::new((server_cells + maria_cells) as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
             .expect("valid template")
@@ -501,7 +557,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         }
     }
     bar.finish_and_clear();
-    machine.finish(rounds, args.quick);
+    machine.finish(rounds.rounds, rounds.paired, args.quick);
     let report = Report::new(machine, cells);
     report.write(&args.out)?;
     if args.json {
