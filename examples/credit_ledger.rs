@@ -11,11 +11,12 @@
 
 use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, MessageId,
-    RawEnvelope, RetryPolicy, SourceFaults,
+    RawEnvelope, RetryPolicy,
 };
 use oncely_effects::{Outbox, Outgoing, Relay, derived_id};
 use oncely_sql::{SqliteStore, Tables};
 use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
+use oncely_testkit::{FaultySource, SourceFaults};
 use sqlx::{Sqlite, Transaction};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -112,7 +113,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // Incoming grants; the expected balances are computed here, from what is published.
     let grants = 30;
-    let incoming = MemorySource::with_faults(SourceFaults {
+    let incoming = FaultySource::new(SourceFaults {
         seed: 9,
         duplicate_rate: 0.3,
         reorder_window: 4,

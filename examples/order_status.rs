@@ -5,11 +5,9 @@
 //! Run: `cargo run -p oncely-examples --example order_status` (SQLite in a temp dir; exits
 //! non-zero if any order ends anywhere but its last status).
 
-use oncely_core::{
-    Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
-    SourceFaults,
-};
+use oncely_core::{Consumer, ConsumerName, Envelope, Error, Handled, Handler, RawEnvelope};
 use oncely_sql::SqliteStore;
+use oncely_testkit::{FaultySource, SourceFaults};
 use sqlx::{Sqlite, Transaction};
 use tokio_util::sync::CancellationToken;
 
@@ -73,7 +71,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
 
     // A broker that reorders within a window of 12 and duplicates 30% of messages.
-    let source = MemorySource::with_faults(SourceFaults {
+    let source = FaultySource::new(SourceFaults {
         seed: 42,
         duplicate_rate: 0.3,
         reorder_window: 12,

@@ -18,12 +18,12 @@ mod crashing_journal;
 
 use crashing_journal::{CrashingJournal, JournalStep};
 use oncely_core::{
-    Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
-    RetryPolicy, SourceFaults,
+    Consumer, ConsumerName, Envelope, Error, Handled, Handler, RawEnvelope, RetryPolicy,
 };
 use oncely_effects::{EffectState, Journal, effect_key};
 use oncely_sql::{SqliteStore, Tables};
 use oncely_testkit::provider::FakeProvider;
+use oncely_testkit::{FaultySource, SourceFaults};
 use sqlx::{Sqlite, Transaction};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -124,7 +124,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let users = 10;
-    let source = MemorySource::with_faults(SourceFaults {
+    let source = FaultySource::new(SourceFaults {
         seed: 5,
         duplicate_rate: 0.4,
         reorder_window: 3,

@@ -2,7 +2,7 @@
 //! timed over a fixed set of messages and checked against the database afterwards.
 
 use crate::bed::{Counts, Ops};
-use crate::broker::Broker;
+use crate::broker::{Broker, PathStats};
 use crate::{group, runners};
 use anyhow::{Result, bail};
 use oncely_core::{ConsumerName, MemorySource, RawEnvelope};
@@ -39,6 +39,9 @@ pub enum Mode {
     Bare(Broker),
     /// Through a real broker: oncely with its defaults and a plain URL, into the database.
     Through(Broker),
+    /// oncely with its defaults fed in process, run beside a broker's cells in each round
+    /// (the in-process ceiling at the same moment).
+    InProcess(Broker),
 }
 
 impl Serialize for Mode {
@@ -62,7 +65,13 @@ impl Mode {
             Self::Latency => "latency",
             Self::Bare(broker) => broker.bare_name(),
             Self::Through(broker) => broker.name(),
+            Self::InProcess(broker) => broker.in_process_name(),
         }
+    }
+
+    /// A cell of a broker's group (run with the broker rounds, see `plan.rs`).
+    pub fn is_broker(self) -> bool {
+        matches!(self, Self::Bare(_) | Self::Through(_) | Self::InProcess(_))
     }
 }
 
@@ -173,6 +182,9 @@ pub struct Cell {
     latencies: Vec<Duration>,
     /// Messages per second of each round, in order.
     pub round_msgs_per_sec: Vec<f64>,
+    /// oncely at its defaults (broker cells): where the time went, summed over rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathStats>,
     /// The checker's verdict.
     pub check: Check,
 }
@@ -188,6 +200,10 @@ impl Cell {
         self.first_msgs_per_sec = first_secs.map(|s| self.spec.messages as f64 / s.max(1e-9));
         self.round_msgs_per_sec.extend(other.round_msgs_per_sec);
         self.round_p50_ms.extend(other.round_p50_ms);
+        self.path = match (self.path, other.path) {
+            (Some(a), Some(b)) => Some(a.merge(b)),
+            (a, b) => a.or(b),
+        };
         // Latency quantiles over the samples of every round.
         if !other.latencies.is_empty() {
             self.latencies.extend(other.latencies);
@@ -208,6 +224,29 @@ impl Cell {
             ok: a.ok && b.ok,
         };
         self
+    }
+
+    /// A cell of `spec` whose rounds ran at `rounds` msgs/s (for tests of the report).
+    #[cfg(test)]
+    pub(crate) fn with_rounds(backend: &str, spec: Spec, rounds: &[f64]) -> Cell {
+        let cell = |rate: f64| Cell {
+            backend: backend.to_owned(),
+            spec,
+            seconds: spec.messages as f64 / rate,
+            msgs_per_sec: rate,
+            first_msgs_per_sec: None,
+            p50_ms: None,
+            p99_ms: None,
+            round_p50_ms: Vec::new(),
+            group: 0,
+            latencies: Vec::new(),
+            round_msgs_per_sec: vec![rate],
+            path: None,
+            check: Check::delivered(spec.messages as u64),
+        };
+        let mut rounds = rounds.iter().map(|r| cell(*r));
+        let first = rounds.next().expect("a round");
+        rounds.fold(first, Cell::merge)
     }
 
     /// Key of the cell in `--json`'s `msgs_per_sec` map, e.g. `postgres/oncely/b100/c1`.
@@ -261,7 +300,10 @@ async fn consume<B: Ops>(
         (Mode::Group | Mode::GroupDuplicate, g) => {
             group::oncely_group(bed, name, source, g, spec.concurrency).await?;
         }
-        (Mode::PkLookup | Mode::Latency | Mode::Bare(_) | Mode::Through(_), _) => {
+        (
+            Mode::PkLookup | Mode::Latency | Mode::Bare(_) | Mode::Through(_) | Mode::InProcess(_),
+            _,
+        ) => {
             bail!("{:?} is not a consumer of the in-process source", spec.mode)
         }
         (Mode::Plain, _) => runners::plain(bed, source, spec.concurrency).await?,
@@ -299,6 +341,7 @@ pub(crate) async fn run_cell<B: Ops>(
     let (msgs, total) = workload(spec.messages, tag);
     let mut first = None;
     let mut latencies = Vec::new();
+    let mut path = None;
     let elapsed = match spec.mode {
         Mode::Duplicate | Mode::DuplicateChecked | Mode::GroupDuplicate => {
             let t = consume(bed, &name, spec, &msgs).await?;
@@ -321,7 +364,16 @@ pub(crate) async fn run_cell<B: Ops>(
             t
         }
         Mode::Bare(broker) => crate::broker::bare(broker, &msgs).await?,
-        Mode::Through(broker) => crate::broker::oncely(broker, bed, &name, &msgs).await?,
+        Mode::Through(broker) => {
+            let (t, p) = crate::broker::oncely(broker, bed, &name, &msgs).await?;
+            path = Some(p);
+            t
+        }
+        Mode::InProcess(_) => {
+            let (t, p) = crate::broker::in_process(bed, &name, &msgs).await?;
+            path = Some(p);
+            t
+        }
         _ => consume(bed, &name, spec, &msgs).await?,
     };
     let counts = bed.counts().await?;
@@ -346,6 +398,7 @@ pub(crate) async fn run_cell<B: Ops>(
         group: 0,
         latencies,
         round_msgs_per_sec: vec![rate(msgs.len(), elapsed)],
+        path,
         check,
     })
 }

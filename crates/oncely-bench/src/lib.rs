@@ -13,10 +13,11 @@
 //!   shape (`unnest` multi-row inserts for batches on PostgreSQL);
 //! - `duplicate`: every message delivered a second time, to price a redelivered duplicate;
 //! - `amqp_bare` and `amqp`, `nats_bare` and `nats`, `redis_bare` and `redis`, `mqtt_bare`
-//!   and `mqtt`: the same messages through RabbitMQ, NATS JetStream, Redis Streams and MQTT
-//!   (a smaller backlog, see [`broker`]), to a bare consumer of the
-//!   client library oncely uses (consume + ack) and to oncely at its defaults with a plain URL
-//!   ([`broker`]).
+//!   and `mqtt`, `kafka_bare` and `kafka`: the same messages through RabbitMQ, NATS
+//!   JetStream, Redis Streams, MQTT (a smaller backlog) and Kafka (the `kafka` feature, on by
+//!   default), to a bare consumer of the client library oncely uses (consume + ack) and to
+//!   oncely at its defaults with a plain URL, beside oncely in process (`<broker>_in_process`)
+//!   in every round ([`broker`]).
 //!
 //! Each runs on PostgreSQL and on SQLite with `synchronous=FULL` and `NORMAL`, at 1, 4, 16
 //! and 32 consumers. After each cell an independent checker counts effect rows against the

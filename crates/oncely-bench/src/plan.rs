@@ -69,13 +69,16 @@ pub struct BenchArgs {
         default_value = "mqtt://127.0.0.1:1883"
     )]
     pub mqtt: String,
-    /// Kafka bootstrap address: the bench has no Kafka cell yet; it reports
-    /// `kafka_pg_vs_bare_consumer` as skipped, saying whether a broker answered here.
+    /// Kafka bootstrap address for the cells through Kafka (a fresh topic and consumer
+    /// groups per cell, the topic deleted after; `bash scripts/kafka-broker.sh start`).
     #[arg(long, env = "ONCELY_BENCH_KAFKA", default_value = "127.0.0.1:9092")]
     pub kafka: String,
     /// Skip the cells through a broker.
     #[arg(long)]
     pub no_brokers: bool,
+    /// Run only the cells through a broker (each with oncely in process beside it).
+    #[arg(long, conflicts_with = "no_brokers")]
+    pub brokers_only: bool,
     /// Small CI smoke run (under two minutes): fewer messages, concurrency 1 and 16.
     #[arg(long)]
     pub quick: bool,
@@ -104,6 +107,11 @@ pub struct BenchArgs {
     /// the rounds' ratios. Default 7 (`--quick`: 1).
     #[arg(long)]
     pub paired_rounds: Option<usize>,
+    /// Rounds of each broker's cells (oncely in process, the bare consumer, oncely through
+    /// the broker, back to back, every other round in reverse order); the
+    /// `*_vs_bare_consumer` keys are the median of the rounds' ratios. Default 5 (`--quick`: 1).
+    #[arg(long)]
+    pub broker_rounds: Option<usize>,
     /// Most connections of the PostgreSQL pool (default: the largest concurrency + 2).
     #[arg(long)]
     pub pool: Option<u32>,
@@ -132,7 +140,7 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
     // Latency is measured idle: a message every 20 ms, slower than any per-message cell
     // (per round: the latency cells run `--paired-rounds` times).
     let paced = if quick { 60 } else { 100 };
-    vec![
+    let mut groups = vec![
         vec![
             spec(Mode::Plain, 1, 16, many),
             spec(Mode::Oncely, 1, 16, many),
@@ -146,26 +154,18 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
         ],
         // How group commit scales with groups in flight (lanes of accounts).
         vec![spec(Mode::Group, GROUP, 2, many)],
-        // The defaults (4 lanes of 64) in process, and the same through each real broker
-        // next to a bare consumer of the same client library.
-        std::iter::once(spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many))
-            .chain(
-                Broker::ALL
-                    .into_iter()
-                    .filter(|b| b.enabled())
-                    .flat_map(|b| {
-                        [
-                            spec(Mode::Bare(b), 1, 1, b.cell_messages(many)),
-                            spec(
-                                Mode::Through(b),
-                                GROUP,
-                                DEFAULT_CONCURRENCY,
-                                b.cell_messages(many),
-                            ),
-                        ]
-                    }),
-            )
-            .collect(),
+    ];
+    // The same through each real broker, next to a bare consumer of the same client
+    // library and to oncely in process, all three in every round.
+    groups.extend(Broker::ALL.into_iter().filter(|b| b.enabled()).map(|b| {
+        let n = b.cell_messages(many);
+        vec![
+            spec(Mode::InProcess(b), GROUP, DEFAULT_CONCURRENCY, n),
+            spec(Mode::Bare(b), 1, 1, n),
+            spec(Mode::Through(b), GROUP, DEFAULT_CONCURRENCY, n),
+        ]
+    }));
+    groups.extend([
         vec![
             spec(Mode::GroupDuplicate, GROUP, 1, many),
             spec(Mode::PkLookup, GROUP, 1, many),
@@ -174,13 +174,20 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
             spec(Mode::Latency, 1, 1, paced),
             spec(Mode::Latency, GROUP, 1, paced),
         ],
-    ]
+    ]);
+    groups
 }
 
 /// The cells to run on one database, in groups: the cells of a group are compared by a ratio,
 /// so each round runs them back to back (the machine's load drifts; side by side it hits
 /// every cell of a group alike).
 pub(crate) fn matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
+    if args.brokers_only {
+        return group_matrix(args)
+            .into_iter()
+            .filter(|g| is_broker_group(g))
+            .collect();
+    }
     let quick = args.quick;
     let conc = args.concurrency.clone().unwrap_or_else(|| {
         if quick {
@@ -311,17 +318,20 @@ async fn sqlite(
     Ok(bed)
 }
 
-/// How many times each group runs: on PostgreSQL a group of an in-process target key
-/// ([`is_paired`]) `paired` times, every other group `rounds` times.
+/// How many times each group runs: a broker's group `broker` times, on PostgreSQL a group
+/// of an in-process target key ([`is_paired`]) `paired` times, every other group `rounds`.
 #[derive(Debug, Clone, Copy)]
 struct Rounds {
     rounds: usize,
+    broker: usize,
     paired: usize,
 }
 
 impl Rounds {
     fn of(self, backend: &str, group: &[Spec]) -> usize {
-        if backend == "postgres" && is_paired(group) {
+        if is_broker_group(group) {
+            self.broker
+        } else if backend == "postgres" && is_paired(group) {
             self.paired
         } else {
             self.rounds
@@ -332,6 +342,11 @@ impl Rounds {
     fn cells(self, backend: &str, groups: &[Vec<Spec>]) -> usize {
         groups.iter().map(|g| g.len() * self.of(backend, g)).sum()
     }
+}
+
+/// Whether every cell of `group` is a broker's (oncely in process, bare, through the broker).
+fn is_broker_group(group: &[Spec]) -> bool {
+    group.iter().all(|s| s.mode.is_broker())
 }
 
 /// Whether `group` holds the cells of an in-process target key measured round by round:
@@ -415,25 +430,6 @@ async fn sweep<B: Ops>(
     Ok(cells)
 }
 
-/// The Kafka cell is not built (no bare rdkafka consumer in the bench yet): says so on every
-/// run, and whether a broker answered at `addr`, so `kafka_pg_vs_bare_consumer` is never
-/// read as measured.
-async fn kafka_skipped(addr: &str) {
-    let connect = tokio::net::TcpStream::connect(addr);
-    let answered = matches!(
-        tokio::time::timeout(std::time::Duration::from_secs(2), connect).await,
-        Ok(Ok(_))
-    );
-    let broker = if answered {
-        format!("a broker answers at {addr}")
-    } else {
-        format!("and no broker answers at {addr} (scripts/kafka-broker.sh status)")
-    };
-    eprintln!(
-        "SKIPPED: the Kafka cell (kafka_pg_vs_bare_consumer): the bench has no Kafka cell yet, {broker}"
-    );
-}
-
 /// Runs the benchmark; returns whether every cell's checker found 0 double and 0 lost.
 pub async fn run(args: BenchArgs) -> Result<bool> {
     if !args.no_brokers {
@@ -442,6 +438,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
             (Broker::Nats, &args.nats),
             (Broker::Redis, &args.redis),
             (Broker::Mqtt, &args.mqtt),
+            (Broker::Kafka, &args.kafka),
         ] {
             match broker.probe(url).await {
                 Ok(()) => broker.enable(url),
@@ -458,12 +455,13 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
             }
         }
     }
-    if !args.no_brokers {
-        kafka_skipped(&args.kafka).await;
-    }
     let groups = matrix(&args);
     let rounds = Rounds {
         rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1),
+        broker: args
+            .broker_rounds
+            .unwrap_or(if args.quick { 1 } else { 5 })
+            .max(1),
         paired: args
             .paired_rounds
             .unwrap_or(if args.quick { 1 } else { 7 })
@@ -512,7 +510,10 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
             Err(e) => return Err(e.context("MariaDB is required (CI / ONCELY_REQUIRE_SERVICES)")),
         }
     }
-    let maria_groups = group_matrix(&args);
+    let maria_groups: Vec<Vec<Spec>> = group_matrix(&args)
+        .into_iter()
+        .filter(|g| !args.brokers_only || is_broker_group(g))
+        .collect();
     let dir = tempfile::tempdir().context("creating a temporary directory for SQLite")?;
     if !args.no_sqlite {
         backends.extend(["sqlite_full", "sqlite_normal"]);
@@ -557,7 +558,7 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         }
     }
     bar.finish_and_clear();
-    machine.finish(rounds.rounds, rounds.paired, args.quick);
+    machine.finish(rounds.rounds, rounds.broker, rounds.paired, args.quick);
     let report = Report::new(machine, cells);
     report.write(&args.out)?;
     if args.json {
@@ -567,4 +568,48 @@ pub async fn run(args: BenchArgs) -> Result<bool> {
         println!("results written to {}", args.out.display());
     }
     Ok(report.all_ok())
+}
+
+#[cfg(test)]
+mod rounds_tests {
+    use super::{GROUP, Rounds};
+    use crate::broker::Broker;
+    use crate::cells::{Mode, Spec};
+
+    /// A broker's group runs the broker rounds on every database, the groups of PostgreSQL's
+    /// in-process keys the paired rounds on PostgreSQL only, the rest the plain rounds.
+    #[test]
+    fn each_group_runs_its_own_count_of_rounds() {
+        let spec = |mode, batch, concurrency| Spec {
+            mode,
+            batch,
+            concurrency,
+            messages: 10,
+        };
+        let rounds = Rounds {
+            rounds: 3,
+            broker: 5,
+            paired: 7,
+        };
+        let b = Broker::Amqp;
+        let broker = [
+            spec(Mode::InProcess(b), GROUP, 4),
+            spec(Mode::Bare(b), 1, 1),
+            spec(Mode::Through(b), GROUP, 4),
+        ];
+        let paired = [spec(Mode::Plain, 1, 16), spec(Mode::Oncely, 1, 16)];
+        let latency = [spec(Mode::Latency, 1, 1), spec(Mode::Latency, GROUP, 1)];
+        let other = [spec(Mode::Plain, 1, 1), spec(Mode::Group, GROUP, 1)];
+        for backend in ["postgres", "sqlite_full", "mariadb"] {
+            assert_eq!(rounds.of(backend, &broker), 5, "{backend}");
+            assert_eq!(rounds.of(backend, &other), 3, "{backend}");
+        }
+        assert_eq!(rounds.of("postgres", &paired), 7);
+        assert_eq!(rounds.of("postgres", &latency), 7);
+        assert_eq!(rounds.of("sqlite_full", &paired), 3);
+        assert_eq!(
+            rounds.cells("postgres", &[paired.to_vec(), broker.to_vec()]),
+            2 * 7 + 3 * 5
+        );
+    }
 }

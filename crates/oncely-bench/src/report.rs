@@ -35,6 +35,8 @@ pub struct Machine {
     pub seconds: f64,
     /// Rounds of the matrix (each cell's figure over all of them).
     pub rounds: usize,
+    /// Rounds of each broker's cells (the broker keys are medians over them).
+    pub broker_rounds: usize,
     /// Rounds of the groups of PostgreSQL's in-process target keys (`--paired-rounds`).
     pub paired_rounds: usize,
     /// `--quick`.
@@ -77,6 +79,7 @@ impl Machine {
                 .map_or(0, |d| d.as_secs()),
             seconds: 0.0,
             rounds: 1,
+            broker_rounds: 1,
             paired_rounds: 1,
             quick: false,
             clock: Some(Instant::now()),
@@ -84,10 +87,17 @@ impl Machine {
     }
 
     /// Records the end of the run.
-    pub fn finish(&mut self, rounds: usize, paired_rounds: usize, quick: bool) {
+    pub fn finish(
+        &mut self,
+        rounds: usize,
+        broker_rounds: usize,
+        paired_rounds: usize,
+        quick: bool,
+    ) {
         self.load_end = loadavg();
         self.seconds = self.clock.map_or(0.0, |c| c.elapsed().as_secs_f64());
         self.rounds = rounds;
+        self.broker_rounds = broker_rounds;
         self.paired_rounds = paired_rounds;
         self.quick = quick;
     }
@@ -174,14 +184,32 @@ impl Report {
         Some(cell.msgs_per_sec / cell.first_msgs_per_sec?)
     }
 
-    /// oncely through `broker` / the lower of the bare consumer and oncely in process (at
-    /// the same defaults): how much of the ceiling the broker path reaches.
-    fn broker_ratio(&self, broker: Broker, backend: &str) -> Option<f64> {
+    /// Each round's oncely through `broker` / the lower of the bare consumer and oncely in
+    /// process (at the same defaults, run beside them in the same round): how much of the
+    /// ceiling the broker path reaches.
+    fn broker_rounds(&self, broker: Broker, backend: &str) -> Option<Vec<f64>> {
         let (g, lanes) = (crate::plan::GROUP, oncely_core::DEFAULT_CONCURRENCY);
-        let oncely = self.rate(backend, Mode::Through(broker), g, lanes)?;
-        let bare = self.rate(backend, Mode::Bare(broker), 1, 1)?;
-        let in_process = self.rate(backend, Mode::Group, g, lanes)?;
-        Some(oncely / bare.min(in_process))
+        let rounds = |mode, b, c| {
+            self.find(backend, mode, b, c)
+                .map(|cell| cell.round_msgs_per_sec.clone())
+        };
+        let oncely = rounds(Mode::Through(broker), g, lanes)?;
+        let bare = rounds(Mode::Bare(broker), 1, 1)?;
+        let in_process = rounds(Mode::InProcess(broker), g, lanes)?;
+        if bare.len() != in_process.len() {
+            return None;
+        }
+        let ceiling: Vec<f64> = bare
+            .iter()
+            .zip(&in_process)
+            .map(|(b, i)| b.min(*i))
+            .collect();
+        round_ratios(&oncely, &ceiling)
+    }
+
+    /// The median of [`Self::broker_rounds`].
+    fn broker_ratio(&self, broker: Broker, backend: &str) -> Option<f64> {
+        median(self.broker_rounds(broker, backend)?)
     }
 
     fn latency_ratio(
@@ -234,32 +262,32 @@ impl Report {
             ),
             t(
                 "amqp_pg_vs_bare_consumer",
-                "RabbitMQ into PostgreSQL, defaults and a plain URL: oncely / min(bare lapin consumer, oncely in process)",
+                "RabbitMQ into PostgreSQL, defaults and a plain URL: oncely / min(bare lapin consumer, oncely in process), median of the rounds' ratios",
                 self.broker_ratio(Broker::Amqp, pg),
                 0.8,
             ),
             t(
                 "nats_pg_vs_bare_consumer",
-                "NATS JetStream into PostgreSQL, defaults and a plain URL: oncely / min(bare async-nats consumer, oncely in process)",
+                "NATS JetStream into PostgreSQL, defaults and a plain URL: oncely / min(bare async-nats consumer, oncely in process), median of the rounds' ratios",
                 self.broker_ratio(Broker::Nats, pg),
                 0.8,
             ),
             t(
                 "redis_pg_vs_bare_consumer",
-                "Redis Streams into PostgreSQL, defaults and a plain URL: oncely / min(bare redis-rs consumer, oncely in process)",
+                "Redis Streams into PostgreSQL, defaults and a plain URL: oncely / min(bare redis-rs consumer, oncely in process), median of the rounds' ratios",
                 self.broker_ratio(Broker::Redis, pg),
                 0.8,
             ),
             t(
                 "mqtt_pg_vs_bare_consumer",
-                "MQTT (Mosquitto) into PostgreSQL, defaults and a plain URL, a 900-message backlog: oncely / min(bare rumqttc consumer, oncely in process)",
+                "MQTT (Mosquitto) into PostgreSQL, defaults and a plain URL, a 900-message backlog: oncely / min(bare rumqttc consumer, oncely in process), median of the rounds' ratios",
                 self.broker_ratio(Broker::Mqtt, pg),
                 0.8,
             ),
             t(
                 "kafka_pg_vs_bare_consumer",
-                "Kafka into PostgreSQL: no cell yet (skipped, see the run's SKIPPED line)",
-                None,
+                "Kafka into PostgreSQL, defaults and a plain URL (a group of its own), timed from the first record: oncely / min(bare rdkafka consumer, oncely in process), median of the rounds' ratios",
+                self.broker_ratio(Broker::Kafka, pg),
                 0.8,
             ),
             t(
@@ -351,6 +379,10 @@ impl Report {
                 m.insert(
                     format!("{}_{backend}_vs_bare_consumer", broker.name()),
                     json!(self.broker_ratio(broker, backend)),
+                );
+                m.insert(
+                    format!("{}_{backend}_vs_bare_consumer_rounds", broker.name()),
+                    json!(self.broker_rounds(broker, backend)),
                 );
             }
             for c in [1, 2, 4] {
@@ -527,6 +559,7 @@ impl Report {
                 t.key, value, t.target
             );
         }
+        self.path_table(&mut out);
         let _ = writeln!(
             out,
             "\nchecker: {} double, {} lost over {} cells",
@@ -535,6 +568,43 @@ impl Report {
             self.cells.len()
         );
         out
+    }
+
+    /// Where oncely's time went in the broker cells (sums over the rounds).
+    fn path_table(&self, out: &mut String) {
+        let cells: Vec<_> = self
+            .cells
+            .iter()
+            .filter_map(|c| Some((c, c.path?)))
+            .collect();
+        if cells.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nwhere the time goes (oncely at its defaults; groups: commits and messages per commit; tx: mean group transaction; source: share of wall time inside Source::next; ack: mean / max)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<14} {:<16} {:>7} {:>6} {:>7} {:>8} {:>7} {:>9} {:>17}",
+            "backend", "mode", "groups", "size", "singles", "tx ms", "source", "1st ms", "ack ms"
+        );
+        for (c, p) in cells {
+            let _ = writeln!(
+                out,
+                "{:<14} {:<16} {:>7} {:>6.1} {:>7} {:>8.2} {:>6.0}% {:>9.0} {:>8.2} / {:<7.1}",
+                c.backend,
+                c.spec.mode.name(),
+                p.groups,
+                p.mean_group,
+                p.singles,
+                p.mean_group_ms,
+                p.source_share * 100.0,
+                p.first_delivery_ms,
+                p.mean_ack_ms,
+                p.max_ack_ms
+            );
+        }
     }
 
     /// Writes bench.json, bench.csv and the two SVG charts into `dir`.
@@ -549,12 +619,20 @@ impl Report {
     }
 }
 
-/// The median of `a[i] / b[i]` over rounds, when both have the same rounds (`None` if not).
-fn paired_median(a: &[f64], b: &[f64]) -> Option<f64> {
+/// Each round's `a[i] / b[i]`, when both ran the same rounds (`None` if not, or none).
+fn round_ratios(a: &[f64], b: &[f64]) -> Option<Vec<f64>> {
     if a.is_empty() || a.len() != b.len() {
         return None;
     }
-    let mut ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)).collect();
+    Some(a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)).collect())
+}
+
+/// The median of `ratios` (`None` if empty): every paired key, in process or through a
+/// broker, is the median of its rounds' ratios.
+fn median(mut ratios: Vec<f64>) -> Option<f64> {
+    if ratios.is_empty() {
+        return None;
+    }
     ratios.sort_by(f64::total_cmp);
     let mid = ratios.len() / 2;
     Some(if ratios.len() % 2 == 1 {
@@ -562,6 +640,11 @@ fn paired_median(a: &[f64], b: &[f64]) -> Option<f64> {
     } else {
         (ratios[mid - 1] + ratios[mid]) / 2.0
     })
+}
+
+/// The median of `a[i] / b[i]` over rounds, when both have the same rounds (`None` if not).
+fn paired_median(a: &[f64], b: &[f64]) -> Option<f64> {
+    median(round_ratios(a, b)?)
 }
 
 #[cfg(test)]

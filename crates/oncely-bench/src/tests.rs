@@ -2,7 +2,9 @@
 //! effects, and the checker says so; oncely over the same stream passes.
 
 use crate::bed::{Bed, Ops};
-use crate::cells::{Check, workload};
+use crate::broker::Broker;
+use crate::cells::{Cell, Check, Mode, Spec, workload};
+use crate::report::{Machine, Report};
 use crate::runners;
 use oncely_core::{ConsumerName, MemorySource};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Sqlite};
@@ -92,4 +94,50 @@ async fn the_checker_catches_lost_messages() {
     let check = Check::new(10, total, bed.counts().await.unwrap(), true);
     assert_eq!(check.lost, 3, "{check:?}");
     assert!(!check.ok, "{check:?}");
+}
+
+/// A broker key is the median over rounds of each round's ratio, each round divided by the
+/// lower of its own bare and in-process rates: one disturbed round does not move it.
+#[test]
+fn broker_keys_are_the_median_of_paired_rounds() {
+    let spec = |mode, batch, concurrency| Spec {
+        mode,
+        batch,
+        concurrency,
+        messages: 1000,
+    };
+    let (g, lanes) = (crate::plan::GROUP, oncely_core::DEFAULT_CONCURRENCY);
+    let b = Broker::Amqp;
+    let cells = vec![
+        // In process, the bare consumer and oncely through the broker, five rounds each; the
+        // machine was slow in round 3 for the in-process cell only, and in round 5 for oncely.
+        Cell::with_rounds(
+            "postgres",
+            spec(Mode::InProcess(b), g, lanes),
+            &[8000.0, 8000.0, 2000.0, 8000.0, 8000.0],
+        ),
+        Cell::with_rounds(
+            "postgres",
+            spec(Mode::Bare(b), 1, 1),
+            &[6000.0, 7000.0, 6000.0, 9000.0, 6000.0],
+        ),
+        Cell::with_rounds(
+            "postgres",
+            spec(Mode::Through(b), g, lanes),
+            &[5400.0, 6300.0, 5000.0, 7000.0, 1000.0],
+        ),
+    ];
+    let report = Report::new(Machine::probe(), cells);
+    let json = report.json();
+    // Rounds: 5400/6000 = 0.9, 6300/7000 = 0.9, 5000/2000 = 2.5, 7000/8000 = 0.875,
+    // 1000/6000 = 0.17: median 0.9. Summed over the rounds instead it would be
+    // 2,964 / min(6,631, 5,000) = 0.59.
+    let value = json["amqp_pg_vs_bare_consumer"].as_f64().expect("a value");
+    assert!((value - 0.9).abs() < 1e-9, "{value}");
+    let rounds = json["other_ratios"]["amqp_postgres_vs_bare_consumer_rounds"]
+        .as_array()
+        .expect("the rounds' ratios")
+        .len();
+    assert_eq!(rounds, 5);
+    assert!(json["kafka_pg_vs_bare_consumer"].is_null());
 }

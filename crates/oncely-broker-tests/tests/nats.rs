@@ -67,7 +67,11 @@ async fn nats_client_connection_dropped_mid_stream() {
             let client = client.clone();
             async move { usize::from(client.force_reconnect().await.is_ok()) }
         },
-        Duration::from_secs(5),
+        // Longer than the source's recovery from a pull request lost in the cut: two missed
+        // idle heartbeats (10 s, docs/distributed.md), then `ack_wait` (3 s) for messages that
+        // were in flight. With 5 s the run could end idle before that on a loaded machine
+        // (seen once: 1,276 messages not yet delivered when it stopped).
+        Duration::from_secs(14),
     )
     .await;
 }

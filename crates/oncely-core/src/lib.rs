@@ -51,7 +51,7 @@ pub use id::{
     ConsumerName, IdError, IntoConsumerName, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTES,
     MessageId,
 };
-pub use memory::{MemorySource, MemoryStats, SourceFaults};
+pub use memory::{MemorySource, MemoryStats};
 pub use outcome::{DeadLetterReason, Handled, Outcome};
 pub use retry::RetryPolicy;
 pub use signal::shutdown_signal;

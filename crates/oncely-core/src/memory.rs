@@ -1,44 +1,25 @@
-//! An in-process, at-least-once source with fault injection, for tests and the demo.
+//! An in-process, at-least-once broker: a FIFO queue that redelivers what is not acked.
+//! Faults (duplicates, reordering, lost acks) are wrappers in `oncely-testkit`.
 
 use crate::envelope::RawEnvelope;
 use crate::error::Result;
 use crate::source::{Acker, Delivery, Source};
 use futures::future::BoxFuture;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
-
-/// Faults the [`MemorySource`] injects, decided by a seeded RNG.
-#[derive(Debug, Clone, Default)]
-pub struct SourceFaults {
-    /// Seed of the RNG: the same seed gives the same faults.
-    pub seed: u64,
-    /// Probability that a published message is delivered twice.
-    pub duplicate_rate: f64,
-    /// Each delivery is taken at random among the first `reorder_window` ready messages
-    /// (0 or 1: strict FIFO).
-    pub reorder_window: usize,
-    /// Probability that an ack is lost, so the message is redelivered although it was processed.
-    pub lost_ack_rate: f64,
-}
 
 /// Counters of a [`MemorySource`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MemoryStats {
     /// Messages published.
     pub published: u64,
-    /// Extra copies injected as duplicates.
-    pub duplicates_injected: u64,
     /// Deliveries handed out (first deliveries and redeliveries).
     pub deliveries: u64,
     /// Deliveries of a copy that had been delivered before.
     pub redeliveries: u64,
     /// Acks received.
     pub acked: u64,
-    /// Acks dropped on purpose.
-    pub lost_acks: u64,
     /// Deliveries given back (nack or dropped unsettled).
     pub requeued: u64,
 }
@@ -52,14 +33,12 @@ struct State {
     ready: VecDeque<Entry>,
     in_flight: usize,
     closed: bool,
-    rng: ChaCha8Rng,
     stats: MemoryStats,
 }
 
 struct Shared {
     state: Mutex<State>,
     changed: Notify,
-    faults: SourceFaults,
 }
 
 impl Shared {
@@ -78,7 +57,9 @@ impl Shared {
 }
 
 /// An in-process broker: at-least-once, so an unacked delivery (nacked, or dropped as by a
-/// crashed consumer) is redelivered. Clones share one queue.
+/// crashed consumer) is redelivered at the back of the queue; otherwise first in, first out.
+/// Clones share one queue. For duplicates, reordering and lost acks wrap it in
+/// `oncely_testkit::FaultySource`.
 ///
 /// ```
 /// use oncely_core::{MemorySource, RawEnvelope, Source};
@@ -103,46 +84,26 @@ impl Default for MemorySource {
 }
 
 impl MemorySource {
-    /// A source without faults.
+    /// An empty, open source.
     pub fn new() -> Self {
-        Self::with_faults(SourceFaults::default())
-    }
-
-    /// A source that injects `faults`.
-    pub fn with_faults(faults: SourceFaults) -> Self {
         let state = State {
             ready: VecDeque::new(),
             in_flight: 0,
             closed: false,
-            rng: ChaCha8Rng::seed_from_u64(faults.seed),
             stats: MemoryStats::default(),
         };
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 changed: Notify::new(),
-                faults,
             }),
         }
     }
 
-    /// Publishes a message (perhaps twice, per the duplicate rate).
+    /// Publishes a message at the back of the queue.
     pub fn publish(&self, message: RawEnvelope) {
         let mut state = self.shared.lock();
         state.stats.published += 1;
-        if state
-            .rng
-            .random_bool(self.shared.faults.duplicate_rate.clamp(0.0, 1.0))
-        {
-            state.stats.duplicates_injected += 1;
-            let len = state.ready.len();
-            let at = state.rng.random_range(0..=len);
-            let copy = Entry {
-                message: message.clone(),
-                deliveries: 0,
-            };
-            state.ready.insert(at, copy);
-        }
         state.ready.push_back(Entry {
             message,
             deliveries: 0,
@@ -177,19 +138,7 @@ impl Source for MemorySource {
             changed.as_mut().enable();
             {
                 let mut state = self.shared.lock();
-                let window = self
-                    .shared
-                    .faults
-                    .reorder_window
-                    .max(1)
-                    .min(state.ready.len());
-                if window > 0 {
-                    let at = if window > 1 {
-                        state.rng.random_range(0..window)
-                    } else {
-                        0
-                    };
-                    let mut entry = state.ready.remove(at).expect("index within window");
+                if let Some(mut entry) = state.ready.pop_front() {
                     entry.deliveries += 1;
                     state.in_flight += 1;
                     state.stats.deliveries += 1;
@@ -220,21 +169,12 @@ struct MemoryAcker {
 
 impl Acker for MemoryAcker {
     fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        let entry = self.entry.take().expect("settled once");
+        self.entry.take().expect("settled once");
         let mut state = self.shared.lock();
-        let lost = state
-            .rng
-            .random_bool(self.shared.faults.lost_ack_rate.clamp(0.0, 1.0));
-        if lost {
-            state.stats.lost_acks += 1;
-            drop(state);
-            self.shared.requeue(entry);
-        } else {
-            state.stats.acked += 1;
-            state.in_flight -= 1;
-            drop(state);
-            self.shared.changed.notify_waiters();
-        }
+        state.stats.acked += 1;
+        state.in_flight -= 1;
+        drop(state);
+        self.shared.changed.notify_waiters();
         Box::pin(async { Ok(()) })
     }
 
@@ -267,39 +207,23 @@ mod tests {
         ids
     }
 
-    fn faulty(seed: u64) -> MemorySource {
-        let s = MemorySource::with_faults(SourceFaults {
-            seed,
-            duplicate_rate: 0.3,
-            reorder_window: 5,
-            lost_ack_rate: 0.1,
-        });
-        for i in 0..100 {
+    #[tokio::test]
+    async fn first_in_first_out_and_redelivered_at_the_back() {
+        let mut s = MemorySource::new();
+        for i in 0..3 {
             s.publish(RawEnvelope::new(format!("m-{i}"), "x"));
         }
         s.close();
-        s
-    }
-
-    #[tokio::test]
-    async fn faults_are_deterministic_per_seed() {
-        let (mut a, mut b, mut c) = (faulty(1), faulty(1), faulty(2));
-        let (da, db, dc) = (
-            drain(&mut a).await,
-            drain(&mut b).await,
-            drain(&mut c).await,
-        );
-        assert_eq!(da, db);
-        assert_ne!(da, dc);
-        let stats = a.stats();
-        assert!(
-            stats.duplicates_injected > 10 && stats.lost_acks > 0,
-            "{stats:?}"
-        );
+        let first = s.next().await.unwrap().unwrap();
+        assert_eq!(first.message().display_id().as_deref(), Some("m-0"));
+        first.nack().await.unwrap();
+        assert_eq!(drain(&mut s).await, ["m-1", "m-2", "m-0"]);
+        let stats = s.stats();
         assert_eq!(
-            stats.deliveries,
-            100 + stats.duplicates_injected + stats.lost_acks
+            (stats.published, stats.deliveries, stats.redeliveries),
+            (3, 4, 1)
         );
+        assert_eq!((stats.acked, stats.requeued, s.unacked()), (3, 1, 0));
     }
 
     #[tokio::test]

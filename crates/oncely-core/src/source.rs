@@ -166,6 +166,12 @@ pub fn map_envelope(map: impl FnOnce() -> RawEnvelope) -> std::result::Result<Ra
 /// A stream of deliveries. `Ok(None)` means the source is exhausted (for finite sources).
 pub trait Source: Send + 'static {
     /// Waits for the next delivery.
+    ///
+    /// Must be cancel-safe: a call dropped before it returns (a timeout around it, as
+    /// [`StopWhenIdle`] does, or a `select!`) loses no delivery. A source whose read changes
+    /// the broker's state (Redis `XREADGROUP`) keeps that read across calls, so the
+    /// next call resumes it, rather than leaving what it took pending until a redelivery
+    /// timeout.
     fn next(&mut self) -> impl Future<Output = Result<Option<Delivery>>> + Send;
 
     /// How many deliveries the consumer keeps in hand (its groups in flight and the next

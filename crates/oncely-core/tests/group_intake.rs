@@ -324,3 +324,129 @@ async fn the_source_outlives_the_last_acks_of_the_lanes() {
         "acks failed after the source was dropped"
     );
 }
+
+/// An ack that takes a while (a broker round trip), checks that its message's effect is
+/// committed, and counts itself in flight while it runs.
+struct SlowAck {
+    id: String,
+    store: MemStore,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    acked: Arc<std::sync::atomic::AtomicUsize>,
+    before_commit: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Acker for SlowAck {
+    fn ack(self: Box<Self>) -> futures::future::BoxFuture<'static, Result<()>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            if !self.store.ledger().contains(&self.id) {
+                self.before_commit.fetch_add(1, SeqCst);
+            }
+            self.in_flight.fetch_add(1, SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.in_flight.fetch_sub(1, SeqCst);
+            self.acked.fetch_add(1, SeqCst);
+            Ok(())
+        })
+    }
+    fn nack(self: Box<Self>) -> futures::future::BoxFuture<'static, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+struct SlowAcks {
+    queue: VecDeque<RawEnvelope>,
+    store: MemStore,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    acked: Arc<std::sync::atomic::AtomicUsize>,
+    before_commit: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Source for SlowAcks {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        let Some(message) = self.queue.pop_front() else {
+            return Ok(None);
+        };
+        let acker = SlowAck {
+            id: message.display_id().unwrap_or_default(),
+            store: self.store.clone(),
+            in_flight: self.in_flight.clone(),
+            acked: self.acked.clone(),
+            before_commit: self.before_commit.clone(),
+        };
+        Ok(Some(Delivery::new(message, 1, Box::new(acker))))
+    }
+}
+
+/// The ledger handler, counting the messages it handles while acks are in flight.
+struct Overlaps {
+    inner: Ledger,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    overlapped: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl oncely_core::Handler<support::MemTx> for Overlaps {
+    async fn handle(
+        &self,
+        tx: &mut support::MemTx,
+        message: &oncely_core::Envelope,
+    ) -> Result<oncely_core::Handled> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.in_flight.load(SeqCst) > 0 {
+            self.overlapped.fetch_add(1, SeqCst);
+        }
+        self.inner.handle(tx, message).await
+    }
+}
+
+/// With one lane, the next group is handled while the previous group's acks are still on
+/// their way (the lane does not wait a broker round trip per group); every ack still comes
+/// after its commit, and all of them are answered before `run` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_takes_its_next_group_while_the_last_acks_are_on_their_way() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let ids: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
+    let store = MemStore::default();
+    let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let acked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let before_commit = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let overlapped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let source = SlowAcks {
+        queue: ids
+            .iter()
+            .map(|id| RawEnvelope::new(id.as_str(), "1"))
+            .collect(),
+        store: store.clone(),
+        in_flight: in_flight.clone(),
+        acked: acked.clone(),
+        before_commit: before_commit.clone(),
+    };
+    let handler = Overlaps {
+        inner: Ledger::default(),
+        in_flight,
+        overlapped: overlapped.clone(),
+    };
+    let consumer = Consumer::new(
+        ConsumerName::new("slow-acks").unwrap(),
+        store.clone(),
+        handler,
+    )
+    .group_commit(16)
+    .concurrency(1);
+    let stats = consumer
+        .run(source, CancellationToken::new())
+        .await
+        .unwrap();
+    let (double, lost) = double_and_lost(&store.ledger(), &ids);
+    assert_eq!((double, lost, stats.applied), (0, 0, 200), "{stats:?}");
+    assert_eq!(acked.load(SeqCst), 200, "acks still out when run returned");
+    assert_eq!(
+        before_commit.load(SeqCst),
+        0,
+        "an ack came before its commit"
+    );
+    assert!(
+        overlapped.load(SeqCst) > 0,
+        "the lane waited for its group's acks before handling the next group"
+    );
+}

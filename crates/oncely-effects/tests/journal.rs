@@ -8,8 +8,7 @@ mod support;
 
 use crashing_journal::{CrashingJournal, JournalStep};
 use oncely_core::{
-    Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
-    RetryPolicy, SourceFaults,
+    Consumer, ConsumerName, Envelope, Error, Handled, Handler, RawEnvelope, RetryPolicy,
 };
 use oncely_effects::{
     EffectState, EffectsDb, Journal, JournalEntry, Performed, Reconciler, Resolution, Resolve,
@@ -17,6 +16,7 @@ use oncely_effects::{
 };
 use oncely_sql::Tables;
 use oncely_testkit::provider::FakeProvider;
+use oncely_testkit::{FaultySource, SourceFaults};
 use sqlx::{Pool, Sqlite, Transaction};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -158,7 +158,7 @@ async fn run_mailer_on<J: EffectsDb>(
     for key in expected.iter().step_by(6) {
         provider.drop_response_once(key);
     }
-    let source = MemorySource::with_faults(SourceFaults {
+    let source = FaultySource::new(SourceFaults {
         seed: 7,
         duplicate_rate: 0.3,
         reorder_window: 4,

@@ -7,13 +7,14 @@ mod support;
 
 use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
-    RetryPolicy, SourceFaults,
+    RetryPolicy,
 };
 use oncely_effects::{
     EffectsDb, Outbox, OutboxMessage, Outgoing, Publisher, Relay, derived_id, outbox_rows,
 };
 use oncely_sql::Tables;
 use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
+use oncely_testkit::{FaultySource, SourceFaults};
 use sqlx::{Pool, Sqlite, Transaction};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,7 +108,7 @@ async fn relay_killed_mid_dispatch_downstream_applies_each_once() {
     let (up, _d1) = support::sqlite().await;
     // Upstream: duplicates, reordering, lost acks and crashes after the effect (before commit),
     // so handlers re-run and re-enqueue: the derived ids must make that harmless.
-    let incoming = MemorySource::with_faults(SourceFaults {
+    let incoming = FaultySource::new(SourceFaults {
         seed: 11,
         duplicate_rate: 0.3,
         reorder_window: 4,

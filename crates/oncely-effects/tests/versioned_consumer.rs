@@ -4,12 +4,10 @@
 
 mod support;
 
-use oncely_core::{
-    Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
-    SourceFaults, Store,
-};
+use oncely_core::{Consumer, ConsumerName, Envelope, Error, Handled, Handler, RawEnvelope, Store};
 use oncely_effects::{Col, EffectsDb, Val, Versions};
 use oncely_sql::{SqlStore, Tables};
+use oncely_testkit::{FaultySource, SourceFaults};
 use sqlx::Transaction;
 use tokio_util::sync::CancellationToken;
 
@@ -78,7 +76,7 @@ where
     )
     .await
     .unwrap();
-    let source = MemorySource::with_faults(SourceFaults {
+    let source = FaultySource::new(SourceFaults {
         seed: 21,
         duplicate_rate: 0.3,
         reorder_window: 10,

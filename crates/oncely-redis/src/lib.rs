@@ -27,6 +27,7 @@
 mod acks;
 mod mapping;
 mod producer;
+mod read;
 mod source;
 #[cfg(feature = "store")]
 pub mod store;

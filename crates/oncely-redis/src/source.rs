@@ -2,16 +2,16 @@
 
 use crate::acks::Acks;
 use crate::mapping::envelope_of;
+use crate::read::{Entries, InFlight, Reader};
 use futures::future::BoxFuture;
 use oncely_core::wire::UrlParams;
 use oncely_core::{Acker, Delivery, Error, Result, Source};
 use redis::aio::MultiplexedConnection;
-use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use redis::{AsyncConnectionConfig, Client};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tracing::{info, warn};
 
 /// Default stream name when the URL has no `?stream=`.
@@ -80,7 +80,7 @@ pub(crate) fn redis_err(what: &str, e: redis::RedisError) -> Error {
     Error::transient(format!("Redis: {what}")).with_source(e)
 }
 
-enum Phase {
+pub(crate) enum Phase {
     /// Re-reading this member's own pending entries after (re)connecting, from this id.
     OwnPending(String),
     /// Reading new entries (`>`).
@@ -91,20 +91,20 @@ enum Phase {
 /// next delivery is: claimed again at once (`XCLAIM … 0`) instead of waiting for the
 /// reclaim idle time.
 #[derive(Default)]
-struct Redo(Mutex<VecDeque<(String, u32)>>);
+pub(crate) struct Redo(Mutex<VecDeque<(String, u32)>>);
 
 impl Redo {
-    fn push(&self, entry: String, attempt: u32) {
+    pub(crate) fn push(&self, entry: String, attempt: u32) {
         self.lock().push_back((entry, attempt));
     }
 
-    fn take(&self, n: usize) -> Vec<(String, u32)> {
+    pub(crate) fn take(&self, n: usize) -> Vec<(String, u32)> {
         let mut q = self.lock();
         let n = n.min(q.len());
         q.drain(..n).collect()
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 
@@ -114,7 +114,6 @@ impl Redo {
 }
 
 struct Live {
-    read: MultiplexedConnection,
     acks: Acks,
     broken: Arc<AtomicBool>,
 }
@@ -127,14 +126,17 @@ struct Live {
 /// drops unsettled is claimed again by it at once (`XCLAIM` with min-idle 0, before the
 /// next read of new entries), so a retry never waits for the reclaim idle time. `attempt`
 /// is the entry's delivery count from `XPENDING` (or the abandoned attempt + 1).
+/// `next` is cancel-safe: a read dropped halfway is resumed by the next call, so the entries
+/// Redis gave it are delivered, not left pending until a reclaim.
 pub struct RedisSource {
     client: Client,
-    options: RedisOptions,
+    options: Arc<RedisOptions>,
     live: Option<Live>,
-    phase: Phase,
+    /// The reading state while no read is in flight.
+    reader: Option<Reader>,
+    /// The read `next` started and has not seen the end of (kept when `next` is dropped).
+    in_flight: Option<InFlight>,
     buffer: VecDeque<Delivery>,
-    reclaim_cursor: String,
-    next_reclaim: Instant,
     redo: Arc<Redo>,
     /// What the consumer said it keeps in hand ([`Source::read_ahead`]).
     read_ahead: Option<usize>,
@@ -149,16 +151,16 @@ impl RedisSource {
         let client = Client::open(url).map_err(|e| Error::config(format!("Redis URL: {e}")))?;
         let mut me = Self {
             client,
-            options,
+            options: Arc::new(options),
             live: None,
-            phase: Phase::OwnPending("0".to_owned()),
+            reader: None,
+            in_flight: None,
             buffer: VecDeque::new(),
-            reclaim_cursor: "0-0".to_owned(),
-            next_reclaim: Instant::now(),
             redo: Arc::default(),
             read_ahead: None,
         };
-        me.live = Some(me.open().await?);
+        let (live, reader) = open(&me.client, &me.options).await?;
+        (me.live, me.reader) = (Some(live), Some(reader));
         Ok(me)
     }
 
@@ -175,61 +177,18 @@ impl RedisSource {
             .unwrap_or(DEFAULT_BATCH)
     }
 
-    async fn connection(&self, response_timeout: Duration) -> Result<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new()
-            .set_response_timeout(Some(response_timeout))
-            .set_connection_timeout(Some(Duration::from_secs(5)));
-        let mut conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| redis_err("connect", e))?;
-        redis::cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(&self.options.client_name)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| redis_err("CLIENT SETNAME", e))?;
-        Ok(conn)
-    }
-
-    async fn open(&self) -> Result<Live> {
-        let mut read = self
-            .connection(self.options.block + Duration::from_secs(5))
-            .await?;
-        let ack = self.connection(Duration::from_secs(5)).await?;
-        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(&self.options.stream)
-            .arg(&self.options.group)
-            .arg("0")
-            .arg("MKSTREAM")
-            .query_async(&mut read)
-            .await;
-        if let Err(e) = created
-            && e.code() != Some("BUSYGROUP")
-        {
-            return Err(redis_err("XGROUP CREATE", e));
-        }
-        let broken = Arc::new(AtomicBool::new(false));
-        let acks = Acks::start(
-            ack,
-            self.options.stream.clone(),
-            self.options.group.clone(),
-            broken.clone(),
-        );
-        Ok(Live { read, acks, broken })
-    }
-
     async fn reconnect(&mut self) {
         let mut delay = Duration::from_millis(100);
         loop {
-            match self.open().await {
-                Ok(live) => {
+            match open(&self.client, &self.options).await {
+                Ok((live, reader)) => {
                     info!(stream = %self.options.stream, "Redis: reconnected");
                     self.live = Some(live);
-                    self.phase = Phase::OwnPending("0".to_owned());
-                    // The own-pending pass re-reads every entry handed back so far.
+                    // A read still in flight on the old connection is abandoned: the new
+                    // reader's own-pending pass re-reads what it may have taken, and every
+                    // entry handed back so far.
+                    self.in_flight = None;
+                    self.reader = Some(reader);
                     self.redo.take(usize::MAX);
                     return;
                 }
@@ -242,130 +201,12 @@ impl RedisSource {
         }
     }
 
-    /// One round trip: fills the buffer (possibly with nothing).
-    async fn fill(&mut self) -> Result<()> {
-        let batch = self.batch();
-        let o = &self.options;
-        let live = self.live.as_mut().expect("connected");
-        if Instant::now() >= self.next_reclaim {
-            let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
-                .arg(&o.stream)
-                .arg(&o.group)
-                .arg(&o.member)
-                .arg(o.reclaim_idle.as_millis() as u64)
-                .arg(&self.reclaim_cursor)
-                .arg("COUNT")
-                .arg(batch)
-                .query_async(&mut live.read)
-                .await
-                .map_err(|e| redis_err("XAUTOCLAIM", e))?;
-            self.reclaim_cursor = reply.next_stream_id.clone();
-            if self.reclaim_cursor == "0-0" {
-                let every = (o.reclaim_idle / 2).max(Duration::from_millis(100));
-                self.next_reclaim = Instant::now() + every;
-            }
-            if !reply.claimed.is_empty() {
-                info!(
-                    count = reply.claimed.len(),
-                    "Redis: reclaimed idle pending entries"
-                );
-                return self.push(reply.claimed, None, None).await;
-            }
-        }
-        if matches!(self.phase, Phase::New) && !self.redo.is_empty() {
-            return self.claim_own_redo().await;
-        }
-        let (id, block) = match &self.phase {
-            Phase::OwnPending(after) => (after.clone(), None),
-            Phase::New => (">".to_owned(), Some(o.block)),
-        };
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP")
-            .arg(&o.group)
-            .arg(&o.member)
-            .arg("COUNT")
-            .arg(batch);
-        if let Some(b) = block {
-            cmd.arg("BLOCK").arg(b.as_millis() as u64);
-        }
-        cmd.arg("STREAMS").arg(&o.stream).arg(&id);
-        let reply: Option<StreamReadReply> = cmd
-            .query_async(&mut live.read)
-            .await
-            .map_err(|e| redis_err("XREADGROUP", e))?;
-        let entries: Vec<StreamId> = reply
-            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
-            .unwrap_or_default();
-        match &self.phase {
-            Phase::OwnPending(_) if entries.is_empty() => {
-                self.phase = Phase::New;
-                Ok(())
-            }
-            Phase::OwnPending(_) => {
-                let last = entries.last().map(|e| e.id.clone()).unwrap_or_default();
-                self.phase = Phase::OwnPending(last);
-                self.push(entries, None, None).await
-            }
-            Phase::New => self.push(entries, Some(1), None).await,
-        }
-    }
-
-    /// Claims entries this member handed back (`XCLAIM` with min-idle 0: they are its own)
-    /// and queues them. An entry acked or deleted meanwhile is not returned by Redis.
-    async fn claim_own_redo(&mut self) -> Result<()> {
-        let redo = self.redo.take(self.batch());
-        let o = &self.options;
-        let live = self.live.as_mut().expect("connected");
-        let mut cmd = redis::cmd("XCLAIM");
-        cmd.arg(&o.stream).arg(&o.group).arg(&o.member).arg(0);
-        for (id, _) in &redo {
-            cmd.arg(id);
-        }
-        let reply: redis::RedisResult<redis::streams::StreamClaimReply> =
-            cmd.query_async(&mut live.read).await;
-        let claimed = match reply {
-            Ok(r) => r.ids,
-            Err(e) => {
-                // Put them back for the next round (or the own-pending pass after a reconnect).
-                for (id, n) in redo {
-                    self.redo.push(id, n);
-                }
-                return Err(redis_err("XCLAIM", e));
-            }
-        };
-        let attempts: HashMap<String, u32> = redo.into_iter().collect();
-        self.push(claimed, None, Some(attempts)).await
-    }
-
-    /// Queues entries as deliveries; `attempt` is looked up with `XPENDING` unless given
-    /// (for all, or per entry in `known`).
-    async fn push(
-        &mut self,
-        entries: Vec<StreamId>,
-        attempt: Option<u32>,
-        known: Option<HashMap<String, u32>>,
-    ) -> Result<()> {
-        let live = self.live.as_mut().expect("connected");
-        let counts = match (attempt, entries.first(), entries.last()) {
-            _ if known.is_some() => known.unwrap_or_default(),
-            (None, Some(first), Some(last)) => {
-                pending_counts(
-                    &mut live.read,
-                    &self.options,
-                    &first.id,
-                    &last.id,
-                    entries.len(),
-                )
-                .await?
-            }
-            _ => HashMap::new(),
-        };
-        for entry in entries {
+    /// Queues entries as deliveries.
+    fn push(&mut self, entries: Entries) {
+        let live = self.live.as_ref().expect("connected");
+        for (entry, n) in entries {
             let raw = oncely_core::map_envelope(|| envelope_of(&entry.id, &entry.map))
                 .map_err(|why| (crate::mapping::payload_of(&entry.map), why));
-            let n = attempt
-                .or_else(|| counts.get(&entry.id).copied())
-                .unwrap_or(2);
             let acker = RedisAcker {
                 acks: live.acks.clone(),
                 entry: entry.id,
@@ -384,31 +225,74 @@ impl RedisSource {
                 }
             });
         }
+    }
+
+    /// One round trip (possibly reading nothing), resumed if an earlier `next` was dropped
+    /// while it ran.
+    async fn fill(&mut self) -> Result<()> {
+        if self.in_flight.is_none() {
+            let reader = self
+                .reader
+                .take()
+                .expect("a reader when no read is in flight");
+            self.in_flight = Some(reader.start(self.batch(), self.redo.clone()));
+        }
+        let in_flight = self.in_flight.as_mut().expect("just set");
+        let (reader, read) = in_flight.await;
+        self.in_flight = None;
+        self.reader = Some(reader);
+        self.push(read?);
         Ok(())
     }
 }
 
-async fn pending_counts(
-    conn: &mut MultiplexedConnection,
-    o: &RedisOptions,
-    first: &str,
-    last: &str,
-    count: usize,
-) -> Result<HashMap<String, u32>> {
-    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
-        .arg(&o.stream)
-        .arg(&o.group)
-        .arg(first)
-        .arg(last)
-        .arg(count)
-        .arg(&o.member)
-        .query_async(conn)
+/// A connection that names itself (`CLIENT SETNAME`) with `response_timeout` on every reply.
+async fn connection(
+    client: &Client,
+    options: &Arc<RedisOptions>,
+    response_timeout: Duration,
+) -> Result<MultiplexedConnection> {
+    let config = AsyncConnectionConfig::new()
+        .set_response_timeout(Some(response_timeout))
+        .set_connection_timeout(Some(Duration::from_secs(5)));
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(|e| redis_err("XPENDING", e))?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, _, _, n)| (id, n.min(u64::from(u32::MAX)) as u32))
-        .collect())
+        .map_err(|e| redis_err("connect", e))?;
+    redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(&options.client_name)
+        .query_async::<()>(&mut conn)
+        .await
+        .map_err(|e| redis_err("CLIENT SETNAME", e))?;
+    Ok(conn)
+}
+
+/// Connects the read and the ack connections and creates the group if missing.
+async fn open(client: &Client, options: &Arc<RedisOptions>) -> Result<(Live, Reader)> {
+    let mut read = connection(client, options, options.block + Duration::from_secs(5)).await?;
+    let ack = connection(client, options, Duration::from_secs(5)).await?;
+    let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&options.stream)
+        .arg(&options.group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut read)
+        .await;
+    if let Err(e) = created
+        && e.code() != Some("BUSYGROUP")
+    {
+        return Err(redis_err("XGROUP CREATE", e));
+    }
+    let broken = Arc::new(AtomicBool::new(false));
+    let acks = Acks::start(
+        ack,
+        options.stream.clone(),
+        options.group.clone(),
+        broken.clone(),
+    );
+    Ok((Live { acks, broken }, Reader::new(read, options.clone())))
 }
 
 impl Source for RedisSource {

@@ -3,7 +3,8 @@
 //! A deterministic simulator for oncely's runtime. Each seed is one schedule: the real
 //! [`oncely_core::Consumer`] (one or two processes, one transaction per delivery or group
 //! commit with lanes) runs over the reference store ([`oncely_testkit::MemoryStore`]) and
-//! source ([`oncely_core::MemorySource`]) on a current-thread tokio runtime whose clock is
+//! source ([`oncely_core::MemorySource`] with the broker faults of
+//! [`oncely_testkit::FaultySource`]) on a current-thread tokio runtime whose clock is
 //! paused, so virtual time jumps to the next timer when every task waits. Every choice comes
 //! from the seed: the messages and their copies, delivery order, broker duplicates and lost
 //! acks, crashes after each step, store outages and read-only phases, handler failures,

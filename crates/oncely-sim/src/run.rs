@@ -10,9 +10,9 @@ use crate::plants::{AckOnReceipt, Plant, Planted};
 use crate::world::World;
 use futures::future::LocalBoxFuture;
 use oncely_core::{
-    Consumer, ConsumerName, Inspect, MemorySource, RawEnvelope, RetryPolicy, Source, SourceFaults,
-    StatsSnapshot, Store,
+    Consumer, ConsumerName, Inspect, RawEnvelope, RetryPolicy, Source, StatsSnapshot, Store,
 };
+use oncely_testkit::{FaultySource, SourceFaults};
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
@@ -142,7 +142,7 @@ async fn simulate(plan: Plan, plant: Option<Plant>) -> RunResult {
     let store = Planted::new(sim.clone(), plant, world.clone());
     let mut handler = SimHandler::new(world.clone(), &sim);
     handler.ignore_versions = plant == Some(Plant::VersionsIgnored);
-    let source = MemorySource::with_faults(SourceFaults {
+    let source = FaultySource::new(SourceFaults {
         seed: plan.seed,
         duplicate_rate: plan.dup_rate,
         reorder_window: plan.reorder,
@@ -245,11 +245,11 @@ async fn simulate(plan: Plan, plant: Option<Plant>) -> RunResult {
     // Writes a plant deferred (a dead letter stored after its ack) land before the checks.
     tokio::time::sleep(Duration::from_millis(10)).await;
     published.extend(replayed);
-    let memory = source.stats();
-    if memory.lost_acks > 0 {
+    let faults = source.fault_stats();
+    if faults.lost_acks > 0 {
         world.mark("fault: lost ack");
     }
-    if memory.duplicates_injected > 0 {
+    if faults.duplicates_injected > 0 {
         world.mark("fault: broker duplicate");
     }
     check::run(
@@ -276,7 +276,7 @@ async fn simulate(plan: Plan, plant: Option<Plant>) -> RunResult {
 /// closes the source. Returns what the replay published.
 async fn produce(
     world: World,
-    source: MemorySource,
+    source: FaultySource,
     store: SimStore,
     later: Vec<Copy>,
     plant: Option<Plant>,
@@ -310,7 +310,7 @@ async fn produce(
 /// every row's effect directly instead).
 async fn replay(
     world: &World,
-    source: &MemorySource,
+    source: &FaultySource,
     store: &SimStore,
     plant: Option<Plant>,
 ) -> Vec<RawEnvelope> {

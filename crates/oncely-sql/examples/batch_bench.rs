@@ -10,13 +10,14 @@
 //! id. Servers that can't be reached are skipped.
 
 use oncely_core::{
-    Claim, Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, MessageId,
-    PayloadHash, RawEnvelope, Result, SourceFaults, StatsSnapshot, Store,
+    Claim, Consumer, ConsumerName, Envelope, Error, Handled, Handler, MessageId, PayloadHash,
+    RawEnvelope, Result, StatsSnapshot, Store,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{
     AnyStore, AnyTx, ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables, Value,
 };
+use oncely_testkit::{FaultySource, SourceFaults};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -69,8 +70,8 @@ impl Handler<AnyTx> for Ledger {
     }
 }
 
-fn source(n: usize, run: &str) -> MemorySource {
-    let source = MemorySource::with_faults(SourceFaults {
+fn source(n: usize, run: &str) -> FaultySource {
+    let source = FaultySource::new(SourceFaults {
         seed: 1,
         duplicate_rate: 0.1,
         reorder_window: 1,

@@ -8,14 +8,6 @@ use oncely_sql::MySqlStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 
 #[tokio::test]
-async fn mysql_claims_fresh_duplicate_conflict() {
-    let Some(fx) = mysql("my_claims").await else {
-        return;
-    };
-    suite::claims(fx).await;
-}
-
-#[tokio::test]
 async fn mysql_migrate_twice_is_noop() {
     let Some(fx) = mysql("my_migrate_twice").await else {
         return;

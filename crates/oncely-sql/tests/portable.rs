@@ -12,6 +12,7 @@ use oncely_sql::{
     AnyPool, AnyStore, DbLock, Isolation, MySqlStore, PgStore, SqliteStore, Tables,
     detect_portable, engine_of_version, resolve_tables, with_pool,
 };
+use oncely_testkit::{FaultySource, SourceFaults};
 use std::time::Duration;
 
 async fn count(pool: &AnyPool, sql: String) -> i64 {
@@ -181,21 +182,6 @@ async fn mysql_portable_concurrent_migrations_apply_once() {
     concurrent_portable_migrations::<MySqlStore>(&mysql_url(), "my_port_mig").await;
 }
 
-/// Claims (fresh, duplicate, conflict, rollback) with portable tables.
-#[tokio::test]
-async fn pg_portable_claims() {
-    if let Some(fx) = pg_portable("pg_port_claims").await {
-        suite::claims(fx).await;
-    }
-}
-
-#[tokio::test]
-async fn mysql_portable_claims() {
-    if let Some(fx) = mysql_portable("my_port_claims").await {
-        suite::claims(fx).await;
-    }
-}
-
 /// PostgreSQL at SERIALIZABLE (what CockroachDB always runs) with portable tables: the
 /// duplicate claim that waited fails with 40001, which is retried (not dead-lettered) and
 /// ends as `Duplicate`; the ledger holds the effect exactly once, no dead letters.
@@ -339,8 +325,8 @@ async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
 /// once, none lost, no dead letters. On PostgreSQL at SERIALIZABLE the concurrent duplicates
 /// fail with 40001 and are retried.
 async fn many_concurrent_duplicates<S: TestStore>(fx: common::Fx<S>, label: &str) {
-    use oncely_core::{Consumer, MemorySource, RawEnvelope, RetryPolicy, SourceFaults};
-    let source = MemorySource::with_faults(SourceFaults {
+    use oncely_core::{Consumer, RawEnvelope, RetryPolicy};
+    let source = FaultySource::new(SourceFaults {
         seed: 16,
         duplicate_rate: 0.3,
         reorder_window: 8,

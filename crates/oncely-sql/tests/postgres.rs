@@ -8,14 +8,6 @@ use oncely_sql::sqlx;
 use oncely_sql::{Isolation, PgStore};
 
 #[tokio::test]
-async fn pg_claims_fresh_duplicate_conflict() {
-    let Some(fx) = pg("pg_claims").await else {
-        return;
-    };
-    suite::claims(fx).await;
-}
-
-#[tokio::test]
 async fn pg_migrate_twice_is_noop() {
     let Some(fx) = pg("pg_migrate_twice").await else {
         return;

@@ -19,11 +19,15 @@ pub enum Script {
     Panic,
     /// Hold the transaction open this long before returning.
     Hold(Duration),
+    /// Hold the transaction open this long, then fail permanently; once (the next call for
+    /// this id applies).
+    HoldThenFail(Duration),
 }
 
 /// Writes `(message_id, amount)` through the harness, the amount parsed from the payload text.
 pub struct LedgerHandler<H> {
     scripts: Arc<Mutex<HashMap<String, Script>>>,
+    whole_batches: bool,
     _harness: PhantomData<fn() -> H>,
 }
 
@@ -31,6 +35,7 @@ impl<H> Clone for LedgerHandler<H> {
     fn clone(&self) -> Self {
         Self {
             scripts: self.scripts.clone(),
+            whole_batches: self.whole_batches,
             _harness: PhantomData,
         }
     }
@@ -40,12 +45,21 @@ impl<H> Default for LedgerHandler<H> {
     fn default() -> Self {
         Self {
             scripts: Arc::default(),
+            whole_batches: false,
             _harness: PhantomData,
         }
     }
 }
 
 impl<H> LedgerHandler<H> {
+    /// Under group commit, writes a group's effects in one [`Handler::handle_batch`] call (every
+    /// effect first, then the scripts), as a handler with multi-row statements does; an error
+    /// rolls the whole group back. The default handles the group's messages one by one.
+    pub fn whole_batches(mut self) -> Self {
+        self.whole_batches = true;
+        self
+    }
+
     /// Scripts the behaviour for one id.
     pub fn script(&self, id: &str, script: Script) {
         self.scripts
@@ -62,6 +76,11 @@ impl<H> LedgerHandler<H> {
                 *n -= 1;
                 Some(Script::FailTransient(*n + 1))
             }
+            Some(Script::HoldThenFail(d)) => {
+                let d = *d;
+                scripts.remove(id);
+                Some(Script::HoldThenFail(d))
+            }
             Some(other) => Some(other.clone()),
             None => None,
         }
@@ -74,13 +93,44 @@ impl<H: StoreHarness> Handler<<H::Store as Store>::Tx> for LedgerHandler<H> {
         tx: &mut <H::Store as Store>::Tx,
         message: &Envelope,
     ) -> Result<Handled> {
-        let text = std::str::from_utf8(message.payload())
-            .map_err(|_| Error::permanent("payload is not UTF-8"))?;
-        let amount: i64 = text
-            .trim()
-            .parse()
-            .map_err(|_| Error::permanent(format!("payload {text:?} is not an integer amount")))?;
-        H::add_effect(tx, message.id().as_str(), amount).await?;
+        H::add_effect(tx, message.id().as_str(), amount(message)?).await?;
+        self.step(message).await
+    }
+
+    async fn handle_batch(
+        &self,
+        tx: &mut <H::Store as Store>::Tx,
+        messages: &[Envelope],
+    ) -> Result<Vec<Handled>> {
+        let mut handled = Vec::with_capacity(messages.len());
+        if !self.whole_batches {
+            for message in messages {
+                handled.push(Handler::handle(self, tx, message).await?);
+            }
+            return Ok(handled);
+        }
+        for message in messages {
+            H::add_effect(tx, message.id().as_str(), amount(message)?).await?;
+        }
+        for message in messages {
+            handled.push(self.step(message).await?);
+        }
+        Ok(handled)
+    }
+}
+
+/// The amount a message's payload text holds.
+fn amount(message: &Envelope) -> Result<i64> {
+    let text = std::str::from_utf8(message.payload())
+        .map_err(|_| Error::permanent("payload is not UTF-8"))?;
+    text.trim()
+        .parse()
+        .map_err(|_| Error::permanent(format!("payload {text:?} is not an integer amount")))
+}
+
+impl<H> LedgerHandler<H> {
+    /// What the script says for this message, after its effect was written.
+    async fn step(&self, message: &Envelope) -> Result<Handled> {
         match self.take_step(message.id().as_str()) {
             None => Ok(Handled::Applied),
             Some(Script::FailTransient(_)) => Err(Error::transient("scripted transient failure")),
@@ -89,6 +139,10 @@ impl<H: StoreHarness> Handler<<H::Store as Store>::Tx> for LedgerHandler<H> {
             Some(Script::Hold(d)) => {
                 tokio::time::sleep(d).await;
                 Ok(Handled::Applied)
+            }
+            Some(Script::HoldThenFail(d)) => {
+                tokio::time::sleep(d).await;
+                Err(Error::permanent("scripted failure after holding"))
             }
         }
     }

@@ -15,6 +15,9 @@
 //! Every check counts effects independently, from the ledger rows the harness reads back,
 //! never from the consumer's own counters.
 //!
+//! [`FaultySource`] wraps the in-process broker (`MemorySource`) with the faults real
+//! brokers have: duplicates, reordering, lost acks, seeded.
+//!
 //! [`provider`] is a fake outside provider (an email or payment API over HTTP that
 //! deduplicates by `Idempotency-Key` and counts what it performed), for the effect journal's
 //! tests and examples.
@@ -26,16 +29,19 @@ pub mod chaos;
 mod check;
 pub mod cluster;
 mod fault_proxy;
+mod faulty_source;
 mod harness;
 mod ledger;
 mod memory_store;
 pub mod provider;
 pub mod services;
 pub mod source_suite;
+pub mod store_cases;
 pub mod store_suite;
 
 pub use check::{Tally, tally};
 pub use fault_proxy::{Fault, FaultProxy, ProxyStats};
+pub use faulty_source::{FaultStats, FaultySource, SourceFaults};
 pub use harness::StoreHarness;
 pub use ledger::{LedgerHandler, Script};
 pub use memory_store::{MemoryHarness, MemoryStore, MemoryTx};
@@ -75,8 +81,13 @@ type Case<'a> = (
 
 /// [`exercise`] with a custom crash matrix size.
 pub async fn exercise_with<H: StoreHarness>(harness: &H, options: ExerciseOptions) {
+    use store_cases::*;
     use store_suite::*;
     let cases: Vec<Case<'_>> = vec![
+        (
+            "claims_in_transactions",
+            Box::pin(claims_in_transactions(harness)),
+        ),
         (
             "fresh_then_duplicate",
             Box::pin(fresh_then_duplicate(harness)),
@@ -104,6 +115,26 @@ pub async fn exercise_with<H: StoreHarness>(harness: &H, options: ExerciseOption
         (
             "concurrent_duplicates",
             Box::pin(concurrent_duplicates(harness)),
+        ),
+        (
+            "concurrent_duplicate_after_rollback",
+            Box::pin(concurrent_duplicate_after_rollback(harness)),
+        ),
+        (
+            "group_commit_outcomes",
+            Box::pin(group_commit_outcomes(harness)),
+        ),
+        (
+            "group_commit_isolates_a_failure",
+            Box::pin(group_commit_isolates_a_failure(harness)),
+        ),
+        (
+            "group_commit_quarantines_late",
+            Box::pin(group_commit_quarantines_late(harness)),
+        ),
+        (
+            "two_group_commit_consumers",
+            Box::pin(two_group_commit_consumers(harness)),
         ),
         (
             "late_messages_are_quarantined",

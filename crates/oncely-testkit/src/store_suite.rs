@@ -4,9 +4,10 @@ use crate::chaos::{AckEarly, CrashPlan, CrashingHandler, CrashingSource, Crashin
 use crate::check::tally;
 use crate::harness::StoreHarness;
 use crate::ledger::{LedgerHandler, Script};
+use crate::{FaultySource, SourceFaults};
 use oncely_core::{
     Claim, Consumer, ConsumerName, Inspect, LatePolicy, MemorySource, MessageId, Outcome,
-    PayloadHash, RawEnvelope, RetryPolicy, Source, SourceFaults, Store,
+    PayloadHash, RawEnvelope, RetryPolicy, Source, Store,
 };
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -443,7 +444,7 @@ pub async fn crash_at_every_step<H: StoreHarness>(
         for seed in 0..seeds {
             let store = h.fresh().await.map_err(err)?;
             let handler = LedgerHandler::<H>::default();
-            let source = MemorySource::with_faults(SourceFaults {
+            let source = FaultySource::new(SourceFaults {
                 seed,
                 duplicate_rate: 0.2,
                 reorder_window: 8,
@@ -529,7 +530,7 @@ pub async fn checker_catches_ack_before_commit<H: StoreHarness>(h: &H) -> CaseRe
 pub async fn shutdown_then_resume<H: StoreHarness>(h: &H) -> CaseResult {
     let store = h.fresh().await.map_err(err)?;
     let handler = LedgerHandler::<H>::default();
-    let source = MemorySource::with_faults(SourceFaults {
+    let source = FaultySource::new(SourceFaults {
         seed: 9,
         duplicate_rate: 0.2,
         reorder_window: 4,

@@ -6,14 +6,15 @@
 #[allow(dead_code)]
 mod quickstart;
 
+use oncely::RawEnvelope;
 use oncely::sql::{AnyPool, Tables, sqlx, with_pool};
-use oncely::{MemorySource, RawEnvelope, SourceFaults};
 use oncely_testkit::services;
+use oncely_testkit::{FaultySource, SourceFaults};
 
 const MESSAGES: usize = 200;
 
-fn source() -> MemorySource {
-    let source = MemorySource::with_faults(SourceFaults {
+fn source() -> FaultySource {
+    let source = FaultySource::new(SourceFaults {
         seed: 7,
         duplicate_rate: 0.3,
         reorder_window: 8,

@@ -1,18 +1,50 @@
-//! Cells through a real broker (RabbitMQ, NATS JetStream, Redis Streams, MQTT): the cell's messages
-//! are published to a fresh queue or stream first, then consumed, timed from the consumer's
-//! start to its last ack:
+//! Cells through a real broker (RabbitMQ, NATS JetStream, Redis Streams, MQTT, Kafka): the
+//! cell's messages are published to a fresh queue, stream or topic first, then consumed, timed
+//! from the consumer's start to its last ack (Kafka: from the first record, see [`kafka`]):
 //!
+//! - `<broker>_in_process`: oncely at its defaults fed by the in-process source, run beside
+//!   the broker's two cells in every round (the ceiling the database sets, measured at the
+//!   same moment);
 //! - `<broker>_bare`: a bare consumer of the same client library oncely uses, consume + ack
 //!   and nothing else (the broker's and the client's own ceiling), reading as far ahead as
 //!   oncely's defaults ask for;
 //! - `<broker>`: oncely as a user runs it: a plain URL (the queue or stream name only), the
 //!   library's defaults (group commit, 4 lanes, the read-ahead it sizes), the per-message
 //!   handler, into the database.
+//!
+//! The three run back to back in each round, in reverse order every other round, and the
+//! key `<broker>_<db>_vs_bare_consumer` is the median over rounds of each round's ratio
+//! (see `report.rs`). oncely's two cells also record where the time went ([`watch`]).
 
 mod amqp;
+#[cfg(feature = "kafka")]
+mod kafka;
+#[cfg(not(feature = "kafka"))]
+mod kafka {
+    //! Built without the `kafka` feature: the Kafka cells are skipped (the probe says why).
+    use anyhow::{Result, bail};
+    use std::time::Duration;
+
+    pub(super) async fn probe(_: &str) -> Result<()> {
+        bail!("oncely-bench was built without its `kafka` feature")
+    }
+    pub(super) fn source_url(addr: &str, name: &str) -> String {
+        format!("kafka://{addr}/{name}")
+    }
+    pub(super) async fn bare(_: &str, _: &str, _: usize) -> Result<Duration> {
+        bail!("oncely-bench was built without its `kafka` feature")
+    }
+    pub(super) async fn remove(_: &str, _: &str) -> Result<()> {
+        Ok(())
+    }
+}
 mod mqtt;
 mod nats;
 mod redis;
+mod watch;
+
+pub use watch::PathStats;
+use watch::Watch;
 
 use crate::bed::Ops;
 use crate::group::PerMessage;
@@ -20,7 +52,7 @@ use crate::runners::retry_policy;
 use anyhow::{Context, Result, bail};
 use oncely_core::{
     CancellationToken, Consumer, ConsumerName, DEFAULT_CONCURRENCY, DEFAULT_GROUP_COMMIT, Delivery,
-    RawEnvelope, Source,
+    MemorySource, RawEnvelope, Source,
 };
 use serde::Serialize;
 use std::future::Future;
@@ -39,11 +71,19 @@ pub enum Broker {
     Redis,
     /// MQTT 5 (rumqttc, Mosquitto), QoS 1, a persistent session.
     Mqtt,
+    /// Kafka (rdkafka), a topic of one partition, a consumer group.
+    Kafka,
 }
 
 impl Broker {
     /// Every broker, in the order the cells run.
-    pub const ALL: [Broker; 4] = [Broker::Amqp, Broker::Nats, Broker::Redis, Broker::Mqtt];
+    pub const ALL: [Broker; 5] = [
+        Broker::Amqp,
+        Broker::Nats,
+        Broker::Redis,
+        Broker::Mqtt,
+        Broker::Kafka,
+    ];
 
     /// Short name for tables and keys.
     pub fn name(self) -> &'static str {
@@ -52,6 +92,18 @@ impl Broker {
             Self::Nats => "nats",
             Self::Redis => "redis",
             Self::Mqtt => "mqtt",
+            Self::Kafka => "kafka",
+        }
+    }
+
+    /// The client library of the bare consumer, for the keys' descriptions.
+    pub fn client(self) -> &'static str {
+        match self {
+            Self::Amqp => "lapin",
+            Self::Nats => "async-nats",
+            Self::Redis => "redis-rs",
+            Self::Mqtt => "rumqttc",
+            Self::Kafka => "rdkafka",
         }
     }
 
@@ -62,11 +114,29 @@ impl Broker {
             Self::Nats => "nats_bare",
             Self::Redis => "redis_bare",
             Self::Mqtt => "mqtt_bare",
+            Self::Kafka => "kafka_bare",
         }
     }
 
+    /// The name of oncely's in-process cell run beside this broker's cells.
+    pub fn in_process_name(self) -> &'static str {
+        match self {
+            Self::Amqp => "amqp_in_process",
+            Self::Nats => "nats_in_process",
+            Self::Redis => "redis_in_process",
+            Self::Mqtt => "mqtt_in_process",
+            Self::Kafka => "kafka_in_process",
+        }
+    }
+
+    /// Whether both consumers are timed from their first delivery rather than from their
+    /// start: Kafka's group join takes seconds before the first record, for either consumer.
+    fn timed_from_first_delivery(self) -> bool {
+        self == Self::Kafka
+    }
+
     fn slot(self) -> &'static OnceLock<String> {
-        static URLS: [OnceLock<String>; 4] = [const { OnceLock::new() }; 4];
+        static URLS: [OnceLock<String>; 5] = [const { OnceLock::new() }; 5];
         &URLS[self as usize]
     }
 
@@ -105,6 +175,7 @@ impl Broker {
                 Self::Nats => nats::probe(url).await,
                 Self::Redis => redis::probe(url).await,
                 Self::Mqtt => mqtt::probe(url).await,
+                Self::Kafka => kafka::probe(url).await,
             }
         };
         tokio::time::timeout(Duration::from_secs(5), probe)
@@ -127,6 +198,7 @@ impl Broker {
             Self::Nats => nats::source_url(base, &name),
             Self::Redis => redis::source_url(base, &name),
             Self::Mqtt => mqtt::source_url(base, &name),
+            Self::Kafka => kafka::source_url(base, &name),
         };
         if self == Self::Mqtt {
             mqtt::prepare(base, &name, &format!("{name}-{tag}")).await?;
@@ -162,6 +234,7 @@ impl Filled {
             Broker::Nats => nats::remove(base, &self.name).await,
             Broker::Redis => redis::remove(base, &self.name).await,
             Broker::Mqtt => mqtt::remove(base, &self.session).await,
+            Broker::Kafka => kafka::remove(base, &self.name).await,
         };
         if let Err(e) = removed {
             eprintln!("bench: could not remove {}: {e:#}", self.name);
@@ -184,45 +257,71 @@ pub(crate) async fn bare(broker: Broker, msgs: &[RawEnvelope]) -> Result<Duratio
         Broker::Nats => nats::bare(base, &filled.name, msgs.len()).await,
         Broker::Redis => redis::bare(base, &filled.name, msgs.len()).await,
         Broker::Mqtt => mqtt::bare(base, &filled.session, msgs.len()).await,
+        Broker::Kafka => kafka::bare(base, &filled.name, msgs.len()).await,
     };
     filled.remove().await;
     elapsed
 }
 
-/// oncely with its defaults through `broker`, into `bed`'s store.
+/// oncely with its defaults through `broker`, into `bed`'s store: the time, and where it went.
 pub(crate) async fn oncely<B: Ops>(
     broker: Broker,
     bed: &B,
     name: &ConsumerName,
     msgs: &[RawEnvelope],
-) -> Result<Duration> {
+) -> Result<(Duration, PathStats)> {
     let filled = broker.fill("oncely", msgs).await?;
-    let elapsed = match oncely::brokers::connect_source(&filled.url, name.as_str()).await {
-        Ok(source) => run(bed, name, source, msgs.len()).await,
+    let from_first = broker.timed_from_first_delivery();
+    let ran = match oncely::brokers::connect_source(&filled.url, name.as_str()).await {
+        Ok(source) => run(bed, name, source, msgs.len(), from_first).await,
         Err(e) => Err(e.into()),
     };
     filled.remove().await;
-    elapsed
+    ran
 }
 
-/// Runs oncely's consumer at its defaults over `n` deliveries of `source`.
+/// oncely with its defaults fed by the in-process source (the cell run beside a broker's).
+pub(crate) async fn in_process<B: Ops>(
+    bed: &B,
+    name: &ConsumerName,
+    msgs: &[RawEnvelope],
+) -> Result<(Duration, PathStats)> {
+    let source = MemorySource::new();
+    for m in msgs {
+        source.publish(m.clone());
+    }
+    source.close();
+    run(bed, name, source, msgs.len(), false).await
+}
+
+/// Runs oncely's consumer at its defaults over `n` deliveries of `source`, timed from its
+/// start (or from its first delivery) to its last ack.
 async fn run<B: Ops, S: Source>(
     bed: &B,
     name: &ConsumerName,
     source: S,
     n: usize,
-) -> Result<Duration> {
+    from_first_delivery: bool,
+) -> Result<(Duration, PathStats)> {
     let consumer =
         Consumer::new(name.clone(), bed.store(), PerMessage(bed.handler())).retry(retry_policy());
+    let watch = Watch::start();
+    let source = watch.source(Take(source, n));
+    let first = source.first_delivery();
     let started = Instant::now();
-    let stats = consumer
-        .run(Take(source, n), CancellationToken::new())
-        .await?;
-    let elapsed = started.elapsed();
+    let stats = consumer.run(source, CancellationToken::new()).await;
+    let ended = Instant::now();
+    let started = match first.get() {
+        Some(first) if from_first_delivery => *first,
+        _ => started,
+    };
+    let elapsed = ended.duration_since(started);
+    let path = watch.finish(n, elapsed);
+    let stats = stats?;
     if stats.nacked + stats.dead_lettered > 0 {
-        bail!("oncely gave up on deliveries through the broker: {stats:?}");
+        bail!("oncely gave up on deliveries: {stats:?}");
     }
-    Ok(elapsed)
+    Ok((elapsed, path))
 }
 
 /// Times `consume` (a bare consumer's loop), failing if it takes longer than a minute.

@@ -15,10 +15,7 @@ use check::check;
 use credits::{CreditTables, Credits};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncely::brokers::{connect_source, publish};
-use oncely_core::{
-    Consumer, ConsumerName, MemorySource, MemoryStats, RetryPolicy, Source, SourceFaults,
-    StatsSnapshot, StopWhenIdle,
-};
+use oncely_core::{Consumer, ConsumerName, RetryPolicy, Source, StatsSnapshot, StopWhenIdle};
 use oncely_sql::AnyStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::with_store;
@@ -26,8 +23,9 @@ use oncely_sql::{ConnectOptions, Dialect, INBOX, MigrationSet, Tables, redact_ur
 use oncely_testkit::chaos::{
     AckEarly, CrashPlan, CrashingHandler, CrashingSource, CrashingStore, Step,
 };
+use oncely_testkit::{FaultySource, SourceFaults};
 use publish::{Mix, generate};
-use report::Report;
+use report::{Report, SourceCounts};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -141,7 +139,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let name = ConsumerName::new("demo")?;
     let (stats, crashes, source_stats, elapsed, broker_dedups) = match &args.source {
         None => {
-            let source = MemorySource::with_faults(SourceFaults {
+            let source = FaultySource::new(SourceFaults {
                 seed: args.seed,
                 duplicate_rate: args.duplicate_rate,
                 reorder_window: args.reorder_window,
@@ -151,10 +149,17 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
                 source.publish(m.clone());
             }
             source.close();
-            let copies = source.stats().published + source.stats().duplicates_injected;
+            // The broker's count includes the copies the faults injected.
+            let copies = source.stats().published;
             let started = Instant::now();
             let (stats, crashes) = target.consume(&args, &name, source.clone(), copies).await?;
-            (stats, crashes, source.stats(), started.elapsed(), false)
+            let faults = source.fault_stats();
+            let source_stats = SourceCounts {
+                deliveries: source.stats().deliveries,
+                duplicates_injected: faults.duplicates_injected,
+                lost_acks: faults.lost_acks,
+            };
+            (stats, crashes, source_stats, started.elapsed(), false)
         }
         Some(broker) => {
             let url = broker::consume_url(broker, &args);
@@ -178,11 +183,10 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
                 .await?;
             let elapsed = started.elapsed();
             publishing.finish().await?;
-            let source_stats = MemoryStats {
-                published: published.messages.len() as u64,
-                duplicates_injected: (copies.len() - published.messages.len()) as u64,
+            let source_stats = SourceCounts {
                 deliveries: stats.received,
-                ..MemoryStats::default()
+                duplicates_injected: (copies.len() - published.messages.len()) as u64,
+                lost_acks: 0,
             };
             (stats, crashes, source_stats, elapsed, broker_dedups)
         }

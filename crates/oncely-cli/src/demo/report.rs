@@ -3,9 +3,20 @@
 use super::DemoArgs;
 use super::check::Verdict;
 use super::publish::Published;
-use oncely_core::{MemoryStats, StatsSnapshot};
+use oncely_core::StatsSnapshot;
 use serde::Serialize;
 use std::time::Duration;
+
+/// What the demo's source counted.
+#[derive(Debug, Clone, Copy)]
+pub struct SourceCounts {
+    /// Deliveries handed to the consumer (redeliveries included).
+    pub deliveries: u64,
+    /// Extra copies published as duplicates.
+    pub duplicates_injected: u64,
+    /// Acks the broker dropped on purpose.
+    pub lost_acks: u64,
+}
 
 /// The report `oncely demo` prints.
 #[derive(Debug, Serialize)]
@@ -66,7 +77,7 @@ impl Report {
         args: &DemoArgs,
         store: String,
         published: &Published,
-        source: &MemoryStats,
+        source: &SourceCounts,
         stats: &StatsSnapshot,
         verdict: &Verdict,
         elapsed: Duration,

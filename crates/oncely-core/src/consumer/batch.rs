@@ -135,23 +135,28 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                         self.batches.duplicates_seen.store(true, Relaxed);
                     }
                     // The group's acks go out at once (pipelined: one wait for the group,
-                    // not a round trip per message on brokers whose ack is confirmed).
+                    // not a round trip per message on brokers whose ack is confirmed); on a
+                    // lane, that wait is left behind (see `PendingAcks`).
                     let mut acks = Vec::with_capacity(pending.len());
                     let mut conflicts = Vec::new();
                     let rows = pending.into_iter().zip(&valid).zip(settled);
                     for (((at, delivery), message), settled) in rows {
                         match settled {
                             Committable::Done(outcome, proof) => {
-                                let ack = self.ack(delivery, proof, outcome);
-                                acks.push(async move { (at, ack.await) });
+                                outcomes[at] = Some(outcome);
+                                acks.push((delivery, proof));
                             }
                             Committable::Conflict(stored) => {
                                 conflicts.push((at, delivery, stored, message.payload_hash()));
                             }
                         }
                     }
-                    for (at, outcome) in join_all(acks).await {
-                        outcomes[at] = Some(outcome);
+                    match &self.pending_acks {
+                        Some(pending_acks) => {
+                            let me = self.clone();
+                            pending_acks.hand_off(async move { me.ack_all(acks).await });
+                        }
+                        None => self.ack_all(acks).await,
                     }
                     for (at, delivery, stored, received) in conflicts {
                         let reason = DeadLetterReason::Conflict { stored, received };
@@ -178,6 +183,15 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             .into_iter()
             .map(|o| o.expect("every delivery settled"))
             .collect()
+    }
+
+    /// Acks committed deliveries at once (their outcomes are already counted).
+    async fn ack_all(&self, acks: Vec<(Delivery, Committed)>) {
+        join_all(
+            acks.into_iter()
+                .map(|(delivery, proof)| self.ack_committed(delivery, proof)),
+        )
+        .await;
     }
 
     /// The span of one group commit (`oncely.group_commit`): one transaction for many messages, so

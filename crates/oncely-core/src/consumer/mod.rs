@@ -120,6 +120,37 @@ pub struct Consumer<S: Store, H> {
     stats: Arc<Stats>,
     health: Arc<StoreHealth>,
     batches: Arc<batch::BatchCounts>,
+    /// Set on the lanes of a group-commit run: where a lane leaves its committed group's acks
+    /// to finish while it takes its next group (see [`PendingAcks`]).
+    pending_acks: Option<PendingAcks>,
+}
+
+/// The acks of committed groups still on their way to the broker. A lane hands its group's
+/// acks off here and takes its next group instead of waiting a broker round trip (a confirmed
+/// NATS ack, an `XACK`, lapin's write) per group: the acks still go out only after their
+/// commit, and the run waits for every one before it closes the source. How many are
+/// outstanding is bounded by the source's read-ahead (the broker stops sending while its
+/// window is full of unacked deliveries).
+#[derive(Clone, Default)]
+struct PendingAcks(Arc<std::sync::Mutex<JoinSet<()>>>);
+
+impl PendingAcks {
+    fn set(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends `acks` on their way (reaping those already done).
+    fn hand_off(&self, acks: impl Future<Output = ()> + Send + 'static) {
+        let mut set = self.set();
+        while set.try_join_next().is_some() {}
+        set.spawn(acks);
+    }
+
+    /// Waits until every ack handed off was answered.
+    async fn drain(&self) {
+        let mut set = std::mem::take(&mut *self.set());
+        while set.join_next().await.is_some() {}
+    }
 }
 
 impl<S: Store, H> Clone for Consumer<S, H> {
@@ -132,6 +163,7 @@ impl<S: Store, H> Clone for Consumer<S, H> {
             stats: self.stats.clone(),
             health: self.health.clone(),
             batches: self.batches.clone(),
+            pending_acks: self.pending_acks.clone(),
         }
     }
 }
@@ -155,6 +187,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             config: ConsumerConfig::default(),
             stats: Arc::default(),
             batches: Arc::default(),
+            pending_acks: None,
         }
     }
 
@@ -373,15 +406,19 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             move |message| handler.lock_key(message),
             shutdown,
         );
+        let pending_acks = PendingAcks::default();
         let mut tasks = JoinSet::new();
         for lane in lanes.take() {
-            let me = self.clone();
+            let mut me = self.clone();
+            me.pending_acks = Some(pending_acks.clone());
             let stop = shutdown.clone();
             tasks.spawn(async move { me.drain_lane(lane, &stop).await });
         }
         while let Some(done) = tasks.join_next().await {
             self.joined(done);
         }
+        // Every ack out before the source (and the connection they go through) is closed.
+        pending_acks.drain().await;
         lanes.close().await;
     }
 

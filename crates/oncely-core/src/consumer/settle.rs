@@ -21,12 +21,17 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         proof: Committed,
         outcome: Outcome,
     ) -> Outcome {
+        self.ack_committed(delivery, proof).await;
+        outcome
+    }
+
+    /// [`Self::ack`] for a delivery whose outcome is already counted.
+    pub(super) async fn ack_committed(&self, delivery: Delivery, proof: Committed) {
         if let Err(e) = delivery.ack(proof).await {
             // Committed but not acked: the redelivery will be a Duplicate. Nothing is lost.
             warn!(error = %e, "ack failed after commit; the broker will redeliver a duplicate");
             self.stats.ack_failed();
         }
-        outcome
     }
 
     /// Hands a delivery back to the broker (shutdown while it could not be settled).

@@ -3,13 +3,13 @@
 use crate::world::World;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use oncely_core::{Acker, Delivery, Error, Inspect, MemorySource, PayloadHash, Result, Source};
-use oncely_testkit::MemoryStore;
+use oncely_core::{Acker, Delivery, Error, Inspect, PayloadHash, Result, Source};
+use oncely_testkit::{FaultySource, MemoryStore};
 
-/// The reference [`MemorySource`] as one consumer process sees it: crashes at receipt and
+/// The reference source ([`FaultySource`] over the memory broker) as one consumer process sees it: crashes at receipt and
 /// after the ack; every ack is checked against the store first (no ack before its commit).
 pub struct SimSource {
-    inner: MemorySource,
+    inner: FaultySource,
     world: World,
     store: MemoryStore,
     worker: usize,
@@ -17,7 +17,7 @@ pub struct SimSource {
 
 impl SimSource {
     /// Worker `worker`'s view of the shared `inner` source, checked against `store`.
-    pub fn new(inner: MemorySource, world: World, store: MemoryStore, worker: usize) -> Self {
+    pub fn new(inner: FaultySource, world: World, store: MemoryStore, worker: usize) -> Self {
         Self {
             inner,
             world,

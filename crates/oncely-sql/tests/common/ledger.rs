@@ -40,8 +40,6 @@ impl Gate {
 #[derive(Clone)]
 pub struct Ledger {
     insert: String,
-    table: String,
-    multi_row: bool,
     instance: &'static str,
     gate: Option<Arc<Gate>>,
     gate_fails: bool,
@@ -55,8 +53,6 @@ impl Ledger {
             insert: format!(
                 "INSERT INTO {table} (message_id, payload, instance) VALUES ($1, $2, $3)"
             ),
-            table: table.to_owned(),
-            multi_row: false,
             instance,
             gate: None,
             gate_fails: false,
@@ -69,23 +65,6 @@ impl Ledger {
         self.gate = Some(gate);
         self.gate_fails = then_fail;
         self
-    }
-
-    /// Writes a batch's effects with one multi-row INSERT (`Handler::handle_batch`).
-    pub fn multi_row(mut self) -> Self {
-        self.multi_row = true;
-        self
-    }
-
-    fn multi_row_sql(&self, rows: usize) -> String {
-        let values: Vec<String> = (0..rows)
-            .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
-            .collect();
-        format!(
-            "INSERT INTO {} (message_id, payload, instance) VALUES {}",
-            self.table,
-            values.join(", ")
-        )
     }
 
     async fn before(&self, msg: &Envelope) -> Result<()> {
@@ -137,23 +116,5 @@ impl Handler<AnyTx> for Ledger {
             .await
             .map_err(|e| Error::transient(format!("ledger insert: {e}")))?;
         Ok(Handled::Applied)
-    }
-
-    async fn handle_batch(&self, tx: &mut AnyTx, messages: &[Envelope]) -> Result<Vec<Handled>> {
-        if !self.multi_row {
-            let mut handled = Vec::with_capacity(messages.len());
-            for message in messages {
-                handled.push(self.handle(tx, message).await?);
-            }
-            return Ok(handled);
-        }
-        for message in messages {
-            self.before(message).await?;
-        }
-        let args: Vec<Value> = messages.iter().flat_map(|m| row(self, m)).collect();
-        tx.execute(&self.multi_row_sql(messages.len()), &args)
-            .await
-            .map_err(|e| Error::transient(format!("ledger insert: {e}")))?;
-        Ok(vec![Handled::Applied; messages.len()])
     }
 }

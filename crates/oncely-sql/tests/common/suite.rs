@@ -1,4 +1,6 @@
-//! Tests every store type runs: claims, migrations, concurrent duplicates.
+//! What oncely-sql's own tests run on each database: migrations, table naming, and a
+//! concurrent duplicate observed waiting on the row lock. (The claims themselves are the
+//! testkit's store suite, `claims_in_transactions`.)
 
 use super::{Fx, Gate, TestStore};
 use oncely_core::{
@@ -13,62 +15,6 @@ fn id(s: &str) -> MessageId {
 
 fn consumer(s: &str) -> ConsumerName {
     ConsumerName::new(s).unwrap()
-}
-
-/// Fresh, Duplicate, Conflict; the inbox key includes the consumer; rollback undoes a claim.
-pub async fn claims<S: TestStore>(fx: Fx<S>) {
-    let s = &fx.store;
-    let (a, b) = (PayloadHash::of(b"a"), PayloadHash::of(b"b"));
-    let c1 = consumer("c1");
-    let mut tx = s.begin().await.unwrap();
-    assert_eq!(
-        s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(),
-        Claim::Fresh
-    );
-    // The same id again in the same transaction sees its own claim.
-    assert_eq!(
-        s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(),
-        Claim::Duplicate
-    );
-    s.commit(tx).await.unwrap();
-
-    let mut tx = s.begin().await.unwrap();
-    assert_eq!(
-        s.claim(&mut tx, &c1, &id("m-1"), a).await.unwrap(),
-        Claim::Duplicate
-    );
-    assert_eq!(
-        s.claim(&mut tx, &c1, &id("m-1"), b).await.unwrap(),
-        Claim::Conflict { stored: a }
-    );
-    assert_eq!(
-        s.claim(&mut tx, &consumer("c2"), &id("m-1"), b)
-            .await
-            .unwrap(),
-        Claim::Fresh
-    );
-    s.rollback(tx).await.unwrap();
-    assert_eq!(s.claimed_hash(&consumer("c2"), "m-1").await.unwrap(), None);
-
-    let mut tx = s.begin().await.unwrap();
-    assert_eq!(
-        s.claim(&mut tx, &c1, &id("m-2"), b).await.unwrap(),
-        Claim::Fresh
-    );
-    drop(tx); // dropping rolls back
-    let mut tx = s.begin().await.unwrap();
-    assert_eq!(
-        s.claim(&mut tx, &c1, &id("m-2"), b).await.unwrap(),
-        Claim::Fresh
-    );
-    s.commit(tx).await.unwrap();
-
-    assert_eq!(s.claimed_hash(&c1, "m-1").await.unwrap(), Some(a));
-    assert_eq!(s.claimed_hash(&c1, "m-2").await.unwrap(), Some(b));
-    // Ids are byte-exact: no case folding, no trailing-space padding.
-    assert_eq!(s.claimed_hash(&c1, "M-1").await.unwrap(), None);
-    assert_eq!(s.claimed_hash(&c1, "m-1 ").await.unwrap(), None);
-    fx.cleanup().await;
 }
 
 /// Migrating an up-to-date schema again does nothing.
