@@ -170,6 +170,13 @@ pub struct Cell {
     /// Latency cells: 99th percentile publish-to-ack latency, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p99_ms: Option<f64>,
+    /// Latency cells: the median latency of each round, ms, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub round_p50_ms: Vec<f64>,
+    /// Which group of the sweep the cell ran in: cells of one group ran round by round
+    /// side by side, so their ratios are taken round by round (see `report.rs`).
+    #[serde(skip)]
+    pub(crate) group: usize,
     /// Latency cells: every message's latency, sorted (rounds merge their samples).
     #[serde(skip)]
     latencies: Vec<Duration>,
@@ -192,6 +199,7 @@ impl Cell {
         self.msgs_per_sec = self.spec.messages as f64 / self.seconds.max(1e-9);
         self.first_msgs_per_sec = first_secs.map(|s| self.spec.messages as f64 / s.max(1e-9));
         self.round_msgs_per_sec.extend(other.round_msgs_per_sec);
+        self.round_p50_ms.extend(other.round_p50_ms);
         self.path = match (self.path, other.path) {
             (Some(a), Some(b)) => Some(a.merge(b)),
             (a, b) => a.or(b),
@@ -229,6 +237,8 @@ impl Cell {
             first_msgs_per_sec: None,
             p50_ms: None,
             p99_ms: None,
+            round_p50_ms: Vec::new(),
+            group: 0,
             latencies: Vec::new(),
             round_msgs_per_sec: vec![rate],
             path: None,
@@ -380,6 +390,12 @@ pub(crate) async fn run_cell<B: Ops>(
         first_msgs_per_sec: first,
         p50_ms: (!latencies.is_empty()).then(|| group::quantile_ms(&latencies, 0.5)),
         p99_ms: (!latencies.is_empty()).then(|| group::quantile_ms(&latencies, 0.99)),
+        round_p50_ms: if latencies.is_empty() {
+            Vec::new()
+        } else {
+            vec![group::quantile_ms(&latencies, 0.5)]
+        },
+        group: 0,
         latencies,
         round_msgs_per_sec: vec![rate(msgs.len(), elapsed)],
         path,

@@ -107,6 +107,12 @@ pub struct BenchArgs {
     /// figure is its total messages over its total time.
     #[arg(long)]
     pub rounds: Option<usize>,
+    /// Rounds of the groups whose ratios are PostgreSQL's in-process target keys (plain vs
+    /// oncely at 16 consumers, latency with and without group commit): more, shorter
+    /// samples side by side, every other round in reverse order; each key is the median of
+    /// the rounds' ratios. Default 7 (`--quick`: 1).
+    #[arg(long)]
+    pub paired_rounds: Option<usize>,
     /// Rounds of each broker's cells (oncely in process, the bare consumer, oncely through
     /// the broker, back to back, every other round in reverse order); the
     /// `*_vs_bare_consumer` keys are the median of the rounds' ratios. Default 5 (`--quick`: 1).
@@ -137,13 +143,16 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
         messages,
     };
     let many = base * 6;
-    // Latency is measured idle: a message every 20 ms, slower than any per-message cell.
-    let paced = if quick { 60 } else { 200 };
+    // Latency is measured idle: a message every 20 ms, slower than any per-message cell
+    // (per round: the latency cells run `--paired-rounds` times).
+    let paced = if quick { 60 } else { 100 };
     let mut groups = vec![
         vec![
             spec(Mode::Plain, 1, 16, many),
             spec(Mode::Oncely, 1, 16, many),
             spec(Mode::Group, GROUP, 16, many),
+            // The defaults, side by side with the plain consumer they are compared to.
+            spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many),
         ],
         vec![
             spec(Mode::Plain, 1, 1, base),
@@ -151,8 +160,6 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
         ],
         // How group commit scales with groups in flight (lanes of accounts).
         vec![spec(Mode::Group, GROUP, 2, many)],
-        // The defaults (4 lanes of 64) in process.
-        vec![spec(Mode::Group, GROUP, DEFAULT_CONCURRENCY, many)],
     ];
     // The same through each real broker, next to a bare consumer of the same client
     // library and to oncely in process, all three in every round.
@@ -317,36 +324,53 @@ async fn sqlite(
     Ok(bed)
 }
 
-/// How many times each group runs: a broker's group `broker` times, every other `rounds`.
+/// How many times each group runs: a broker's group `broker` times, on PostgreSQL a group
+/// of an in-process target key ([`is_paired`]) `paired` times, every other group `rounds`.
 #[derive(Debug, Clone, Copy)]
 struct Rounds {
     rounds: usize,
     broker: usize,
+    paired: usize,
 }
 
 impl Rounds {
-    fn of(self, group: &[Spec]) -> usize {
+    fn of(self, backend: &str, group: &[Spec]) -> usize {
         if is_broker_group(group) {
             self.broker
+        } else if backend == "postgres" && is_paired(group) {
+            self.paired
         } else {
             self.rounds
         }
     }
 
-    /// Cells run over `groups` (for the progress bar).
-    fn cells(self, groups: &[Vec<Spec>]) -> usize {
-        groups.iter().map(|g| g.len() * self.of(g)).sum()
+    /// Cells run over `groups` on `backend` (for the progress bar).
+    fn cells(self, backend: &str, groups: &[Vec<Spec>]) -> usize {
+        groups.iter().map(|g| g.len() * self.of(backend, g)).sum()
     }
 }
 
+/// Whether every cell of `group` is a broker's (oncely in process, bare, through the broker).
 fn is_broker_group(group: &[Spec]) -> bool {
     group.iter().all(|s| s.mode.is_broker())
 }
 
-/// Runs the groups on one bed, each group its rounds back to back (a broker's group in
-/// reverse order every other round, so neither side always runs first); a cell's figure is
-/// its messages over its time summed across rounds, each round's rate is kept, and its
-/// check passes only if every round's did.
+/// Whether `group` holds the cells of an in-process target key measured round by round:
+/// the plain consumer and oncely per-message at 16 consumers, or the latency pair.
+fn is_paired(group: &[Spec]) -> bool {
+    let has = |mode: Mode| {
+        group
+            .iter()
+            .any(|s| s.mode == mode && s.batch == 1 && s.concurrency == 16)
+    };
+    group.iter().any(|s| s.mode == Mode::Latency) || (has(Mode::Plain) && has(Mode::Oncely))
+}
+
+/// Runs the groups on one bed, each group its rounds back to back, every other round in
+/// reverse order (so no cell always runs first, on warmer or colder caches); a cell's figure
+/// is its messages over its time summed across rounds, each round's figure is kept (the
+/// report takes ratios round by round within a group), and its check passes only if every
+/// round's did.
 async fn sweep<B: Ops>(
     bed: &B,
     backend: &str,
@@ -379,11 +403,11 @@ async fn sweep<B: Ops>(
         }
     }
     let mut cells = Vec::new();
-    for group in groups {
+    for (at, group) in groups.iter().enumerate() {
         let mut sums: Vec<Option<Cell>> = vec![None; group.len()];
-        for round in 0..rounds.of(group) {
+        for round in 0..rounds.of(backend, group) {
             let mut order: Vec<usize> = (0..group.len()).collect();
-            if round % 2 == 1 && is_broker_group(group) {
+            if round % 2 == 1 {
                 order.reverse();
             }
             for i in order {
@@ -395,9 +419,10 @@ async fn sweep<B: Ops>(
                     spec.concurrency,
                     round + 1
                 ));
-                let cell = run_cell(bed, backend, *spec, &format!("r{round}"))
+                let mut cell = run_cell(bed, backend, *spec, &format!("r{round}"))
                     .await
                     .with_context(|| format!("{backend} {spec:?}"))?;
+                cell.group = at;
                 bar.inc(1);
                 sums[i] = Some(match sums[i].take() {
                     None => cell,
@@ -451,6 +476,10 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
             .broker_rounds
             .unwrap_or(if args.quick { 1 } else { 5 })
             .max(1),
+        paired: args
+            .paired_rounds
+            .unwrap_or(if args.quick { 1 } else { 7 })
+            .max(1),
     };
     let mut machine = Machine::probe();
     let mut cells = Vec::new();
@@ -503,9 +532,9 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
     if !args.no_sqlite {
         backends.extend(["sqlite_full", "sqlite_normal"]);
     }
-    let cells_per_backend = rounds.cells(&groups);
-    let maria_cells = rounds.cells(&maria_groups) * usize::from(maria.is_some());
-    let bar = ProgressBar::new((cells_per_backend * backends.len() + maria_cells) as u64);
+    let server_cells: usize = backends.iter().map(|b| rounds.cells(b, &groups)).sum();
+    let maria_cells = rounds.cells("mariadb", &maria_groups) * usize::from(maria.is_some());
+    let bar = ProgressBar::new((server_cells + maria_cells) as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
             .expect("valid template")
@@ -548,7 +577,7 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
     } else {
         crate::peer::run(&args.redis, args.quick, rounds.rounds, services_required()).await?
     };
-    machine.finish(rounds.rounds, rounds.broker, args.quick);
+    machine.finish(rounds.rounds, rounds.broker, rounds.paired, args.quick);
     let report = Report::new(machine, cells).with_peer(peer);
     report.write(&args.out)?;
     if args.json {
@@ -558,4 +587,48 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
         println!("results written to {}", args.out.display());
     }
     Ok(report.all_ok())
+}
+
+#[cfg(test)]
+mod rounds_tests {
+    use super::{GROUP, Rounds};
+    use crate::broker::Broker;
+    use crate::cells::{Mode, Spec};
+
+    /// A broker's group runs the broker rounds on every database, the groups of PostgreSQL's
+    /// in-process keys the paired rounds on PostgreSQL only, the rest the plain rounds.
+    #[test]
+    fn each_group_runs_its_own_count_of_rounds() {
+        let spec = |mode, batch, concurrency| Spec {
+            mode,
+            batch,
+            concurrency,
+            messages: 10,
+        };
+        let rounds = Rounds {
+            rounds: 3,
+            broker: 5,
+            paired: 7,
+        };
+        let b = Broker::Amqp;
+        let broker = [
+            spec(Mode::InProcess(b), GROUP, 4),
+            spec(Mode::Bare(b), 1, 1),
+            spec(Mode::Through(b), GROUP, 4),
+        ];
+        let paired = [spec(Mode::Plain, 1, 16), spec(Mode::Oncely, 1, 16)];
+        let latency = [spec(Mode::Latency, 1, 1), spec(Mode::Latency, GROUP, 1)];
+        let other = [spec(Mode::Plain, 1, 1), spec(Mode::Group, GROUP, 1)];
+        for backend in ["postgres", "sqlite_full", "mariadb"] {
+            assert_eq!(rounds.of(backend, &broker), 5, "{backend}");
+            assert_eq!(rounds.of(backend, &other), 3, "{backend}");
+        }
+        assert_eq!(rounds.of("postgres", &paired), 7);
+        assert_eq!(rounds.of("postgres", &latency), 7);
+        assert_eq!(rounds.of("sqlite_full", &paired), 3);
+        assert_eq!(
+            rounds.cells("postgres", &[paired.to_vec(), broker.to_vec()]),
+            2 * 7 + 3 * 5
+        );
+    }
 }
