@@ -21,9 +21,14 @@ const TRANSIENT_SQLSTATES: &[&str] = &["40001", "40P01", "55P03", "57014", "4000
 /// 1792 read-only transaction, 1040 too many connections, 1053 server shutdown, 1927 connection
 /// killed, 1021 disk full, 2002/2003 can't connect, 2006 server gone away, 2013 connection
 /// lost during query, 1047 (Galera) "WSREP has not yet prepared node for application use": the
-/// node lost the cluster's primary component.
+/// node lost the cluster's primary component. InnoDB reports a full disk as 1114 "the table is
+/// full" (seen when the disk filled under a bench run: 42 healthy messages were dead-lettered
+/// as permanent failures), and a storage engine or file write failing as 1030 "got error N
+/// from storage engine", 1026 "error writing file" or 1180 "got error during COMMIT": none of
+/// them is the message's fault.
 const UNAVAILABLE_MYSQL: &[u16] = &[
-    1290, 1836, 1792, 1040, 1053, 1927, 1021, 2002, 2003, 2006, 2013, 1047,
+    1290, 1836, 1792, 1040, 1053, 1927, 1021, 1114, 1030, 1026, 1180, 2002, 2003, 2006, 2013,
+    1047,
 ];
 
 /// MySQL / MariaDB error numbers meaning "try again": 1213 deadlock (also Galera's
@@ -109,7 +114,8 @@ fn kind_of(code: &str, server: Server) -> ErrorKind {
 /// - [`ErrorKind::Unavailable`]: the store cannot be used at all, whatever the message: I/O
 ///   errors (connection refused / reset), pool timeouts, closed pools, read-only databases
 ///   (PostgreSQL 25006, MySQL 1290/1836/1792, `SQLITE_READONLY`), shutdowns (57P01-57P03, 1053),
-///   too many connections (53300, 1040), disk full (53100, `SQLITE_FULL`), lost connections
+///   too many connections (53300, 1040), disk full (53100, 1021, InnoDB's 1114,
+///   `SQLITE_FULL`), a failing storage engine or file write (1030, 1026, 1180), lost connections
 ///   (class 08, 1927, 2002/2003/2006/2013). The runtime holds the delivery and pauses intake.
 /// - [`ErrorKind::Transient`]: concurrency, worth retrying the same message: serialization
 ///   failure 40001, deadlock 40P01 / 1213, lock timeouts 55P03 / 1205, statement timeout
@@ -238,6 +244,10 @@ mod tests {
             (1053, Unavailable), // shutdown in progress
             (1927, Unavailable), // connection killed
             (1021, Unavailable), // disk full
+            (1114, Unavailable), // InnoDB: the table is full (a full disk)
+            (1030, Unavailable), // got error N from storage engine
+            (1026, Unavailable), // error writing file
+            (1180, Unavailable), // got error during COMMIT
             (2002, Unavailable),
             (2003, Unavailable),
             (2006, Unavailable), // gone away
