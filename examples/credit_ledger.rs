@@ -9,18 +9,18 @@
 //! Run: `cargo run -p oncely-examples --example credit_ledger` (exits non-zero if a balance,
 //! an event count or a notification count is off).
 
-use oncely_core::{
+use oncely::CancellationToken;
+use oncely::effects::{Outbox, Outgoing, Relay, derived_id};
+use oncely::sql::sqlx::{self, Sqlite, Transaction};
+use oncely::sql::{SqliteStore, Tables};
+use oncely::testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
+use oncely::testkit::{FaultySource, SourceFaults};
+use oncely::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, MessageId,
     RawEnvelope, RetryPolicy,
 };
-use oncely_effects::{Outbox, Outgoing, Relay, derived_id};
-use oncely_sql::{SqliteStore, Tables};
-use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
-use oncely_testkit::{FaultySource, SourceFaults};
-use sqlx::{Sqlite, Transaction};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 struct CreditLedger {
     outbox: Outbox,
@@ -88,7 +88,7 @@ async fn sqlite(
 ) -> Result<SqliteStore, Box<dyn std::error::Error>> {
     let store = SqliteStore::connect(&format!("sqlite:{}", dir.join(name).display())).await?;
     store
-        .migrate_with(&[&oncely_sql::INBOX, &oncely_effects::MIGRATIONS])
+        .migrate_with(&[&oncely::sql::INBOX, &oncely::effects::MIGRATIONS])
         .await?;
     Ok(store)
 }
@@ -183,7 +183,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .map(|g| {
             Ok(derived_id("credit-ledger", &MessageId::new(format!("grant-{g}"))?, 0).to_string())
         })
-        .collect::<Result<_, oncely_core::IdError>>()?;
+        .collect::<Result<_, oncely::IdError>>()?;
     let notified: Vec<(String, i64)> =
         sqlx::query_as("SELECT event_id, COUNT(*) FROM notifications GROUP BY event_id")
             .fetch_all(notifier_db.pool())

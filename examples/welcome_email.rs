@@ -17,18 +17,16 @@
 mod crashing_journal;
 
 use crashing_journal::{CrashingJournal, JournalStep};
-use oncely_core::{
-    Consumer, ConsumerName, Envelope, Error, Handled, Handler, RawEnvelope, RetryPolicy,
-};
-use oncely_effects::{EffectState, Journal, effect_key};
-use oncely_sql::{SqliteStore, Tables};
-use oncely_testkit::provider::FakeProvider;
-use oncely_testkit::{FaultySource, SourceFaults};
-use sqlx::{Sqlite, Transaction};
+use oncely::CancellationToken;
+use oncely::effects::{EffectState, Journal, effect_key};
+use oncely::sql::sqlx::{self, Sqlite, Transaction};
+use oncely::sql::{SqliteStore, Tables};
+use oncely::testkit::provider::FakeProvider;
+use oncely::testkit::{FaultySource, SourceFaults};
+use oncely::{Consumer, ConsumerName, Envelope, Error, Handled, Handler, RawEnvelope, RetryPolicy};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// The provider client: POST the email with the idempotency key, return the provider's id.
 async fn send_email(
@@ -111,7 +109,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     ))
     .await?;
     journal_db
-        .migrate_with(&[&oncely_effects::MIGRATIONS])
+        .migrate_with(&[&oncely::effects::MIGRATIONS])
         .await?;
 
     let provider = FakeProvider::start().await?;
@@ -163,7 +161,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     for u in 0..users {
         let key = effect_key(
             &ConsumerName::new("welcome-email")?,
-            &oncely_core::MessageId::new(format!("user-signed-up-{u}"))?,
+            &oncely::MessageId::new(format!("user-signed-up-{u}"))?,
             "email",
         );
         assert_eq!(

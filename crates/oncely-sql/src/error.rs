@@ -27,8 +27,7 @@ const TRANSIENT_SQLSTATES: &[&str] = &["40001", "40P01", "55P03", "57014", "4000
 /// from storage engine", 1026 "error writing file" or 1180 "got error during COMMIT": none of
 /// them is the message's fault.
 const UNAVAILABLE_MYSQL: &[u16] = &[
-    1290, 1836, 1792, 1040, 1053, 1927, 1021, 1114, 1030, 1026, 1180, 2002, 2003, 2006, 2013,
-    1047,
+    1290, 1836, 1792, 1040, 1053, 1927, 1021, 1114, 1030, 1026, 1180, 2002, 2003, 2006, 2013, 1047,
 ];
 
 /// MySQL / MariaDB error numbers meaning "try again": 1213 deadlock (also Galera's
