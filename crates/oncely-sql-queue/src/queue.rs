@@ -161,6 +161,7 @@ impl SqlQueue {
             lease,
             poll: Duration::from_millis(100),
             stop_when_empty: false,
+            leasing: None,
         }
     }
 }
@@ -172,6 +173,37 @@ pub struct SqlQueueSource {
     lease: Duration,
     poll: Duration,
     stop_when_empty: bool,
+    /// The lease `next` started and has not seen the end of: a `next` dropped while it commits
+    /// leaves it here for the next call (a row leased but never returned would wait out its
+    /// lease).
+    leasing: Option<BoxFuture<'static, Result<Option<sqlx::postgres::PgRow>>>>,
+}
+
+/// Leases the oldest visible row for `lease` (one statement in its own transaction).
+fn lease_one(
+    queue: SqlQueue,
+    lease: Duration,
+) -> BoxFuture<'static, Result<Option<sqlx::postgres::PgRow>>> {
+    Box::pin(async move {
+        let t = &queue.table;
+        let now = now_ms();
+        let mut conn = Autocommit::begin(&queue.pool)
+            .await
+            .map_err(|e| db("lease", e))?;
+        let row = oncely_sql::query(AssertSqlSafe(format!(
+            "UPDATE {t} SET leased_until = $1, deliveries = deliveries + 1
+             WHERE id = (SELECT id FROM {t} WHERE leased_until IS NULL OR leased_until < $2
+                         ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
+             RETURNING id, COALESCE(raw_id, convert_to(message_id, 'UTF8')) AS raw_id, payload, headers, deliveries"
+        )))
+        .bind(now + lease.as_millis() as i64)
+        .bind(now)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db("lease", e))?;
+        conn.commit().await.map_err(|e| db("lease", e))?;
+        Ok(row)
+    })
 }
 
 impl SqlQueueSource {
@@ -184,25 +216,13 @@ impl SqlQueueSource {
 
 impl Source for SqlQueueSource {
     async fn next(&mut self) -> Result<Option<Delivery>> {
-        let t = &self.queue.table;
         loop {
-            let now = now_ms();
-            let mut conn = Autocommit::begin(&self.queue.pool)
-                .await
-                .map_err(|e| db("lease", e))?;
-            let row = oncely_sql::query(AssertSqlSafe(format!(
-                "UPDATE {t} SET leased_until = $1, deliveries = deliveries + 1
-                 WHERE id = (SELECT id FROM {t} WHERE leased_until IS NULL OR leased_until < $2
-                             ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
-                 RETURNING id, COALESCE(raw_id, convert_to(message_id, 'UTF8')) AS raw_id, payload, headers, deliveries"
-            )))
-            .bind(now + self.lease.as_millis() as i64)
-            .bind(now)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| db("lease", e))?;
-            conn.commit().await.map_err(|e| db("lease", e))?;
-            if let Some(row) = row {
+            let leasing = self
+                .leasing
+                .get_or_insert_with(|| lease_one(self.queue.clone(), self.lease));
+            let row = leasing.await;
+            self.leasing = None;
+            if let Some(row) = row? {
                 let get = |e| db("decode", e);
                 let id: i64 = row.try_get("id").map_err(get)?;
                 let raw_id: Option<Vec<u8>> = row.try_get("raw_id").map_err(get)?;
