@@ -1,12 +1,17 @@
-//! Cutting connections from the server side, and the SIGKILL crash loop.
+//! Cutting connections from the server side (and a run across such cuts), and the SIGKILL
+//! crash loop.
 
 use crate::check::{Effects, Report};
 use crate::ledger::Db;
+use crate::runner::{RunOptions, RunSummary, run_until_idle};
 use crate::workload::Workload;
+use oncely_core::Source;
 use rand::Rng;
+use std::future::Future;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
 
 /// Closes every RabbitMQ connection whose client property `connection_name` is `name`,
 /// with `rabbitmqctl close_connection`. Returns how many were closed.
@@ -187,4 +192,49 @@ pub async fn crash_run<D: Effects>(
         outputs,
         kills: killed,
     }
+}
+
+/// Consumes `workload` while `cut` severs the connection twice mid-stream; checks
+/// 0 double, 0 lost. Returns the run summary (its rate is the measured throughput).
+pub async fn connection_loss<Src, C, CF>(
+    label: &str,
+    db: &Db,
+    workload: &Workload,
+    source: Src,
+    mut cut: C,
+    idle: Duration,
+) -> RunSummary
+where
+    Src: Source,
+    C: FnMut() -> CF,
+    CF: Future<Output = usize>,
+{
+    let mut options = RunOptions::new("connloss");
+    options.idle_exit = idle;
+    let db2 = db.clone();
+    let run = tokio::spawn(async move {
+        run_until_idle(&db2, source, &options, CancellationToken::new()).await
+    });
+    let n = workload.unique.len() as i64;
+    for at in [n / 4, n / 2] {
+        wait_for_rows(db, at).await;
+        let mut cut_count = 0;
+        for _ in 0..50 {
+            cut_count = cut().await;
+            if cut_count > 0 {
+                break;
+            }
+            // Not (re)connected yet: try again shortly.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!("{label}: cut {cut_count} connection(s) at ≥{at} ledger rows");
+        assert!(cut_count > 0, "{label}: nothing to cut");
+    }
+    let run = run.await.expect("join").expect("run");
+    eprintln!("{label}: {:?}; {:.0} deliveries/s", run.stats, run.rate());
+    Report::read(db, workload)
+        .await
+        .expect("report")
+        .assert_exact(label);
+    run
 }

@@ -122,3 +122,10 @@ impl Handler<AnyTx> for Ledger {
         Ok(Handled::Applied)
     }
 }
+
+/// A fresh SQLite database in a temp dir (kept alive by the returned guard).
+pub async fn sqlite_db() -> (Db, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite:{}", dir.path().join("oncely.db").display());
+    (Db::open(&url, None).await.expect("sqlite store"), dir)
+}

@@ -9,6 +9,7 @@
 //! - [`check`]: the independent checker — it counts ledger rows and dead letters in the
 //!   database against the workload, never the consumer's own counters.
 //! - [`brokers`]: one URL-driven entry over the four broker crates.
+//! - [`faults`]: connections cut from the server side, the SIGKILL crash loop.
 //! - [`runner`]: runs a consumer until it has been idle for a while.
 //! - [`procs`]: consumer child processes (start, wait for the summary line).
 //! - [`python`]: the Python producers' script and its packages.
@@ -32,5 +33,4 @@ pub mod redis_db;
 pub mod runner;
 pub mod services;
 pub mod store_faults;
-pub mod suite;
 pub mod workload;

@@ -1,11 +1,11 @@
-//! RabbitMQ: conformance, connection loss, SIGKILL crash test — against the real server.
+//! RabbitMQ: connection loss, SIGKILL crash test — against the real server. The source
+//! conformance suite runs in `source_suite.rs`.
 
 use oncely_amqp::{AmqpOptions, AmqpSource};
-use oncely_broker_tests::faults::{crash_loop, rabbitmq_close_connections};
-use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::faults::{connection_loss, crash_loop, rabbitmq_close_connections};
+use oncely_broker_tests::ledger::{Db, sqlite_db};
 use oncely_broker_tests::procs::consumer_args;
 use oncely_broker_tests::services::{AMQP_URL, available, unique};
-use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
 use oncely_broker_tests::workload::Workload;
 use oncely_core::Source;
 use std::time::Duration;
@@ -16,27 +16,6 @@ fn up(test: &str) -> bool {
 
 fn url(queue: &str) -> String {
     format!("{AMQP_URL}?queue={queue}")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn amqp_conformance() {
-    if !up("amqp_conformance") {
-        return;
-    }
-    let queue = unique("conf");
-    let url = url(&queue);
-    let source = oncely_amqp::connect_source(&url, "conformance")
-        .await
-        .expect("connect");
-    let publish_url = url.clone();
-    conformance(
-        "amqp",
-        source,
-        |m| async move { oncely_amqp::publish(&publish_url, &m).await },
-        2,
-        Duration::from_secs(2),
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

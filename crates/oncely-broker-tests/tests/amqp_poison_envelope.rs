@@ -7,9 +7,9 @@
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
+use oncely_broker_tests::ledger::sqlite_db;
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
 use oncely_broker_tests::services::{AMQP_URL, available, unique};
-use oncely_broker_tests::suite::sqlite_db;
 use oncely_core::RawEnvelope;
 use oncely_sql::sqlx;
 use std::time::Duration;

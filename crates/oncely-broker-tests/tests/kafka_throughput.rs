@@ -6,8 +6,8 @@
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::kafka::{brokers, consume, up, url};
 use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::ledger::sqlite_db;
 use oncely_broker_tests::services::{PG_URL, available, unique};
-use oncely_broker_tests::suite::sqlite_db;
 use oncely_broker_tests::workload::Workload;
 use oncely_kafka::create_topic;
 use tokio_util::sync::CancellationToken;

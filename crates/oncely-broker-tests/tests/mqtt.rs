@@ -1,4 +1,5 @@
-//! MQTT (Mosquitto): conformance, connection loss, SIGKILL crash test — against the real server.
+//! MQTT (Mosquitto): connection loss, SIGKILL crash test — against the real server. The source
+//! conformance suite runs in `source_suite.rs`.
 //!
 //! Mosquitto keeps at most `max_queued_messages` (default 1000) unacked QoS 1 messages per
 //! client and drops the rest, so the larger tests publish paced: on the in-process source's
@@ -6,11 +7,10 @@
 //! chunk only once the database has caught up (`paced_publish`).
 
 use oncely_broker_tests::check::Report;
-use oncely_broker_tests::faults::{crash_loop, paced_publish};
-use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::faults::{connection_loss, crash_loop, paced_publish};
+use oncely_broker_tests::ledger::{Db, sqlite_db};
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
 use oncely_broker_tests::services::{MQTT_URL, available, unique};
-use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
 use oncely_broker_tests::workload::Workload;
 use oncely_testkit::chaos::CrashPlan;
 use std::time::Duration;
@@ -22,27 +22,6 @@ fn up(test: &str) -> bool {
 
 fn url(name: &str) -> String {
     format!("{MQTT_URL}?topic=oncely-test/{name}&client_id={name}&session_expiry=600")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mqtt_conformance() {
-    if !up("mqtt_conformance") {
-        return;
-    }
-    let name = unique("conf");
-    let url = url(&name);
-    let source = oncely_mqtt::connect_source(&url, "conformance")
-        .await
-        .expect("connect");
-    let publish_url = url.clone();
-    conformance(
-        "mqtt",
-        source,
-        |m| async move { oncely_mqtt::publish(&publish_url, &m).await },
-        1,
-        Duration::from_secs(4),
-    )
-    .await;
 }
 
 /// Publishing pace for a consumer in another process (the crash test): chunks of this many

@@ -1,11 +1,11 @@
-//! NATS JetStream: conformance, connection loss, SIGKILL crash test — against the real server.
+//! NATS JetStream: connection loss, SIGKILL crash test — against the real server. The source
+//! conformance suite runs in `source_suite.rs`.
 
 use oncely_broker_tests::check::Report;
-use oncely_broker_tests::faults::crash_loop;
-use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::faults::{connection_loss, crash_loop};
+use oncely_broker_tests::ledger::{Db, sqlite_db};
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
 use oncely_broker_tests::services::{NATS_URL, available, unique};
-use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
 use oncely_broker_tests::workload::Workload;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -19,27 +19,6 @@ fn up(test: &str) -> bool {
 fn url(name: &str) -> String {
     let stream = name.to_uppercase();
     format!("{NATS_URL}?stream={stream}&subject={name}&ack_wait_ms=3000&dup_window_ms=100")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nats_conformance() {
-    if !up("nats_conformance") {
-        return;
-    }
-    let name = unique("conf");
-    let url = url(&name);
-    let source = oncely_nats::connect_source(&url, "conformance")
-        .await
-        .expect("connect");
-    let publish_url = url.clone();
-    conformance(
-        "nats",
-        source,
-        |m| async move { oncely_nats::publish(&publish_url, &m).await.map(|_| ()) },
-        1,
-        Duration::from_secs(4),
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,9 @@
-//! Redis Streams: conformance, connection loss, SIGKILL crash test — against the real server.
+//! Redis Streams: connection loss, SIGKILL crash test — against the real server. The source
+//! conformance suite runs in `source_suite.rs`.
 
-use oncely_broker_tests::faults::{crash_loop, redis_kill_clients};
-use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::faults::{connection_loss, crash_loop, redis_kill_clients};
+use oncely_broker_tests::ledger::{Db, sqlite_db};
 use oncely_broker_tests::services::{REDIS_URL, available, unique};
-use oncely_broker_tests::suite::{conformance, connection_loss, sqlite_db};
 use oncely_broker_tests::workload::Workload;
 use oncely_core::Source;
 use oncely_redis::{RedisOptions, RedisSource};
@@ -15,27 +15,6 @@ fn up(test: &str) -> bool {
 
 fn url(stream: &str) -> String {
     format!("{REDIS_URL}/?stream={stream}&reclaim_ms=1000")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_conformance() {
-    if !up("redis_conformance") {
-        return;
-    }
-    let stream = unique("conf");
-    let url = url(&stream);
-    let source = oncely_redis::connect_source(&url, "conformance")
-        .await
-        .expect("connect");
-    let publish_url = url.clone();
-    conformance(
-        "redis",
-        source,
-        |m| async move { oncely_redis::publish(&publish_url, &m).await },
-        2,
-        Duration::from_secs(4),
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,34 +81,6 @@ async fn redis_sigkill_crash_10k() {
     )
     .await;
     report.assert_exact("redis SIGKILL crash test");
-}
-
-/// Default options (reclaim idle 30 s): deliveries abandoned by crashes after the claim and
-/// after the commit are claimed again by the same member at once, so everything is applied
-/// well within the idle exit of 4 s. Before, they waited 30 s for `XAUTOCLAIM` and were lost
-/// to the idle exit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_default_options_redeliver_abandoned_entries_at_once() {
-    if !up("redis_default_options_redeliver_abandoned_entries_at_once") {
-        return;
-    }
-    let stream = unique("defaults");
-    let url = format!("{REDIS_URL}/?stream={stream}");
-    let source = oncely_redis::connect_source(&url, "defaults")
-        .await
-        .expect("connect");
-    assert_eq!(source.options().reclaim_idle, Duration::from_secs(30));
-    let publish_url = url.clone();
-    let run = conformance(
-        "redis defaults",
-        source,
-        |m| async move { oncely_redis::publish(&publish_url, &m).await },
-        2,
-        Duration::from_secs(4),
-    );
-    tokio::time::timeout(Duration::from_secs(25), run)
-        .await
-        .expect("redis defaults: took longer than 25 s (waiting for the reclaim idle time?)");
 }
 
 /// `Source::next` dropped while its `XREADGROUP` blocks (a timeout around it, as

@@ -7,11 +7,11 @@ use oncely_broker_tests::brokers::{connect_source, publish};
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::faults::paced_publish;
 use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::ledger::sqlite_db;
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
 use oncely_broker_tests::services::{
     AMQP_URL, MQTT_URL, NATS_URL, PG_URL, REDIS_URL, available, unique,
 };
-use oncely_broker_tests::suite::sqlite_db;
 use oncely_broker_tests::workload::Workload;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

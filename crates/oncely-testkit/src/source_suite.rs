@@ -10,8 +10,10 @@ use oncely_core::{
     Consumer, ConsumerName, Delivery, Inspect, Meta, RawEnvelope, Result, RetryPolicy, Source,
     StopWhenIdle,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
@@ -39,6 +41,9 @@ pub struct SourceTraits {
     pub counts_deliveries: bool,
     /// A message without an id can be published (default true).
     pub carries_missing_ids: bool,
+    /// A message whose id holds a control character (`bad\nid`) can be published (default
+    /// true; MQTT strings and NATS headers cannot carry one).
+    pub carries_control_ids: bool,
 }
 
 impl Default for SourceTraits {
@@ -48,6 +53,7 @@ impl Default for SourceTraits {
             quiet: Duration::from_secs(1),
             counts_deliveries: true,
             carries_missing_ids: true,
+            carries_control_ids: true,
         }
     }
 }
@@ -234,19 +240,43 @@ pub async fn unsettled_comes_back<H: SourceHarness>(h: &H) -> CaseResult {
 /// A message without an id is delivered (with no id), not dropped and not an error, so the
 /// runtime can dead-letter it as `bad_id`.
 pub async fn missing_id_is_delivered<H: SourceHarness>(h: &H) -> CaseResult {
-    let traits = h.traits();
-    if !traits.carries_missing_ids {
+    if !h.traits().carries_missing_ids {
         return Ok(());
     }
-    let mut source = h.fresh("no-id").await.map_err(err)?;
+    bad_id_is_dead_lettered(h, "no-id", None).await
+}
+
+/// A message whose id holds a control character is delivered, not dropped and not an
+/// error, so the runtime can dead-letter it as `bad_id`.
+pub async fn control_id_is_delivered<H: SourceHarness>(h: &H) -> CaseResult {
+    if !h.traits().carries_control_ids {
+        return Ok(());
+    }
+    bad_id_is_dead_lettered(h, "control-id", Some(CONTROL_ID.to_vec())).await
+}
+
+/// An id the runtime must refuse: it holds a line break.
+const CONTROL_ID: &[u8] = b"bad\nid";
+
+/// Publishes a message with the unusable `id` (payload 5) and a good one after it (payload
+/// 6), processes both: one `bad_id` dead letter with payload 5, one effect of 6.
+async fn bad_id_is_dead_lettered<H: SourceHarness>(
+    h: &H,
+    case: &str,
+    id: Option<Vec<u8>>,
+) -> CaseResult {
+    let traits = h.traits();
+    let mut source = h.fresh(case).await.map_err(err)?;
     let store = MemoryStore::new();
     let consumer = suite_consumer(&store);
-    let id_less = RawEnvelope {
-        id: None,
+    let sent_id = id.clone();
+    let bad = RawEnvelope {
+        id,
         payload: b"5".to_vec(),
         meta: Meta::default(),
     };
-    h.publish("no-id", vec![id_less, RawEnvelope::new("no-id-after", "6")])
+    let after = format!("{case}-after");
+    h.publish(case, vec![bad, RawEnvelope::new(after.clone(), "6")])
         .await
         .map_err(err)?;
     for _ in 0..2 {
@@ -260,11 +290,14 @@ pub async fn missing_id_is_delivered<H: SourceHarness>(h: &H) -> CaseResult {
     }
     let letters = store.dead_letters(None).await.map_err(err)?;
     ensure!(
-        letters.len() == 1 && letters[0].reason == "bad_id" && letters[0].payload == b"5",
-        "dead letters {letters:?}, want one bad_id with payload 5"
+        letters.len() == 1
+            && letters[0].reason == "bad_id"
+            && letters[0].payload == b"5"
+            && letters[0].raw_id == sent_id,
+        "dead letters {letters:?}, want one bad_id with payload 5 and raw id {sent_id:?}"
     );
     ensure!(
-        store.effects() == vec![("no-id-after".to_owned(), 6)],
+        store.effects() == vec![(after, 6)],
         "effects {:?}",
         store.effects()
     );
@@ -272,9 +305,12 @@ pub async fn missing_id_is_delivered<H: SourceHarness>(h: &H) -> CaseResult {
 }
 
 /// 150 messages, 50 of them published twice, consumed with crashes injected after the claim
-/// and after the commit: every id takes effect exactly once (counted in the store), every
-/// abandoned delivery comes back. Run one delivery per transaction, then with group commit
-/// (the default), where a crash abandons a whole group.
+/// and after the commit, with the messages without a usable id the broker carries (one without
+/// an id, one with a control character in it) among them: every id takes effect exactly once
+/// (counted in the store), every bad message ends as a `bad_id` dead letter, every abandoned
+/// delivery comes back (with a higher attempt where the broker counts deliveries). Run one
+/// delivery per transaction, then with group commit (the default), where a crash abandons a
+/// whole group.
 pub async fn exactly_once_under_crashes<H: SourceHarness>(h: &H) -> CaseResult {
     crashes_case(h, "crashes", 1, &[Step::Claimed, Step::Committed], 0.15).await?;
     crashes_case(
@@ -306,7 +342,30 @@ async fn crashes_case<H: SourceHarness>(
     }
     let copies: Vec<RawEnvelope> = messages.iter().step_by(3).cloned().collect();
     messages.extend(copies);
+    let mut bad_ids = Vec::new();
+    if traits.carries_missing_ids {
+        bad_ids.push(None);
+    }
+    if traits.carries_control_ids {
+        bad_ids.push(Some(CONTROL_ID.to_vec()));
+    }
+    let mut bad_payloads = BTreeSet::new();
+    for (i, id) in bad_ids.into_iter().enumerate() {
+        let payload = format!("bad-{tag}-{i}").into_bytes();
+        bad_payloads.insert(payload.clone());
+        let bad = RawEnvelope {
+            id,
+            payload,
+            meta: Meta::default(),
+        };
+        messages.insert(50 * (i + 1), bad);
+    }
     h.publish(tag, messages).await.map_err(err)?;
+    let max_attempt = Arc::new(AtomicU32::new(0));
+    let source = MaxAttempt {
+        inner: source,
+        max: max_attempt.clone(),
+    };
     let store = MemoryStore::new();
     let plan = CrashPlan::new(3, rate).only_at(steps);
     let consumer = Consumer::new(
@@ -335,7 +394,42 @@ async fn crashes_case<H: SourceHarness>(
         stats.duplicates > 0,
         "group_commit {group_commit}: no Duplicate although commits were abandoned (stats {stats:?})"
     );
+    let letters = store.dead_letters(None).await.map_err(err)?;
+    let bad_id_payloads: BTreeSet<Vec<u8>> = letters
+        .iter()
+        .filter(|l| l.reason == "bad_id")
+        .map(|l| l.payload.clone())
+        .collect();
+    ensure!(
+        bad_id_payloads == bad_payloads && letters.iter().all(|l| l.reason == "bad_id"),
+        "group_commit {group_commit}: dead letters {letters:?}, want bad_id for {bad_payloads:?}"
+    );
+    let max_attempt = max_attempt.load(Ordering::Relaxed);
+    ensure!(
+        !traits.counts_deliveries || max_attempt >= 2,
+        "group_commit {group_commit}: abandoned deliveries came back with attempt {max_attempt} at most, want 2 or more"
+    );
     Ok(())
+}
+
+/// Passes deliveries on, keeping the highest attempt seen.
+struct MaxAttempt<S> {
+    inner: S,
+    max: Arc<AtomicU32>,
+}
+
+impl<S: Source> Source for MaxAttempt<S> {
+    async fn next(&mut self) -> Result<Option<Delivery>> {
+        let next = self.inner.next().await;
+        if let Ok(Some(d)) = &next {
+            self.max.fetch_max(d.attempt(), Ordering::Relaxed);
+        }
+        next
+    }
+
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.inner.read_ahead(deliveries);
+    }
 }
 
 type Case<'a> = (
@@ -362,6 +456,10 @@ pub async fn exercise_source<H: SourceHarness>(harness: &H) {
         (
             "missing_id_is_delivered",
             Box::pin(missing_id_is_delivered(harness)),
+        ),
+        (
+            "control_id_is_delivered",
+            Box::pin(control_id_is_delivered(harness)),
         ),
         (
             "exactly_once_under_crashes",

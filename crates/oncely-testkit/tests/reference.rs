@@ -103,3 +103,33 @@ impl SourceHarness for AtMostOnce {
 async fn the_source_suite_catches_an_at_most_once_source() {
     exercise_source(&AtMostOnce(MemorySources::default())).await;
 }
+
+/// A broken broker for the suite's negative test: it silently drops a message whose id holds
+/// a control character, where it should deliver it for the runtime to dead-letter.
+struct DropsControlIds(MemorySources);
+
+impl SourceHarness for DropsControlIds {
+    type Source = MemorySource;
+
+    async fn fresh(&self, case: &str) -> Result<MemorySource> {
+        self.0.fresh(case).await
+    }
+
+    async fn publish(&self, case: &str, messages: Vec<RawEnvelope>) -> Result<()> {
+        let carried = messages
+            .into_iter()
+            .filter(|m| !m.id.iter().flatten().any(u8::is_ascii_control))
+            .collect();
+        self.0.publish(case, carried).await
+    }
+
+    fn traits(&self) -> SourceTraits {
+        self.0.traits()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[should_panic(expected = "control_id_is_delivered: a message did not arrive")]
+async fn the_source_suite_catches_a_source_dropping_control_ids() {
+    exercise_source(&DropsControlIds(MemorySources::default())).await;
+}
