@@ -96,30 +96,15 @@ pub async fn run_until_idle<Src: Source>(
             let store = CrashingStore::new(store, plan.clone());
             let handler = CrashingHandler(db.handler());
             let source = CrashingSource::new(source, plan.clone());
-            go(store, handler, source, options, stop).await
+            run_store_until_idle(store, handler, source, options, stop).await
         }
-        None => go(store, db.handler(), source, options, stop).await,
+        None => run_store_until_idle(store, db.handler(), source, options, stop).await,
     }
 }
 
 /// [`run_until_idle`] with any store and its handler (the Redis store's ledger, say), without
 /// chaos.
 pub async fn run_store_until_idle<S, H, Src>(
-    store: S,
-    handler: H,
-    source: Src,
-    options: &RunOptions,
-    stop: CancellationToken,
-) -> Result<RunSummary>
-where
-    S: Store,
-    H: Handler<S::Tx>,
-    Src: Source,
-{
-    go(store, handler, source, options, stop).await
-}
-
-async fn go<S, H, Src>(
     store: S,
     handler: H,
     source: Src,
