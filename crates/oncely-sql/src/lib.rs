@@ -59,6 +59,7 @@ mod store;
 mod tables;
 mod tx;
 mod url;
+mod warm;
 
 pub use any::{AnyPool, AnyStore};
 pub use clock::{from_ms, now_ms, to_ms};

@@ -8,6 +8,7 @@ use crate::pooler::Autocommit;
 use crate::query::SqlDatabase;
 use crate::replication::Replication;
 use crate::tables::Tables;
+use crate::warm::Warm;
 use oncely_core::{
     Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, PayloadHash, Result, Store,
     StoredDeadLetter,
@@ -38,6 +39,8 @@ pub struct SqlStore<DB: Database> {
     replication: Replication,
     /// Portable mode (see [`SqlStore::portable()`]).
     portable: bool,
+    /// Transactions opened by the last commits, for the next `begin` (see [`crate::warm`]).
+    warm: Arc<Warm<DB>>,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -51,6 +54,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
             failover: self.failover.clone(),
             replication: self.replication,
             portable: self.portable,
+            warm: self.warm.clone(),
         }
     }
 }
@@ -95,7 +99,8 @@ fn stored_hash_of(text: &str) -> Result<PayloadHash> {
         .ok_or_else(|| Error::permanent(format!("inbox holds a malformed payload hash {text:?}")))
 }
 
-/// Commits a PostgreSQL transaction, refusing one that had aborted, in one round trip.
+/// Commits a PostgreSQL transaction, refusing one that had aborted, in one round trip, and
+/// opens the next one on the same connection.
 ///
 /// PostgreSQL answers `COMMIT` with `ROLLBACK`, and no error, when a statement of the
 /// transaction failed (a handler that caught the error and returned `Ok`): claim and effect
@@ -105,25 +110,26 @@ fn stored_hash_of(text: &str) -> Result<PayloadHash> {
 /// success, so the check is a statement; it travels in the same simple-protocol message as
 /// the commit: `SELECT 1; COMMIT; BEGIN`. The server runs the statements in order and stops
 /// at the first error, so a failed check leaves `COMMIT` unrun and the aborted transaction is
-/// rolled back when `tx` drops. After a good commit the trailing `BEGIN` opens an empty
-/// transaction for sqlx's handle (which still counts one open) to roll back on drop: that
-/// `ROLLBACK` is queued and sent with the pool's release ping, off the message's path and
-/// without a warning. Per-statement timings: docs/performance.md (issue 24).
+/// rolled back when `tx` drops. After a good commit the trailing `BEGIN` (`begin`: the
+/// store's, with its isolation level) leaves `tx` holding an open, empty transaction, which
+/// the store keeps for its next `begin` ([`crate::warm`]): no `BEGIN` round trip for the next
+/// message, and no `ROLLBACK` for this one. Per-statement timings: docs/performance.md
+/// (issue 24).
 ///
 /// Under [`Replication::Replicated`] the check is `SET LOCAL synchronous_commit = on`: it
 /// fails the same way in an aborted transaction, and makes the commit wait for a
 /// synchronous standby.
 #[cfg(feature = "postgres")]
 async fn commit_checked(
-    mut tx: sqlx::Transaction<'static, Postgres>,
+    tx: &mut sqlx::Transaction<'static, Postgres>,
     replication: Replication,
+    begin: &str,
 ) -> Result<()> {
     let sql = AssertSqlSafe(format!(
-        "{}; COMMIT; BEGIN",
+        "{}; COMMIT; {begin}",
         replication.before_commit_sql()
     ));
-    match sqlx::raw_sql(sql).execute(&mut *tx).await {
-        // Dropping `tx` queues the rollback of the empty trailing `BEGIN`.
+    match sqlx::raw_sql(sql).execute(&mut **tx).await {
         Ok(_) => Ok(()),
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
             Err(Error::transient(
@@ -155,6 +161,7 @@ impl<DB: SqlDatabase> SqlStore<DB> {
             failover: None,
             replication: Replication::AsConfigured,
             portable: false,
+            warm: Arc::default(),
         }
     }
 
@@ -208,6 +215,9 @@ impl<DB: SqlDatabase> SqlStore<DB> {
 
     /// An operation begun on `host` failed with `e`: an unavailable host is left for the next.
     fn failed_on(&self, host: Option<usize>, e: Error) -> Error {
+        if e.is_unavailable() {
+            self.warm.clear();
+        }
         if let (Some(failover), Some(host)) = (&self.failover, host)
             && e.is_unavailable()
         {
@@ -256,7 +266,11 @@ impl SqlStore<MySql> {
         Ok(Some(*limit))
     }
 
-    async fn commit_tx(&self, tx: sqlx::Transaction<'static, MySql>) -> Result<()> {
+    async fn commit_tx(
+        &self,
+        tx: sqlx::Transaction<'static, MySql>,
+        _: Option<usize>,
+    ) -> Result<()> {
         tx.commit().await.map_err(|e| db("commit", e))
     }
 }
@@ -267,8 +281,19 @@ impl SqlStore<Postgres> {
         Ok(None)
     }
 
-    async fn commit_tx(&self, tx: sqlx::Transaction<'static, Postgres>) -> Result<()> {
-        commit_checked(tx, self.replication).await
+    /// Commits `tx` (begun on `host`) and keeps the transaction the commit opens for the next
+    /// `begin`; at most half the pool's connections wait there, so the store's other reads
+    /// and writes always find one.
+    async fn commit_tx(
+        &self,
+        mut tx: sqlx::Transaction<'static, Postgres>,
+        host: Option<usize>,
+    ) -> Result<()> {
+        let begin = Isolation::begin_sql(self.isolation, Dialect::Postgres).unwrap_or("BEGIN");
+        commit_checked(&mut tx, self.replication, begin).await?;
+        let limit = self.pool.options().get_max_connections() as usize / 2;
+        self.warm.keep(tx, host, limit);
+        Ok(())
     }
 }
 
@@ -278,7 +303,11 @@ impl SqlStore<Sqlite> {
         Ok(None)
     }
 
-    async fn commit_tx(&self, tx: sqlx::Transaction<'static, Sqlite>) -> Result<()> {
+    async fn commit_tx(
+        &self,
+        tx: sqlx::Transaction<'static, Sqlite>,
+        _: Option<usize>,
+    ) -> Result<()> {
         tx.commit().await.map_err(|e| db("commit", e))
     }
 }
@@ -312,6 +341,11 @@ macro_rules! sql_store {
 
             async fn begin(&self) -> Result<Self::Tx> {
                 let host = self.host();
+                if !self.pool.is_closed()
+                    && let Some(tx) = self.warm.take(host)
+                {
+                    return Ok(tx);
+                }
                 match Isolation::begin_sql(self.isolation, <$db as SqlDatabase>::DIALECT) {
                     Some(sql) => self.pool.begin_with(sql).await,
                     None => self.pool.begin().await,
@@ -400,7 +434,7 @@ macro_rules! sql_store {
 
             async fn commit(&self, tx: Self::Tx) -> Result<()> {
                 let host = self.host();
-                self.commit_tx(tx)
+                self.commit_tx(tx, host)
                     .await
                     .map_err(|e| self.failed_on(host, e))
             }
