@@ -203,8 +203,9 @@ async fn pg_commit_of_an_aborted_transaction_fails_transient() {
 }
 
 /// The check travels with the commit (`SELECT 1; COMMIT; BEGIN`): a good commit is
-/// committed, and the trailing empty transaction does not outlive the handle, so the next
-/// statement on that connection runs in a transaction of its own.
+/// committed, and the trailing empty transaction is kept only for the store's next `begin`
+/// (crates/oncely-sql/tests/warm.rs): a connection back in the pool runs its next statement
+/// in a transaction of its own.
 #[tokio::test]
 async fn pg_checked_commit_leaves_no_transaction_open() {
     let Some(fx) = pg("pg_checked_commit").await else {
