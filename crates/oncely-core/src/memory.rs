@@ -173,8 +173,14 @@ impl Acker for MemoryAcker {
         let mut state = self.shared.lock();
         state.stats.acked += 1;
         state.in_flight -= 1;
+        // An ack changes what `next` answers only when it settles the last delivery of a
+        // closed source (`None`). Waking the waiters on every ack would wake the consumer's
+        // reader for nothing after each commit, on the path to the next ack.
+        let ended = state.closed && state.in_flight == 0;
         drop(state);
-        self.shared.changed.notify_waiters();
+        if ended {
+            self.shared.changed.notify_waiters();
+        }
         Box::pin(async { Ok(()) })
     }
 
@@ -224,6 +230,61 @@ mod tests {
             (3, 4, 1)
         );
         assert_eq!((stats.acked, stats.requeued, s.unacked()), (3, 1, 0));
+    }
+
+    /// Wakes counted: whether a pending `next` was woken.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl futures::task::ArcWake for Wakes {
+        fn wake_by_ref(this: &Arc<Self>) {
+            this.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ack_wakes_a_waiting_next_only_when_it_ends_the_source() {
+        use std::future::Future;
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::task::{Context, Poll};
+        let mut s = MemorySource::new();
+        s.publish(RawEnvelope::new("m-1", "x"));
+        s.publish(RawEnvelope::new("m-2", "x"));
+        let first = s.next().await.unwrap().unwrap();
+        let second = s.next().await.unwrap().unwrap();
+        let wakes = Arc::new(Wakes::default());
+        let waker = futures::task::waker(wakes.clone());
+        let mut waiter = s.clone();
+        let mut next = Box::pin(waiter.next());
+        assert!(
+            next.as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        // Open source: an ack changes nothing `next` answers.
+        first.discard().await.unwrap();
+        assert_eq!(wakes.0.load(SeqCst), 0, "an ack woke a waiting next");
+        // Closed with one in flight: still nothing to hand out or end.
+        s.close();
+        let woken = wakes.0.load(SeqCst);
+        assert!(
+            next.as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        // The last ack of a closed source ends it: the waiter must hear of it.
+        second.discard().await.unwrap();
+        assert!(
+            wakes.0.load(SeqCst) > woken,
+            "the last ack did not wake next"
+        );
+        match next.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(Ok(None)) => {}
+            other => panic!(
+                "expected the end, got {:?}",
+                other.map(|r| r.map(|d| d.is_some()))
+            ),
+        }
     }
 
     #[tokio::test]
