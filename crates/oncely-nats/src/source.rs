@@ -202,11 +202,11 @@ impl Source for NatsSource {
             };
             match messages.next().await {
                 Some(Ok(msg)) => {
-                    let attempt = msg
-                        .info()
-                        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
-                        .unwrap_or(0);
-                    let published = msg.info().ok().map(|i| i.published);
+                    let info = msg.info().ok();
+                    let attempt = info
+                        .as_ref()
+                        .map_or(0, |i| u32::try_from(i.delivered).unwrap_or(u32::MAX));
+                    let published = info.map(|i| i.published);
                     let msg = msg.message;
                     let acker = Box::new(NatsAcker {
                         client: self.client.clone(),
