@@ -133,3 +133,68 @@ async fn nats_similar_consumer_names_get_separate_durables() {
             .assert_exact(&format!("nats consumer {label}"));
     }
 }
+
+/// A confirmed ack the server does not answer as an ack (here: its durable consumer was
+/// deleted between the commit and the ack, so nothing listens on the ack subject) counts as
+/// an ack failure. async-nats' `double_ack`, used before, took the server's "no responders"
+/// status for a confirmation and reported the ack as done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_ack_nobody_answers_is_reported_failed() {
+    use oncely_core::{Consumer, Handled, RawEnvelope, handler_fn};
+    use oncely_sql::{AnyStore, AnyTx};
+    use std::sync::Arc;
+
+    if !up("nats_ack_nobody_answers_is_reported_failed") {
+        return;
+    }
+    let name = unique("ackfail");
+    let url = url(&name);
+    let stream = name.to_uppercase();
+    let source = oncely_nats::connect_source(&url, "ackfail")
+        .await
+        .expect("connect");
+    let durable = source.options().durable.clone();
+    oncely_nats::publish(&url, &[RawEnvelope::new("m-1", "1")])
+        .await
+        .expect("publish");
+    let js = async_nats::jetstream::new(async_nats::connect(NATS_URL).await.expect("client"));
+    let handled = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let handled = handled.clone();
+        handler_fn(move |_tx: &mut AnyTx, _msg| {
+            let (js, stream, durable, handled) =
+                (js.clone(), stream.clone(), durable.clone(), handled.clone());
+            Box::pin(async move {
+                js.delete_consumer_from_stream(&durable, &stream)
+                    .await
+                    .map_err(|e| oncely_core::Error::permanent(e.to_string()))?;
+                handled.notify_one();
+                Ok(Handled::Applied)
+            })
+        })
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = AnyStore::connect(&format!("sqlite:{}", dir.path().join("a.db").display()))
+        .await
+        .expect("store");
+    store.migrate().await.expect("migrate");
+    let stop = CancellationToken::new();
+    let consumer = Consumer::new("ackfail", store, handler);
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { consumer.run(source, stop).await }
+    });
+    tokio::time::timeout(Duration::from_secs(20), handled.notified())
+        .await
+        .expect("the handler ran");
+    // The run waits for every ack handed off before it returns.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    let stats = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("run ended")
+        .expect("join")
+        .expect("run");
+    assert_eq!(stats.applied, 1, "{stats:?}");
+    assert_eq!(stats.ack_failures, 1, "{stats:?}");
+}

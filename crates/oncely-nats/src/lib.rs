@@ -2,8 +2,9 @@
 //!
 //! NATS JetStream for oncely, on [async-nats](https://docs.rs/async-nats):
 //!
-//! - [`NatsSource`]: a durable pull consumer with explicit acks; the ack is confirmed
-//!   (`double_ack`) and sent only after the store's commit. Unacked messages are
+//! - [`NatsSource`]: a durable pull consumer with explicit acks; the ack is confirmed (a
+//!   request the server answers, on the client's shared reply subscription) and sent only
+//!   after the store's commit; an ack the server does not answer is reported as failed. Unacked messages are
 //!   redelivered after `ack_wait` (or at once after a `-NAK`); `attempt` is JetStream's
 //!   delivery count. The durable name is [`durable_name`] of the consumer name: the name
 //!   itself when NATS allows it, else its readable part plus a short hash (injective).

@@ -3,8 +3,8 @@
 use crate::durable::durable_name;
 use crate::mapping::envelope_of;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
-use async_nats::jetstream::message::{AckKind, Acker as JsAcker};
-use async_nats::jetstream::{self, Context, stream};
+use async_nats::jetstream::{self, AckKind, Context, stream};
+use async_nats::{Request, Subject};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use oncely_core::wire::UrlParams;
@@ -106,8 +106,9 @@ pub(crate) async fn ensure_stream(js: &Context, o: &NatsOptions) -> Result<strea
     .map_err(|e| nats_err("creating the stream", e))
 }
 
-/// A durable JetStream pull consumer. Acks are confirmed (`double_ack`) and sent only after
-/// the commit; a nack (or a delivery dropped unsettled) sends `-NAK` for a prompt
+/// A durable JetStream pull consumer. Acks are confirmed (the server answers each `+ACK`) and
+/// sent only after the commit; the acks of a group go out together and their answers come back
+/// on the client's one shared reply subscription (no subscription per ack); a nack (or a delivery dropped unsettled) sends `-NAK` for a prompt
 /// redelivery; an ack that never arrives leads to a redelivery after `ack_wait`.
 /// `attempt` is JetStream's delivery count. The client reconnects by itself; the pull
 /// stream is re-opened when it ends or falls silent (two idle heartbeats missed: 10 s).
@@ -201,13 +202,16 @@ impl Source for NatsSource {
             };
             match messages.next().await {
                 Some(Ok(msg)) => {
-                    let attempt = msg
-                        .info()
-                        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
-                        .unwrap_or(0);
-                    let published = msg.info().ok().map(|i| i.published);
-                    let (msg, acker) = msg.split();
-                    let acker = Box::new(NatsAcker { inner: Some(acker) });
+                    let info = msg.info().ok();
+                    let attempt = info
+                        .as_ref()
+                        .map_or(0, |i| u32::try_from(i.delivered).unwrap_or(u32::MAX));
+                    let published = info.map(|i| i.published);
+                    let msg = msg.message;
+                    let acker = Box::new(NatsAcker {
+                        client: self.client.clone(),
+                        reply: msg.reply.clone(),
+                    });
                     let mapped = oncely_core::map_envelope(|| {
                         envelope_of(msg.headers.as_ref(), &msg.payload, published)
                     });
@@ -260,26 +264,52 @@ impl Source for NatsSource {
     }
 }
 
+/// How long a confirmed ack waits for the server's answer (JetStream's API timeout).
+const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Settles one JetStream delivery through its reply subject (`$JS.ACK.…`).
+///
+/// The confirmed ack is a request on the client's shared reply subscription, the way the
+/// client's own JetStream API calls are made: one `PUB` per ack, its answer routed back by
+/// token. (async-nats' `double_ack` subscribes to a fresh inbox for every ack and drops the
+/// subscription after: a `SUB`, a `PUB` and an `UNSUB` per message, and a subscription added
+/// to and removed from the server's interest graph each time, which cost CPU on both sides.)
 struct NatsAcker {
-    inner: Option<JsAcker>,
+    client: async_nats::Client,
+    /// Taken when the delivery is settled; still here on drop means unsettled.
+    reply: Option<Subject>,
+}
+
+impl NatsAcker {
+    fn take_reply(&mut self) -> Result<Subject> {
+        self.reply
+            .take()
+            .ok_or_else(|| Error::permanent("NATS: the message has no reply subject to ack"))
+    }
 }
 
 impl Acker for NatsAcker {
     fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        let acker = self.inner.take().expect("settled once");
+        let reply = self.take_reply();
+        let client = self.client.clone();
         Box::pin(async move {
-            acker
-                .double_ack()
+            let request = Request::new()
+                .payload(AckKind::Ack.into())
+                .timeout(Some(ACK_TIMEOUT));
+            client
+                .send_request(reply?, request)
                 .await
+                .map(drop)
                 .map_err(|e| nats_err("confirmed ack", e))
         })
     }
 
     fn nack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        let acker = self.inner.take().expect("settled once");
+        let reply = self.take_reply();
+        let client = self.client.clone();
         Box::pin(async move {
-            acker
-                .ack_with(AckKind::Nak(None))
+            client
+                .publish(reply?, AckKind::Nak(None).into())
                 .await
                 .map_err(|e| nats_err("nak", e))
         })
@@ -289,11 +319,12 @@ impl Acker for NatsAcker {
 impl Drop for NatsAcker {
     /// A delivery dropped unsettled is nak'ed for a prompt redelivery (else `ack_wait`).
     fn drop(&mut self) {
-        if let Some(acker) = self.inner.take()
+        if let Some(reply) = self.reply.take()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
+            let client = self.client.clone();
             rt.spawn(async move {
-                let _ = acker.ack_with(AckKind::Nak(None)).await;
+                let _ = client.publish(reply, AckKind::Nak(None).into()).await;
             });
         }
     }
