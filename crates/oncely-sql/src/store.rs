@@ -230,6 +230,8 @@ impl<DB: SqlDatabase> SqlStore<DB> {
     /// (see [`Isolation`] for what each level means for claims).
     pub fn with_isolation(mut self, level: Isolation) -> Self {
         self.isolation = Some(level);
+        // Transactions kept by the store this was cloned from began at its level, not this one.
+        self.warm = Arc::default();
         self
     }
 

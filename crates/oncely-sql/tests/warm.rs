@@ -55,6 +55,15 @@ async fn pg_next_begin_takes_the_transaction_the_commit_opened() {
         .unwrap();
     assert_eq!(level, "serializable", "the store's isolation level is kept");
     s.rollback(tx).await.unwrap();
+    // A transaction kept by the store it was cloned from (default level) is not taken.
+    commit_one(&fx.store, "b").await;
+    let mut tx = s.begin().await.unwrap();
+    let level: String = sqlx::query_scalar("SHOW transaction_isolation")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(level, "serializable", "a clone's kept transaction was taken");
+    s.rollback(tx).await.unwrap();
     fx.cleanup().await;
 }
 
