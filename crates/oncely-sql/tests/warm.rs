@@ -62,7 +62,10 @@ async fn pg_next_begin_takes_the_transaction_the_commit_opened() {
         .fetch_one(&mut *tx)
         .await
         .unwrap();
-    assert_eq!(level, "serializable", "a clone's kept transaction was taken");
+    assert_eq!(
+        level, "serializable",
+        "a clone's kept transaction was taken"
+    );
     s.rollback(tx).await.unwrap();
     fx.cleanup().await;
 }
