@@ -217,13 +217,17 @@ impl<DB: SqlDatabase> SqlStore<DB> {
     fn failed_on(&self, host: Option<usize>, e: Error) -> Error {
         if e.is_unavailable() {
             self.warm.clear();
-        }
-        if let (Some(failover), Some(host)) = (&self.failover, host)
-            && e.is_unavailable()
-        {
-            failover.failed(&self.pool, host);
+            if let (Some(failover), Some(host)) = (&self.failover, host) {
+                failover.failed(&self.pool, host);
+            }
         }
         e
+    }
+
+    /// The statement that begins this store's transactions, at its isolation level, or `None`
+    /// for sqlx's `BEGIN` (a checked commit ends with it too, see `commit_checked`).
+    fn begin_sql(&self) -> Option<&'static str> {
+        Isolation::begin_sql(self.isolation, DB::DIALECT)
     }
 
     /// Runs the store's transactions at `level` instead of the server's default
@@ -291,7 +295,7 @@ impl SqlStore<Postgres> {
         mut tx: sqlx::Transaction<'static, Postgres>,
         host: Option<usize>,
     ) -> Result<()> {
-        let begin = Isolation::begin_sql(self.isolation, Dialect::Postgres).unwrap_or("BEGIN");
+        let begin = self.begin_sql().unwrap_or("BEGIN");
         commit_checked(&mut tx, self.replication, begin).await?;
         let limit = self.pool.options().get_max_connections() as usize / 2;
         self.warm.keep(tx, host, limit);
@@ -348,7 +352,7 @@ macro_rules! sql_store {
                 {
                     return Ok(tx);
                 }
-                match Isolation::begin_sql(self.isolation, <$db as SqlDatabase>::DIALECT) {
+                match self.begin_sql() {
                     Some(sql) => self.pool.begin_with(sql).await,
                     None => self.pool.begin().await,
                 }

@@ -29,6 +29,14 @@ async fn opened_before(tx: &mut Transaction<'static, Postgres>) -> Duration {
     Duration::from_secs_f64(row.get::<f64, _>(0))
 }
 
+/// The transaction's isolation level, as PostgreSQL names it.
+async fn isolation_of(tx: &mut Transaction<'static, Postgres>) -> String {
+    sqlx::query_scalar("SHOW transaction_isolation")
+        .fetch_one(&mut **tx)
+        .await
+        .unwrap()
+}
+
 async fn commit_one(s: &oncely_sql::PgStore, id: &str) -> i32 {
     let c = ConsumerName::new("c").unwrap();
     let mut tx = s.begin().await.unwrap();
@@ -49,21 +57,18 @@ async fn pg_next_begin_takes_the_transaction_the_commit_opened() {
     let pid = commit_one(&s, "a").await;
     let mut tx = s.begin().await.unwrap();
     assert_eq!(backend_pid(&mut tx).await, pid, "same connection");
-    let level: String = sqlx::query_scalar("SHOW transaction_isolation")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    assert_eq!(level, "serializable", "the store's isolation level is kept");
+    assert_eq!(
+        isolation_of(&mut tx).await,
+        "serializable",
+        "the store's isolation level is kept"
+    );
     s.rollback(tx).await.unwrap();
     // A transaction kept by the store it was cloned from (default level) is not taken.
     commit_one(&fx.store, "b").await;
     let mut tx = s.begin().await.unwrap();
-    let level: String = sqlx::query_scalar("SHOW transaction_isolation")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
     assert_eq!(
-        level, "serializable",
+        isolation_of(&mut tx).await,
+        "serializable",
         "a clone's kept transaction was taken"
     );
     s.rollback(tx).await.unwrap();
