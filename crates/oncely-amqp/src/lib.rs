@@ -21,6 +21,7 @@
 //! # let _ = source; Ok(()) }
 //! ```
 
+mod acks;
 mod mapping;
 mod producer;
 mod source;

@@ -1,15 +1,14 @@
 //! [`AmqpSource`]: a RabbitMQ queue as an oncely [`Source`], with manual acks after commit.
 
+use crate::acks::ChannelAcks;
 use crate::mapping::{attempt_of, envelope_of};
 use futures::StreamExt;
-use futures::future::BoxFuture;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
 use oncely_core::wire::UrlParams;
-use oncely_core::{Acker, Delivery, Error, Result, Source};
+use oncely_core::{Delivery, Error, Result, Source};
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -93,6 +92,8 @@ struct Live {
     /// Started at the first `next` (so a prefetch the consumer asks for applies: RabbitMQ
     /// fixes a consumer's prefetch when it starts).
     consumer: Option<lapin::Consumer>,
+    /// The channel's acks, coalesced (see [`crate::acks`]).
+    acks: Arc<ChannelAcks>,
 }
 
 impl Live {
@@ -170,6 +171,7 @@ async fn open(url: &str, options: &AmqpOptions) -> Result<Live> {
         connection,
         channel,
         consumer: None,
+        acks: ChannelAcks::start(),
     })
 }
 
@@ -286,9 +288,7 @@ impl Source for AmqpSource {
             match next {
                 Some(Ok(d)) => {
                     let attempt = attempt_of(&d.properties, d.redelivered);
-                    let acker = Box::new(AmqpAcker {
-                        inner: Some(d.acker),
-                    });
+                    let acker = live.acks.acker(d.delivery_tag, d.acker);
                     // Mapped without the payload: if the mapping panics, the payload is
                     // still there to dead-letter.
                     let payload = d.data;
@@ -330,53 +330,6 @@ impl Source for AmqpSource {
     /// takes effect when consuming starts (the first `next`, and after each reconnect).
     fn read_ahead(&mut self, deliveries: usize) {
         self.read_ahead = Some(u16::try_from(deliveries.max(1)).unwrap_or(u16::MAX));
-    }
-}
-
-struct AmqpAcker {
-    inner: Option<lapin::Acker>,
-}
-
-impl Acker for AmqpAcker {
-    fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        let acker = self.inner.take().expect("settled once");
-        Box::pin(async move {
-            acker
-                .ack(BasicAckOptions::default())
-                .await
-                .map(|_| ())
-                .map_err(|e| amqp_err("basic.ack", e))
-        })
-    }
-
-    fn nack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        let acker = self.inner.take().expect("settled once");
-        Box::pin(requeue(acker))
-    }
-}
-
-async fn requeue(acker: lapin::Acker) -> Result<()> {
-    acker
-        .nack(BasicNackOptions {
-            requeue: true,
-            multiple: false,
-        })
-        .await
-        .map(|_| ())
-        .map_err(|e| amqp_err("basic.nack", e))
-}
-
-impl Drop for AmqpAcker {
-    /// A delivery dropped unsettled (a crashed task) is requeued, as the broker would do
-    /// if the process had died.
-    fn drop(&mut self) {
-        if let Some(acker) = self.inner.take()
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            rt.spawn(async move {
-                let _ = requeue(acker).await;
-            });
-        }
     }
 }
 

@@ -1,0 +1,281 @@
+//! [`Book`]: which deliveries of a channel are settled, and the frames that tell the broker.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// What a frame does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `basic.ack` with `multiple`: every delivery up to and including the tag.
+    AckUpTo,
+    /// `basic.ack` of the tag alone.
+    AckOne,
+    /// `basic.nack` of the tag alone, requeued.
+    Requeue,
+}
+
+/// One frame to send, with what its settling answers (one item per delivery it covers;
+/// the last is the tag's own).
+#[derive(Debug)]
+pub(crate) struct Frame<T> {
+    pub kind: Kind,
+    pub tag: u64,
+    pub items: Vec<T>,
+}
+
+enum Entry<T> {
+    /// Handed to the consumer, not settled yet.
+    Open,
+    /// Acked by the consumer, waiting for the deliveries before it.
+    Held { since: Instant, item: T },
+}
+
+/// The deliveries of one channel not yet sent to the broker as settled, by delivery tag;
+/// decides which frames settle them. Pure bookkeeping (no I/O), so it is tested on its own.
+pub(crate) struct Book<T> {
+    entries: BTreeMap<u64, Entry<T>>,
+}
+
+impl<T> Default for Book<T> {
+    fn default() -> Self {
+        Self {
+            entries: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T> Book<T> {
+    /// A delivery handed to the consumer (tags rise on a channel).
+    pub fn open(&mut self, tag: u64) {
+        self.entries.insert(tag, Entry::Open);
+    }
+
+    /// The consumer acked `tag`: the frame that settles the acked prefix, if `tag` completed one.
+    pub fn ack(&mut self, tag: u64, item: T, now: Instant) -> Option<Frame<T>> {
+        self.entries.insert(tag, Entry::Held { since: now, item });
+        self.prefix()
+    }
+
+    /// The consumer gave `tag` back: its requeue, then the prefix it may have unblocked.
+    pub fn requeue(&mut self, tag: u64, item: T) -> Vec<Frame<T>> {
+        self.entries.remove(&tag);
+        let mut frames = vec![Frame {
+            kind: Kind::Requeue,
+            tag,
+            items: vec![item],
+        }];
+        frames.extend(self.prefix());
+        frames
+    }
+
+    /// When the oldest held ack was held.
+    pub fn oldest_held(&self) -> Option<Instant> {
+        self.entries
+            .values()
+            .filter_map(|e| match e {
+                Entry::Held { since, .. } => Some(*since),
+                Entry::Open => None,
+            })
+            .min()
+    }
+
+    /// Every ack held since `before` or earlier, each as a frame of its own.
+    pub fn overdue(&mut self, before: Instant) -> Vec<Frame<T>> {
+        let due: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| matches!(e, Entry::Held { since, .. } if *since <= before))
+            .map(|(tag, _)| *tag)
+            .collect();
+        due.into_iter()
+            .filter_map(|tag| match self.entries.remove(&tag) {
+                Some(Entry::Held { item, .. }) => Some(Frame {
+                    kind: Kind::AckOne,
+                    tag,
+                    items: vec![item],
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The acked deliveries before the oldest open one, as one frame.
+    fn prefix(&mut self) -> Option<Frame<T>> {
+        let mut items = Vec::new();
+        let mut last = None;
+        while let Some(entry) = self.entries.first_entry() {
+            if matches!(entry.get(), Entry::Open) {
+                break;
+            }
+            let (tag, entry) = entry.remove_entry();
+            if let Entry::Held { item, .. } = entry {
+                items.push(item);
+                last = Some(tag);
+            }
+        }
+        let tag = last?;
+        let kind = if items.len() == 1 {
+            Kind::AckOne
+        } else {
+            Kind::AckUpTo
+        };
+        Some(Frame { kind, tag, items })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    /// What RabbitMQ does with the frames: the channel's unacked deliveries; an ack of a tag it
+    /// does not hold closes the channel (here: an error).
+    #[derive(Default)]
+    struct Broker {
+        unacked: BTreeSet<u64>,
+        acked: BTreeSet<u64>,
+        requeued: BTreeSet<u64>,
+    }
+
+    impl Broker {
+        fn apply(&mut self, frame: &Frame<u64>) -> Result<(), String> {
+            if !self.unacked.contains(&frame.tag) {
+                return Err(format!(
+                    "PRECONDITION_FAILED: unknown delivery tag {}",
+                    frame.tag
+                ));
+            }
+            let settled: Vec<u64> = match frame.kind {
+                Kind::AckUpTo => self.unacked.range(..=frame.tag).copied().collect(),
+                Kind::AckOne | Kind::Requeue => vec![frame.tag],
+            };
+            for tag in settled {
+                self.unacked.remove(&tag);
+                let into = match frame.kind {
+                    Kind::Requeue => &mut self.requeued,
+                    _ => &mut self.acked,
+                };
+                into.insert(tag);
+            }
+            Ok(())
+        }
+    }
+
+    /// How a delivery is settled, and when (an index into the settling order).
+    #[derive(Debug, Clone, Copy)]
+    enum Settle {
+        Ack,
+        Requeue,
+    }
+
+    fn settlings() -> impl Strategy<Value = Vec<(Settle, usize)>> {
+        prop::collection::vec(
+            (
+                prop_oneof![4 => Just(Settle::Ack), 1 => Just(Settle::Requeue)],
+                any::<usize>(),
+            ),
+            1..60,
+        )
+    }
+
+    proptest! {
+        /// Whatever order deliveries are settled in (and with held acks sent on their own at
+        /// any point): every ack reaches the broker, no requeued delivery is acked, every frame
+        /// is one the broker accepts, and the answers reach each delivery once.
+        #[test]
+        fn frames_settle_exactly_what_the_consumer_settled(
+            plan in settlings(),
+            overdue_every in 2usize..9,
+        ) {
+            let n = plan.len() as u64;
+            let mut book = Book::default();
+            let mut broker = Broker::default();
+            for tag in 1..=n {
+                book.open(tag);
+                broker.unacked.insert(tag);
+            }
+            // Settle in the order the plan's random keys give.
+            let mut order: Vec<(usize, u64, Settle)> = plan
+                .iter()
+                .zip(1..)
+                .map(|(&(how, key), tag)| (key, tag, how))
+                .collect();
+            order.sort_by_key(|&(key, tag, _)| (key, tag));
+            let t0 = Instant::now();
+            let mut answered = Vec::new();
+            let mut send = |frames: Vec<Frame<u64>>, broker: &mut Broker| {
+                for frame in frames {
+                    broker.apply(&frame).map_err(TestCaseError::fail)?;
+                    prop_assert_eq!(frame.items.last(), Some(&frame.tag));
+                    answered.extend(frame.items);
+                }
+                Ok(())
+            };
+            for (step, &(_, tag, how)) in order.iter().enumerate() {
+                let now = t0 + Duration::from_millis(step as u64);
+                let frames = match how {
+                    Settle::Ack => book.ack(tag, tag, now).into_iter().collect(),
+                    Settle::Requeue => book.requeue(tag, tag),
+                };
+                send(frames, &mut broker)?;
+                if step % overdue_every == 0 {
+                    send(book.overdue(now - Duration::from_millis(2)), &mut broker)?;
+                }
+            }
+            prop_assert!(book.oldest_held().is_none(), "acks still held at the end");
+            let acks: BTreeSet<u64> = order.iter().filter(|o| matches!(o.2, Settle::Ack)).map(|o| o.1).collect();
+            let requeues: BTreeSet<u64> = order.iter().filter(|o| matches!(o.2, Settle::Requeue)).map(|o| o.1).collect();
+            prop_assert_eq!(&broker.acked, &acks);
+            prop_assert_eq!(&broker.requeued, &requeues);
+            prop_assert!(broker.unacked.is_empty());
+            answered.sort();
+            prop_assert_eq!(answered, (1..=n).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn acks_in_order_go_out_one_frame_per_run() {
+        let mut book = Book::default();
+        let now = Instant::now();
+        (1..=4).for_each(|tag| book.open(tag));
+        assert!(book.ack(2, 2, now).is_none(), "2 waits for 1");
+        assert!(book.ack(3, 3, now).is_none(), "3 waits for 1");
+        let frame = book.ack(1, 1, now).expect("1 completes the run 1..=3");
+        assert_eq!(
+            (frame.kind, frame.tag, frame.items),
+            (Kind::AckUpTo, 3, vec![1, 2, 3])
+        );
+        let frame = book.ack(4, 4, now).expect("4 is next");
+        assert_eq!((frame.kind, frame.tag), (Kind::AckOne, 4));
+    }
+
+    #[test]
+    fn a_requeue_goes_first_then_the_run_it_unblocked() {
+        let mut book = Book::default();
+        let now = Instant::now();
+        (1..=3).for_each(|tag| book.open(tag));
+        assert!(book.ack(2, 2, now).is_none());
+        assert!(book.ack(3, 3, now).is_none());
+        let frames: Vec<(Kind, u64)> = book.requeue(1, 1).iter().map(|f| (f.kind, f.tag)).collect();
+        assert_eq!(frames, [(Kind::Requeue, 1), (Kind::AckUpTo, 3)]);
+    }
+
+    #[test]
+    fn held_acks_are_sent_alone_once_overdue() {
+        let mut book = Book::default();
+        let t0 = Instant::now();
+        (1..=3).for_each(|tag| book.open(tag));
+        assert!(book.ack(2, 2, t0).is_none());
+        assert!(book.ack(3, 3, t0 + Duration::from_millis(10)).is_none());
+        assert_eq!(book.oldest_held(), Some(t0));
+        let frames: Vec<(Kind, u64)> = book.overdue(t0).iter().map(|f| (f.kind, f.tag)).collect();
+        assert_eq!(frames, [(Kind::AckOne, 2)], "only the ack held since t0");
+        let frame = book.ack(1, 1, t0).expect("1 then 3 (2 already sent)");
+        assert_eq!(
+            (frame.kind, frame.tag, frame.items),
+            (Kind::AckUpTo, 3, vec![1, 3])
+        );
+    }
+}
