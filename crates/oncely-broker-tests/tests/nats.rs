@@ -198,3 +198,61 @@ async fn nats_ack_nobody_answers_is_reported_failed() {
     assert_eq!(stats.applied, 1, "{stats:?}");
     assert_eq!(stats.ack_failures, 1, "{stats:?}");
 }
+
+/// Acks asked for together go out as one batch (plain `+ACK`s, the last one confirmed): once
+/// every ack of the batch has resolved, the server has handled all of them, not only the
+/// confirmed one: the durable consumer holds no ack pending, and nothing comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_batched_acks_are_all_handled_when_confirmed() {
+    use oncely_core::{RawEnvelope, Source};
+
+    if !up("nats_batched_acks_are_all_handled_when_confirmed") {
+        return;
+    }
+    let name = unique("ackbatch");
+    let url = url(&name);
+    let n = 300;
+    let msgs: Vec<RawEnvelope> = (0..n)
+        .map(|i| RawEnvelope::new(format!("m-{i}"), i.to_string()))
+        .collect();
+    oncely_nats::publish(&url, &msgs).await.expect("publish");
+    let mut source = oncely_nats::connect_source(&url, "ackbatch")
+        .await
+        .expect("connect");
+    source.read_ahead(n);
+    let mut deliveries = Vec::new();
+    while deliveries.len() < n {
+        let next = tokio::time::timeout(Duration::from_secs(10), source.next())
+            .await
+            .expect("a delivery within 10 s")
+            .expect("next")
+            .expect("the source does not end");
+        deliveries.push(next);
+    }
+    let acked = futures::future::join_all(deliveries.into_iter().map(|d| d.discard())).await;
+    assert!(
+        acked.iter().all(Result::is_ok),
+        "every ack answered: {acked:?}"
+    );
+    let js = async_nats::jetstream::new(async_nats::connect(NATS_URL).await.expect("client"));
+    let durable = source.options().durable.clone();
+    let info = js
+        .get_stream(name.to_uppercase())
+        .await
+        .expect("stream")
+        .consumer_info(&durable)
+        .await
+        .expect("consumer info");
+    assert_eq!(
+        info.num_ack_pending, 0,
+        "acks the server has not handled: {info:?}"
+    );
+    assert_eq!(info.num_pending, 0, "{info:?}");
+    assert_eq!(info.delivered.stream_sequence, n as u64, "{info:?}");
+    // Nothing is redelivered (acks lost would come back after `ack_wait`, 3 s).
+    let again = tokio::time::timeout(Duration::from_secs(4), source.next()).await;
+    assert!(
+        again.is_err(),
+        "a delivery came back after every ack was confirmed"
+    );
+}

@@ -2,9 +2,10 @@
 //!
 //! NATS JetStream for oncely, on [async-nats](https://docs.rs/async-nats):
 //!
-//! - [`NatsSource`]: a durable pull consumer with explicit acks; the ack is confirmed (a
-//!   request the server answers, on the client's shared reply subscription) and sent only
-//!   after the store's commit; an ack the server does not answer is reported as failed. Unacked messages are
+//! - [`NatsSource`]: a durable pull consumer with explicit acks, sent only after the store's
+//!   commit and confirmed: the acks asked for together go out as plain `+ACK`s and one request
+//!   the server answers after handling them (on the client's shared reply subscription); an
+//!   ack the server does not answer is reported as failed. Unacked messages are
 //!   redelivered after `ack_wait` (or at once after a `-NAK`); `attempt` is JetStream's
 //!   delivery count. The durable name is [`durable_name`] of the consumer name: the name
 //!   itself when NATS allows it, else its readable part plus a short hash (injective).
@@ -23,6 +24,7 @@
 //! # let _ = source; Ok(()) }
 //! ```
 
+mod acks;
 mod durable;
 mod mapping;
 mod producer;

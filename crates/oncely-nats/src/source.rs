@@ -1,10 +1,11 @@
 //! [`NatsSource`]: a durable JetStream pull consumer as an oncely [`Source`].
 
+use crate::acks::AckBatcher;
 use crate::durable::durable_name;
 use crate::mapping::envelope_of;
+use async_nats::Subject;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
 use async_nats::jetstream::{self, AckKind, Context, stream};
-use async_nats::{Request, Subject};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use oncely_core::wire::UrlParams;
@@ -106,14 +107,15 @@ pub(crate) async fn ensure_stream(js: &Context, o: &NatsOptions) -> Result<strea
     .map_err(|e| nats_err("creating the stream", e))
 }
 
-/// A durable JetStream pull consumer. Acks are confirmed (the server answers each `+ACK`) and
-/// sent only after the commit; the acks of a group go out together and their answers come back
-/// on the client's one shared reply subscription (no subscription per ack); a nack (or a delivery dropped unsettled) sends `-NAK` for a prompt
+/// A durable JetStream pull consumer. Acks are sent only after the commit and confirmed: the
+/// acks of a group go out together, every one but the last as a plain `+ACK`, the last as a
+/// request the server answers once those before it were handled (see [`crate::acks`]); a nack (or a delivery dropped unsettled) sends `-NAK` for a prompt
 /// redelivery; an ack that never arrives leads to a redelivery after `ack_wait`.
 /// `attempt` is JetStream's delivery count. The client reconnects by itself; the pull
 /// stream is re-opened when it ends or falls silent (two idle heartbeats missed: 10 s).
 pub struct NatsSource {
     client: async_nats::Client,
+    acks: AckBatcher,
     consumer: PullConsumer,
     options: NatsOptions,
     /// What the consumer said it keeps in hand ([`Source::read_ahead`]).
@@ -145,6 +147,7 @@ impl NatsSource {
             .await
             .map_err(|e| nats_err("creating the durable consumer", e))?;
         Ok(Self {
+            acks: AckBatcher::start(client.clone()),
             client,
             consumer,
             options,
@@ -210,6 +213,7 @@ impl Source for NatsSource {
                     let msg = msg.message;
                     let acker = Box::new(NatsAcker {
                         client: self.client.clone(),
+                        acks: self.acks.clone(),
                         reply: msg.reply.clone(),
                     });
                     let mapped = oncely_core::map_envelope(|| {
@@ -264,18 +268,17 @@ impl Source for NatsSource {
     }
 }
 
-/// How long a confirmed ack waits for the server's answer (JetStream's API timeout).
-const ACK_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Settles one JetStream delivery through its reply subject (`$JS.ACK.…`).
+/// Settles one JetStream delivery through its reply subject (`$JS.ACK.…`): the ack is
+/// confirmed, one confirmation per batch of acks asked for together (see [`crate::acks`]).
 ///
-/// The confirmed ack is a request on the client's shared reply subscription, the way the
-/// client's own JetStream API calls are made: one `PUB` per ack, its answer routed back by
-/// token. (async-nats' `double_ack` subscribes to a fresh inbox for every ack and drops the
-/// subscription after: a `SUB`, a `PUB` and an `UNSUB` per message, and a subscription added
-/// to and removed from the server's interest graph each time, which cost CPU on both sides.)
+/// The confirmation is a request on the client's shared reply subscription, the way the
+/// client's own JetStream API calls are made. (async-nats' `double_ack` subscribes to a fresh
+/// inbox for every ack and drops the subscription after: a `SUB`, a `PUB` and an `UNSUB` per
+/// message, and a subscription added to and removed from the server's interest graph each
+/// time, which cost CPU on both sides.)
 struct NatsAcker {
     client: async_nats::Client,
+    acks: AckBatcher,
     /// Taken when the delivery is settled; still here on drop means unsettled.
     reply: Option<Subject>,
 }
@@ -291,17 +294,8 @@ impl NatsAcker {
 impl Acker for NatsAcker {
     fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
         let reply = self.take_reply();
-        let client = self.client.clone();
-        Box::pin(async move {
-            let request = Request::new()
-                .payload(AckKind::Ack.into())
-                .timeout(Some(ACK_TIMEOUT));
-            client
-                .send_request(reply?, request)
-                .await
-                .map(drop)
-                .map_err(|e| nats_err("confirmed ack", e))
-        })
+        let acks = self.acks.clone();
+        Box::pin(async move { acks.ack(reply?).await })
     }
 
     fn nack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
