@@ -2,7 +2,7 @@
 //! timed over a fixed set of messages and checked against the database afterwards.
 
 use crate::bed::{Counts, Ops};
-use crate::broker::{Broker, PathStats};
+use crate::broker::{Broker, CpuUse, PathStats};
 use crate::{group, runners};
 use anyhow::{Result, bail};
 use oncely_core::{ConsumerName, MemorySource, RawEnvelope};
@@ -185,6 +185,9 @@ pub struct Cell {
     /// oncely at its defaults (broker cells): where the time went, summed over rounds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathStats>,
+    /// Broker cells: the CPU each process spent, summed over rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
     /// The checker's verdict.
     pub check: Check,
 }
@@ -201,6 +204,10 @@ impl Cell {
         self.round_msgs_per_sec.extend(other.round_msgs_per_sec);
         self.round_p50_ms.extend(other.round_p50_ms);
         self.path = match (self.path, other.path) {
+            (Some(a), Some(b)) => Some(a.merge(b)),
+            (a, b) => a.or(b),
+        };
+        self.cpu = match (self.cpu, other.cpu) {
             (Some(a), Some(b)) => Some(a.merge(b)),
             (a, b) => a.or(b),
         };
@@ -242,6 +249,7 @@ impl Cell {
             latencies: Vec::new(),
             round_msgs_per_sec: vec![rate],
             path: None,
+            cpu: None,
             check: Check::delivered(spec.messages as u64),
         };
         let mut rounds = rounds.iter().map(|r| cell(*r));
@@ -342,6 +350,8 @@ pub(crate) async fn run_cell<B: Ops>(
     let mut first = None;
     let mut latencies = Vec::new();
     let mut path = None;
+    let mut cpu = None;
+    let database = crate::broker::database_process(backend);
     let elapsed = match spec.mode {
         Mode::Duplicate | Mode::DuplicateChecked | Mode::GroupDuplicate => {
             let t = consume(bed, &name, spec, &msgs).await?;
@@ -363,15 +373,19 @@ pub(crate) async fn run_cell<B: Ops>(
             latencies = lat;
             t
         }
-        Mode::Bare(broker) => crate::broker::bare(broker, &msgs).await?,
-        Mode::Through(broker) => {
-            let (t, p) = crate::broker::oncely(broker, bed, &name, &msgs).await?;
-            path = Some(p);
+        Mode::Bare(broker) => {
+            let (t, c) = crate::broker::bare(broker, database, &msgs).await?;
+            cpu = c;
             t
         }
-        Mode::InProcess(_) => {
-            let (t, p) = crate::broker::in_process(bed, &name, &msgs).await?;
-            path = Some(p);
+        Mode::Through(broker) => {
+            let (t, p, c) = crate::broker::oncely(broker, bed, database, &name, &msgs).await?;
+            (path, cpu) = (Some(p), c);
+            t
+        }
+        Mode::InProcess(broker) => {
+            let (t, p, c) = crate::broker::in_process(broker, bed, database, &name, &msgs).await?;
+            (path, cpu) = (Some(p), c);
             t
         }
         _ => consume(bed, &name, spec, &msgs).await?,
@@ -399,6 +413,7 @@ pub(crate) async fn run_cell<B: Ops>(
         latencies,
         round_msgs_per_sec: vec![rate(msgs.len(), elapsed)],
         path,
+        cpu,
         check,
     })
 }

@@ -79,6 +79,9 @@ pub struct BenchArgs {
     /// Run only the cells through a broker (each with oncely in process beside it).
     #[arg(long, conflicts_with = "no_brokers")]
     pub brokers_only: bool,
+    /// Only the cells through these brokers (`amqp,nats,redis,mqtt,kafka`; default: all).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub brokers: Option<Vec<Broker>>,
     /// Skip the Redis store cells (the peer's workload at each durability setting).
     #[arg(long)]
     pub no_redis_store: bool,
@@ -454,6 +457,13 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
             (Broker::Mqtt, &args.mqtt),
             (Broker::Kafka, &args.kafka),
         ] {
+            if args
+                .brokers
+                .as_ref()
+                .is_some_and(|only| !only.contains(&broker))
+            {
+                continue;
+            }
             match broker.probe(url).await {
                 Ok(()) => broker.enable(url),
                 Err(e) if !services_required() => eprintln!(

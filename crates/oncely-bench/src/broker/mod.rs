@@ -17,6 +17,7 @@
 //! (see `report.rs`). oncely's two cells also record where the time went ([`watch`]).
 
 mod amqp;
+mod cpu;
 #[cfg(feature = "kafka")]
 mod kafka;
 #[cfg(not(feature = "kafka"))]
@@ -43,6 +44,7 @@ mod nats;
 mod redis;
 mod watch;
 
+pub use cpu::CpuUse;
 pub use watch::PathStats;
 use watch::Watch;
 
@@ -60,7 +62,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A broker the cells run through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Broker {
     /// RabbitMQ (lapin), a quorum queue.
@@ -104,6 +106,17 @@ impl Broker {
             Self::Redis => "redis-rs",
             Self::Mqtt => "rumqttc",
             Self::Kafka => "rdkafka",
+        }
+    }
+
+    /// The name of the broker's server process (as `/proc/<pid>/comm` shows it).
+    fn process(self) -> &'static str {
+        match self {
+            Self::Amqp => "beam.smp",
+            Self::Nats => "nats-server",
+            Self::Redis => "redis-server",
+            Self::Mqtt => "mosquitto",
+            Self::Kafka => "tansu",
         }
     }
 
@@ -248,10 +261,24 @@ fn default_read_ahead() -> usize {
     2 * DEFAULT_CONCURRENCY * DEFAULT_GROUP_COMMIT
 }
 
+/// The name of the database server's process for a cell's backend (SQLite: none).
+pub(crate) fn database_process(backend: &str) -> Option<&'static str> {
+    match backend {
+        "postgres" => Some("postgres"),
+        "mariadb" => Some("mariadbd"),
+        _ => None,
+    }
+}
+
 /// The bare consumer through `broker`: consume + ack until every message was received.
-pub(crate) async fn bare(broker: Broker, msgs: &[RawEnvelope]) -> Result<Duration> {
+pub(crate) async fn bare(
+    broker: Broker,
+    database: Option<&'static str>,
+    msgs: &[RawEnvelope],
+) -> Result<(Duration, Option<CpuUse>)> {
     let filled = broker.fill("bare", msgs).await?;
     let base = broker.url()?;
+    let meter = cpu::Meter::start(broker.process(), database);
     let elapsed = match broker {
         Broker::Amqp => amqp::bare(base, &filled.name, msgs.len()).await,
         Broker::Nats => nats::bare(base, &filled.name, msgs.len()).await,
@@ -259,21 +286,30 @@ pub(crate) async fn bare(broker: Broker, msgs: &[RawEnvelope]) -> Result<Duratio
         Broker::Mqtt => mqtt::bare(base, &filled.session, msgs.len()).await,
         Broker::Kafka => kafka::bare(base, &filled.name, msgs.len()).await,
     };
+    let cpu = meter.stop(msgs.len());
     filled.remove().await;
-    elapsed
+    Ok((elapsed?, cpu))
 }
+
+/// What one of oncely's cells measured: its time, where the time went, and the CPU it took.
+pub(crate) type Measured = (Duration, PathStats, Option<CpuUse>);
 
 /// oncely with its defaults through `broker`, into `bed`'s store: the time, and where it went.
 pub(crate) async fn oncely<B: Ops>(
     broker: Broker,
     bed: &B,
+    database: Option<&'static str>,
     name: &ConsumerName,
     msgs: &[RawEnvelope],
-) -> Result<(Duration, PathStats)> {
+) -> Result<Measured> {
     let filled = broker.fill("oncely", msgs).await?;
     let from_first = broker.timed_from_first_delivery();
     let ran = match oncely::brokers::connect_source(&filled.url, name.as_str()).await {
-        Ok(source) => run(bed, name, source, msgs.len(), from_first).await,
+        Ok(source) => {
+            let meter = cpu::Meter::start(broker.process(), database);
+            let ran = run(bed, name, source, msgs.len(), from_first).await;
+            ran.map(|(t, path)| (t, path, meter.stop(msgs.len())))
+        }
         Err(e) => Err(e.into()),
     };
     filled.remove().await;
@@ -282,20 +318,24 @@ pub(crate) async fn oncely<B: Ops>(
 
 /// oncely with its defaults fed by the in-process source (the cell run beside a broker's).
 pub(crate) async fn in_process<B: Ops>(
+    broker: Broker,
     bed: &B,
+    database: Option<&'static str>,
     name: &ConsumerName,
     msgs: &[RawEnvelope],
-) -> Result<(Duration, PathStats)> {
+) -> Result<Measured> {
     let source = MemorySource::new();
     for m in msgs {
         source.publish(m.clone());
     }
     source.close();
-    run(bed, name, source, msgs.len(), false).await
+    let meter = cpu::Meter::start(broker.process(), database);
+    let (t, path) = run(bed, name, source, msgs.len(), false).await?;
+    Ok((t, path, meter.stop(msgs.len())))
 }
 
 /// Runs oncely's consumer at its defaults over `n` deliveries of `source`, timed from its
-/// start (or from its first delivery) to its last ack.
+/// start (or from its first delivery) to its last ack (not to the source's close after it).
 async fn run<B: Ops, S: Source>(
     bed: &B,
     name: &ConsumerName,
@@ -310,7 +350,7 @@ async fn run<B: Ops, S: Source>(
     let first = source.first_delivery();
     let started = Instant::now();
     let stats = consumer.run(source, CancellationToken::new()).await;
-    let ended = Instant::now();
+    let ended = watch.last_ack().unwrap_or_else(Instant::now);
     let started = match first.get() {
         Some(first) if from_first_delivery => *first,
         _ => started,

@@ -98,6 +98,8 @@ struct Tally {
     ack_max_ns: AtomicU64,
     /// When the source handed out its first delivery.
     first: Arc<OnceLock<Instant>>,
+    /// When the latest ack was answered.
+    last_ack: Mutex<Option<Instant>>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -148,6 +150,17 @@ impl Watch {
             inner: source,
             tally: self.tally.clone(),
         }
+    }
+
+    /// When the last ack of the run was answered (the end of the timed phase: the source's
+    /// close after it, e.g. a Kafka consumer leaving its group, is not message work, and the
+    /// bare consumers' times do not include theirs either).
+    pub(crate) fn last_ack(&self) -> Option<Instant> {
+        *self
+            .tally
+            .last_ack
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Stops watching; the sums over a run of `messages` in `wall`.
@@ -224,6 +237,14 @@ impl Acker for TimedAck {
             self.tally.acks.fetch_add(1, Relaxed);
             self.tally.ack_ns.fetch_add(took, Relaxed);
             self.tally.ack_max_ns.fetch_max(took, Relaxed);
+            let now = Instant::now();
+            let mut last = self
+                .tally
+                .last_ack
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            *last = Some(last.map_or(now, |l| l.max(now)));
+            drop(last);
             acked
         })
     }
