@@ -30,4 +30,4 @@ pub use mapping::{
     ENTITY_HEADER, SOURCE_TIME_HEADER, VERSION_HEADER, attempt_of, envelope_of, properties_of,
 };
 pub use producer::{AmqpProducer, publish};
-pub use source::{AmqpOptions, AmqpSource, DEFAULT_QUEUE, connect_source};
+pub use source::{AmqpOptions, AmqpSource, DEFAULT_QUEUE, connect_source, prefetch_for};

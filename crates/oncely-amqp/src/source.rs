@@ -25,7 +25,8 @@ pub struct AmqpOptions {
     pub queue: String,
     /// Unacked deliveries the broker may push at once (`basic.qos` prefetch). Unset (the
     /// default): what the consumer keeps in hand ([`Source::read_ahead`]: its groups in flight
-    /// and the next ones ready), or [`DEFAULT_PREFETCH`] when not told.
+    /// and the next ones ready) and half as much again for acks held to go out together, or
+    /// [`DEFAULT_PREFETCH`] when not told.
     pub prefetch: Option<u16>,
     /// Declare the queue (durable, not exclusive, not auto-delete) on connect (default true).
     pub declare: bool,
@@ -326,11 +327,26 @@ impl Source for AmqpSource {
         }
     }
 
-    /// Sizes the prefetch to `deliveries` (at most 65,535) unless the URL set `?prefetch=`;
-    /// takes effect when consuming starts (the first `next`, and after each reconnect).
+    /// Sizes the prefetch to `deliveries` and half as many again (at most 65,535) unless the
+    /// URL set `?prefetch=`: settled deliveries whose ack is held for the ones before them
+    /// (see [`crate::acks`]) still count against the broker's window, and without the room
+    /// the broker would pause while the consumer's hands are empty. Takes effect when
+    /// consuming starts (the first `next`, and after each reconnect).
     fn read_ahead(&mut self, deliveries: usize) {
-        self.read_ahead = Some(u16::try_from(deliveries.max(1)).unwrap_or(u16::MAX));
+        self.read_ahead = Some(prefetch_for(deliveries));
     }
+}
+
+/// The prefetch of a source whose consumer keeps `deliveries` in hand: that and half as many
+/// again (room for settled deliveries whose acks are held to go out together), at most
+/// 65,535.
+///
+/// ```
+/// assert_eq!(oncely_amqp::prefetch_for(512), 768);
+/// ```
+pub fn prefetch_for(deliveries: usize) -> u16 {
+    let window = deliveries.max(1).saturating_mul(3) / 2;
+    u16::try_from(window.max(1)).unwrap_or(u16::MAX)
 }
 
 /// Connects a source for consumer `consumer` from a URL such as

@@ -17,12 +17,12 @@ pub(super) fn source_url(base: &str, name: &str) -> String {
     format!("{base}?queue={name}")
 }
 
-/// Consume + ack until `n` deliveries, prefetch = oncely's default read-ahead.
+/// Consume + ack until `n` deliveries, with the prefetch oncely's source sets at its defaults.
 pub(super) async fn bare(base: &str, queue: &str, n: usize) -> Result<Duration> {
     let conn = lapin::Connection::connect(base, Default::default()).await?;
     let channel = conn.create_channel().await?;
     let elapsed = super::timed(async {
-        let prefetch = u16::try_from(super::default_read_ahead()).unwrap_or(u16::MAX);
+        let prefetch = oncely::amqp::prefetch_for(super::default_read_ahead());
         channel
             .basic_qos(prefetch, BasicQosOptions::default())
             .await?;
