@@ -139,3 +139,101 @@ async fn amqp_sigkill_crash_through_pgbouncer() {
     .await;
     report.assert_exact("amqp SIGKILL crash test through PgBouncer");
 }
+
+/// Acks held for a run of tags, against the real broker: acks of later deliveries wait for an
+/// earlier one; when that one is given back (a requeue), the requeue reaches the broker before
+/// the `multiple` ack of the run, so the broker requeues exactly it, and the channel stays open
+/// (an ack of a tag the broker no longer holds would close it). Then a held ack goes out alone
+/// once an earlier delivery stays unsettled past the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_held_acks_settle_exactly_what_was_settled() {
+    use oncely_core::RawEnvelope;
+
+    if !up("amqp_held_acks_settle_exactly_what_was_settled") {
+        return;
+    }
+    let queue = unique("heldacks");
+    let url = url(&queue);
+    let msgs: Vec<RawEnvelope> = (1..=5)
+        .map(|i| RawEnvelope::new(format!("m-{i}"), "{}"))
+        .collect();
+    oncely_amqp::publish(&url, &msgs).await.expect("publish");
+    let (base, options) = AmqpOptions::from_url(&url, "t").expect("options");
+    let mut source = AmqpSource::connect(&base, options).await.expect("connect");
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let d = tokio::time::timeout(Duration::from_secs(10), source.next())
+            .await
+            .expect("a delivery within 10 s")
+            .expect("next")
+            .expect("delivery");
+        got.push(d);
+    }
+    let id = |d: &oncely_core::Delivery| d.message().display_id().expect("an id");
+    assert_eq!(
+        got.iter().map(id).collect::<Vec<_>>(),
+        ["m-1", "m-2", "m-3", "m-4", "m-5"]
+    );
+    let mut got = got.into_iter();
+    let (m1, m2, m3, m4, m5) = (
+        got.next().unwrap(),
+        got.next().unwrap(),
+        got.next().unwrap(),
+        got.next().unwrap(),
+        got.next().unwrap(),
+    );
+    // m-2 and m-3 acked while m-1 is open: held. m-1 given back (within the hold): its
+    // requeue first, then the run m-2..m-3 in one frame (the other order would ack m-1 with
+    // the run, then fail on the requeue of a tag already acked).
+    let held = tokio::spawn(async move { tokio::join!(m2.discard(), m3.discard()) });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    m1.nack().await.expect("requeue m-1");
+    let (a2, a3) = held.await.expect("join");
+    a2.expect("ack m-2");
+    a3.expect("ack m-3");
+    // m-5 acked while m-4 stays open: it goes out alone after the hold.
+    tokio::time::timeout(Duration::from_secs(5), m5.discard())
+        .await
+        .expect("a held ack goes out within the hold")
+        .expect("ack m-5");
+    // The broker gives back m-1 (requeued) and nothing else; m-4 is still ours.
+    let again = tokio::time::timeout(Duration::from_secs(10), source.next())
+        .await
+        .expect("the requeued delivery within 10 s")
+        .expect("next")
+        .expect("delivery");
+    assert_eq!(id(&again), "m-1");
+    assert!(
+        again.attempt() >= 2,
+        "a redelivery: attempt {}",
+        again.attempt()
+    );
+    again.discard().await.expect("ack the redelivered m-1");
+    m4.discard().await.expect("ack m-4");
+    let nothing = tokio::time::timeout(Duration::from_secs(2), source.next()).await;
+    assert!(nothing.is_err(), "a delivery came back that was acked");
+    // The channel survived every frame: a passive declare on the same connection's queue
+    // shows it empty, with nothing unacked left to return on close.
+    drop(source);
+    let conn = lapin::Connection::connect(AMQP_URL, Default::default())
+        .await
+        .expect("connect");
+    let channel = conn.create_channel().await.expect("channel");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let q = channel
+        .queue_declare(
+            queue.as_str().into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .expect("the queue is there");
+    assert_eq!(
+        q.message_count(),
+        0,
+        "messages left in the queue after every ack"
+    );
+}
