@@ -346,7 +346,7 @@ impl Source for AmqpSource {
 /// ```
 pub fn prefetch_for(deliveries: usize) -> u16 {
     let window = deliveries.max(1).saturating_mul(3) / 2;
-    u16::try_from(window.max(1)).unwrap_or(u16::MAX)
+    u16::try_from(window).unwrap_or(u16::MAX)
 }
 
 /// Connects a source for consumer `consumer` from a URL such as

@@ -64,10 +64,7 @@ impl ChannelAcks {
 
     /// The acker of a delivery the consumer is handed now.
     pub fn acker(self: &Arc<Self>, tag: u64, acker: lapin::Acker) -> Box<dyn Acker> {
-        self.decide(|book| {
-            book.open(tag);
-            Vec::new()
-        });
+        self.lock().open(tag);
         Box::new(AmqpAcker {
             channel: self.clone(),
             tag,

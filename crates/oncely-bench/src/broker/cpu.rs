@@ -25,16 +25,33 @@ pub struct CpuUse {
     /// Share of the machine's cores busy, 0 to 1 (niced work, which yields, counts as idle).
     pub machine_busy: f64,
     #[serde(skip)]
-    sums: Sums,
+    sums: Counters,
 }
 
+/// CPU milliseconds by who spent them: read from `/proc` at an instant, or the difference of
+/// two readings, or the sum of such differences.
 #[derive(Debug, Clone, Copy, Default)]
-struct Sums {
+struct Counters {
     client: f64,
     broker: f64,
     database: f64,
+    /// The machine's cores busy.
     busy: f64,
+    /// The machine's cores in all (busy or not).
     capacity: f64,
+}
+
+impl Counters {
+    /// Each counter of `self` and `o` combined by `f`.
+    fn zip(self, o: Counters, f: impl Fn(f64, f64) -> f64) -> Counters {
+        Counters {
+            client: f(self.client, o.client),
+            broker: f(self.broker, o.broker),
+            database: f(self.database, o.database),
+            busy: f(self.busy, o.busy),
+            capacity: f(self.capacity, o.capacity),
+        }
+    }
 }
 
 impl CpuUse {
@@ -52,13 +69,7 @@ impl CpuUse {
         CpuUse {
             messages: self.messages + o.messages,
             wall_ms: self.wall_ms + o.wall_ms,
-            sums: Sums {
-                client: self.sums.client + o.sums.client,
-                broker: self.sums.broker + o.sums.broker,
-                database: self.sums.database + o.sums.database,
-                busy: self.sums.busy + o.sums.busy,
-                capacity: self.sums.capacity + o.sums.capacity,
-            },
+            sums: self.sums.zip(o.sums, |a, b| a + b),
             ..Default::default()
         }
         .finish()
@@ -70,16 +81,7 @@ pub(crate) struct Meter {
     broker: &'static str,
     database: Option<&'static str>,
     started: Instant,
-    at_start: Option<Snapshot>,
-}
-
-#[derive(Clone, Copy)]
-struct Snapshot {
-    client: f64,
-    broker: f64,
-    database: f64,
-    busy: f64,
-    total: f64,
+    at_start: Option<Counters>,
 }
 
 impl Meter {
@@ -101,13 +103,7 @@ impl Meter {
             CpuUse {
                 messages: messages as u64,
                 wall_ms,
-                sums: Sums {
-                    client: b.client - a.client,
-                    broker: b.broker - a.broker,
-                    database: b.database - a.database,
-                    busy: b.busy - a.busy,
-                    capacity: b.total - a.total,
-                },
+                sums: b.zip(a, |b, a| b - a),
                 ..Default::default()
             }
             .finish(),
@@ -118,7 +114,7 @@ impl Meter {
 /// Clock ticks per second of `/proc` (`USER_HZ`, 100 on Linux).
 const TICK_MS: f64 = 10.0;
 
-fn snapshot(broker: &str, database: Option<&str>) -> Option<Snapshot> {
+fn snapshot(broker: &str, database: Option<&str>) -> Option<Counters> {
     let machine = std::fs::read_to_string("/proc/stat").ok()?;
     let ticks: Vec<f64> = machine
         .lines()
@@ -149,12 +145,12 @@ fn snapshot(broker: &str, database: Option<&str>) -> Option<Snapshot> {
             database_ms += process_ms(&pid.to_string()).unwrap_or(0.0);
         }
     }
-    Some(Snapshot {
+    Some(Counters {
         client: process_ms("self")?,
         broker: broker_ms,
         database: database_ms,
         busy: (total - idle) * TICK_MS,
-        total: total * TICK_MS,
+        capacity: total * TICK_MS,
     })
 }
 
