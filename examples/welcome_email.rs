@@ -55,7 +55,7 @@ async fn send_email(
 }
 
 struct Welcome {
-    journal: CrashingJournal<Sqlite>,
+    journal: CrashingJournal,
     client: reqwest::Client,
     provider: String,
 }

@@ -7,7 +7,7 @@ use oncely_core::{Envelope, Error, Handled, Handler};
 use oncely_sql::sqlx::{
     self, AssertSqlSafe, MySql, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite, Transaction,
 };
-use oncely_sql::{AnyStore, AnyTx, Dialect, SqlStore, Tables, now_ms};
+use oncely_sql::{AnyStore, AnyTx, Dialect, Engine, SqlStore, Tables, now_ms};
 use serde::Deserialize;
 use std::future::Future;
 
@@ -269,6 +269,8 @@ pub struct Bed<DB: sqlx::Database> {
     pub(crate) pool: Pool<DB>,
     pub(crate) tables: Tables,
     pub(crate) sql: Sql,
+    /// The facts of the store's connection the pool came from.
+    pub(crate) engine: Engine,
 }
 
 impl<DB: sqlx::Database> Clone for Bed<DB> {
@@ -277,6 +279,7 @@ impl<DB: sqlx::Database> Clone for Bed<DB> {
             pool: self.pool.clone(),
             tables: self.tables.clone(),
             sql: self.sql.clone(),
+            engine: self.engine,
         }
     }
 }
@@ -312,9 +315,14 @@ pub trait Ops: Clone + Send + Sync + 'static {
 }
 
 impl<DB: oncely_sql::SqlDatabase> Bed<DB> {
-    pub(crate) fn make(pool: Pool<DB>, tables: Tables) -> Self {
+    pub(crate) fn make(pool: Pool<DB>, tables: Tables, engine: Engine) -> Self {
         let sql = Sql::new(DB::DIALECT, &tables);
-        Self { pool, tables, sql }
+        Self {
+            pool,
+            tables,
+            sql,
+            engine,
+        }
     }
 
     pub(crate) fn ddl(&self) -> [String; 2] {
@@ -327,7 +335,9 @@ macro_rules! common_ops {
         type Db = $db;
 
         fn store(&self) -> AnyStore {
-            SqlStore::<$db>::with_tables(self.pool.clone(), self.tables.clone()).into()
+            SqlStore::<$db>::with_tables(self.pool.clone(), self.tables.clone())
+                .with_engine(self.engine)
+                .into()
         }
 
         fn handler(&self) -> Credits {

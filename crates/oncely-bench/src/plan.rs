@@ -282,7 +282,7 @@ async fn server_bed<DB: MigrateDb>(store: SqlStore<DB>, schema: &str) -> Result<
     }
     drop(conn);
     store.migrate().await?;
-    let bed = Bed::make(pool, store.tables().clone());
+    let bed = Bed::make(pool, store.tables().clone(), store.engine());
     let mut conn = bed.pool.acquire().await.context("connecting")?;
     for sql in bed.ddl() {
         DB::script(&mut conn, &sql).await?;
@@ -320,7 +320,7 @@ async fn sqlite(
     };
     let store = SqliteStore::connect_with(&url, &options).await?;
     store.migrate().await?;
-    let bed = Bed::make(store.pool().clone(), options.tables);
+    let bed = Bed::make(store.pool().clone(), options.tables, store.engine());
     for sql in bed.ddl() {
         sqlx::query(AssertSqlSafe(sql)).execute(&bed.pool).await?;
     }

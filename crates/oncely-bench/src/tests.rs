@@ -20,7 +20,7 @@ async fn sqlite_bed(dir: &std::path::Path) -> Bed<Sqlite> {
     };
     let store = SqliteStore::connect_with(&url, &options).await.unwrap();
     store.migrate().await.unwrap();
-    let bed = Bed::make(store.pool().clone(), Tables::default());
+    let bed = Bed::make(store.pool().clone(), Tables::default(), store.engine());
     for sql in bed.ddl() {
         sqlx::query(AssertSqlSafe(sql))
             .execute(&bed.pool)

@@ -70,7 +70,7 @@ impl Orders {
     pub fn new(store: AnyStore) -> Self {
         Self {
             table: orders_table(store.tables()),
-            outbox: Outbox::new("http-demo", store.tables().clone()).portable(store.portable()),
+            outbox: Outbox::new("http-demo", store.tables().clone()),
             store,
             delay: Duration::ZERO,
         }

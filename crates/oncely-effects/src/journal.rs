@@ -4,10 +4,8 @@
 
 use crate::EffectTables;
 use oncely_core::{Error, Result};
-use oncely_sql::Tables;
-use oncely_sql::{Column, SqlDatabase, Value};
-use oncely_sql::{db, from_ms, now_ms};
-use sqlx::Pool;
+use oncely_sql::{AnyPool, Column, SqlTx, Tables, Value};
+use oncely_sql::{from_ms, now_ms};
 use std::fmt;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
@@ -93,21 +91,13 @@ impl Performed {
 ///
 /// On SQLite, which has a single writer per file, keep the journal in its own database file
 /// when it is used from inside a handler (the handler's transaction holds the write lock).
-pub struct Journal<DB: SqlDatabase> {
-    pool: Pool<DB>,
+#[derive(Clone)]
+pub struct Journal {
+    pool: AnyPool,
     tables: Tables,
 }
 
-impl<DB: SqlDatabase> Clone for Journal<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            pool: self.pool.clone(),
-            tables: self.tables.clone(),
-        }
-    }
-}
-
-impl<DB: SqlDatabase> fmt::Debug for Journal<DB> {
+impl fmt::Debug for Journal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Journal")
             .field("table", &self.tables.effect_journal())
@@ -143,14 +133,18 @@ fn entry_of(row: &[Value]) -> JournalEntry {
     }
 }
 
-impl<DB: SqlDatabase> Journal<DB> {
-    /// The journal of `tables` in `pool` (run [`crate::migrate`] first).
-    pub fn new(pool: Pool<DB>, tables: Tables) -> Self {
-        Self { pool, tables }
+impl Journal {
+    /// The journal of `tables` in `pool` (run [`crate::migrate`] first): a store's pool
+    /// (`AnyStore::pool`, `SqlStore::any_pool`) or a sqlx pool.
+    pub fn new(pool: impl Into<AnyPool>, tables: Tables) -> Self {
+        Self {
+            pool: pool.into(),
+            tables,
+        }
     }
 
     /// The pool.
-    pub fn pool(&self) -> &Pool<DB> {
+    pub fn pool(&self) -> &AnyPool {
         &self.pool
     }
 
@@ -159,25 +153,22 @@ impl<DB: SqlDatabase> Journal<DB> {
     }
 
     async fn exec(&self, doing: &str, sql: String, args: Vec<Value>) -> Result<u64> {
-        let mut conn = self.pool.acquire().await.map_err(|e| db(doing, e))?;
-        let done = DB::execute(&mut conn, &sql, &args)
-            .await
-            .map_err(|e| db(doing, e))?;
-        Ok(done.rows)
+        let done = self.pool.clone().execute(&sql, &args).await;
+        Ok(done
+            .map_err(|e| Error::new(e.kind(), doing.to_owned()).with_source(e))?
+            .rows)
     }
 
     async fn query(&self, doing: &str, sql: String, args: Vec<Value>) -> Result<Vec<JournalEntry>> {
-        let mut conn = self.pool.acquire().await.map_err(|e| db(doing, e))?;
-        let rows = DB::fetch(&mut conn, &sql, &args, COL_TYPES)
-            .await
-            .map_err(|e| db(doing, e))?;
+        let rows = self.pool.clone().fetch(&sql, &args, COL_TYPES).await;
+        let rows = rows.map_err(|e| Error::new(e.kind(), doing.to_owned()).with_source(e))?;
         Ok(rows.iter().map(|r| entry_of(r)).collect())
     }
 
     /// Commits a `pending` row for `key` unless one exists, and returns the row as stored
     /// (an existing row keeps its state: a redelivery sees `done` and calls nothing).
     pub async fn record(&self, key: &str, kind: &str, request: &[u8]) -> Result<JournalEntry> {
-        let d = DB::DIALECT;
+        let d = self.pool.dialect();
         let insert = format!(
             "INSERT INTO {} (effect_key, kind, state, request, calls, recorded_at, updated_at) VALUES ({}) {}",
             self.table(),
@@ -206,7 +197,7 @@ impl<DB: SqlDatabase> Journal<DB> {
         let sql = format!(
             "SELECT {COLS} FROM {} WHERE effect_key = {}",
             self.table(),
-            DB::DIALECT.param(1)
+            self.pool.dialect().param(1)
         );
         Ok(self
             .query("reading the journal", sql, vec![key.into()])
@@ -217,7 +208,7 @@ impl<DB: SqlDatabase> Journal<DB> {
     /// Counts a call about to start and refreshes `updated_at`, so that the reconciler leaves
     /// the row alone while the call is in flight. Commits before returning.
     pub async fn start_call(&self, key: &str) -> Result<()> {
-        let d = DB::DIALECT;
+        let d = self.pool.dialect();
         let sql = format!(
             "UPDATE {} SET calls = calls + 1, updated_at = {} WHERE effect_key = {} AND state = 'pending'",
             self.table(),
@@ -249,7 +240,7 @@ impl<DB: SqlDatabase> Journal<DB> {
         provider_ref: Option<&str>,
         detail: Option<&str>,
     ) -> Result<bool> {
-        let d = DB::DIALECT;
+        let d = self.pool.dialect();
         let sql = format!(
             "UPDATE {} SET state = {}, provider_ref = {}, detail = {}, updated_at = {} WHERE effect_key = {} AND state = 'pending'",
             self.table(),
@@ -272,7 +263,7 @@ impl<DB: SqlDatabase> Journal<DB> {
     /// Rows still `pending` whose last change is at least `age` old and that no reconciler
     /// holds a lease on, oldest first. A reconciler must [`Journal::lease`] a row before acting.
     pub async fn pending_older_than(&self, age: Duration, limit: u32) -> Result<Vec<JournalEntry>> {
-        let d = DB::DIALECT;
+        let d = self.pool.dialect();
         let sql = format!(
             "SELECT {COLS} FROM {} WHERE state = 'pending' AND updated_at <= {} \
              AND (lease_until IS NULL OR lease_until < {}) ORDER BY updated_at LIMIT {}",
@@ -303,7 +294,7 @@ impl<DB: SqlDatabase> Journal<DB> {
         age: Duration,
         ttl: Duration,
     ) -> Result<bool> {
-        let d = DB::DIALECT;
+        let d = self.pool.dialect();
         let sql = format!(
             "UPDATE {} SET lease_until = {}, leased_by = {} WHERE effect_key = {} AND state = 'pending' \
              AND updated_at <= {} AND (lease_until IS NULL OR lease_until < {})",
@@ -327,7 +318,7 @@ impl<DB: SqlDatabase> Journal<DB> {
 
     /// Gives up `holder`'s lease on `key` (after a failed attempt), so the next pass can retry.
     pub async fn release(&self, key: &str, holder: &str) -> Result<()> {
-        let d = DB::DIALECT;
+        let d = self.pool.dialect();
         let sql = format!(
             "UPDATE {} SET lease_until = NULL, leased_by = NULL WHERE effect_key = {} AND leased_by = {}",
             self.table(),

@@ -4,7 +4,7 @@
 
 use crate::EffectTables;
 use oncely_core::{Error, MessageId, Meta, RawEnvelope, Result};
-use oncely_sql::{Column, Dialect, SqlTx, Tables, Value};
+use oncely_sql::{Column, SqlTx, Tables, Value};
 use oncely_sql::{from_ms, now_ms};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -177,7 +177,6 @@ pub(crate) fn channel(tables: &Tables) -> String {
 pub struct Outbox {
     emitter: String,
     tables: Tables,
-    portable: bool,
 }
 
 impl Outbox {
@@ -187,22 +186,15 @@ impl Outbox {
         Self {
             emitter: emitter.into(),
             tables,
-            portable: false,
         }
     }
 
-    /// Portable mode (pass the store's, `store.portable()`): on PostgreSQL, no `NOTIFY` at
-    /// enqueue, since CockroachDB, YugabyteDB and Citus have no `LISTEN`/`NOTIFY` across
-    /// nodes; the relay finds the rows by polling.
-    pub fn portable(mut self, portable: bool) -> Self {
-        self.portable = portable;
-        self
-    }
-
     /// Enqueues `message` as the `seq`-th output of `incoming`, inside `tx`, and returns its id
-    /// ([`derived_id`]). Enqueuing the same `(incoming, seq)` again is a no-op. On PostgreSQL
-    /// the relay is woken by a NOTIFY delivered at commit, except in portable mode
-    /// ([`Outbox::portable()`]), where the relay finds the row by polling.
+    /// ([`derived_id`]). Enqueuing the same `(incoming, seq)` again is a no-op. Where the
+    /// transaction's engine has `LISTEN`/`NOTIFY` ([`Engine::notifies`](oncely_sql::Engine::notifies):
+    /// PostgreSQL, not in portable mode) the relay is woken by a NOTIFY delivered at commit;
+    /// elsewhere (CockroachDB, YugabyteDB, Citus, a transaction pooler) it finds the row by
+    /// polling.
     ///
     /// The current span's W3C trace context is stored in the row's headers (`traceparent`,
     /// `tracestate`; see [`oncely_core::trace::inject_current`]) unless `message` carries a
@@ -241,8 +233,7 @@ impl Outbox {
         tx.execute(&sql, &args).await.map_err(|e| {
             oncely_core::Error::new(e.kind(), "enqueuing an outgoing message").with_source(e)
         })?;
-        // Portable mode (CockroachDB, YugabyteDB, Citus): no NOTIFY; the relay polls.
-        if d == Dialect::Postgres && !self.portable {
+        if tx.engine().notifies() {
             tx.execute(NOTIFY, &[channel(&self.tables).into()]).await?;
         }
         Ok(id)

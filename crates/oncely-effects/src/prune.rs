@@ -2,39 +2,29 @@
 
 use crate::EffectTables;
 use oncely_core::Result;
-use oncely_sql::SqlDatabase;
-use oncely_sql::Tables;
-use oncely_sql::{db, now_ms};
-use sqlx::Pool;
+use oncely_sql::{AnyPool, SqlTx, Tables, now_ms};
 use std::time::Duration;
 
-async fn delete_batch<DB: SqlDatabase>(
-    pool: &Pool<DB>,
+async fn delete_batch(
+    pool: &AnyPool,
     table: String,
     key: &str,
     condition: &str,
     older_than: Duration,
     batch: u32,
 ) -> Result<u64> {
-    let d = DB::DIALECT;
+    let d = pool.dialect();
     let (cutoff, limit) = (d.param(1), d.param(2));
     let sql = d.delete_batch(&table, key, &format!("{condition} <= {cutoff}"), &limit);
     let cutoff_ms = now_ms() - older_than.as_millis() as i64;
-    let mut conn = pool.acquire().await.map_err(|e| db("pruning", e))?;
-    let done = DB::execute(
-        &mut conn,
-        &sql,
-        &[cutoff_ms.into(), i64::from(batch.max(1)).into()],
-    )
-    .await
-    .map_err(|e| db("pruning", e))?;
-    Ok(done.rows)
+    let args = [cutoff_ms.into(), i64::from(batch.max(1)).into()];
+    Ok(pool.clone().execute(&sql, &args).await?.rows)
 }
 
 /// Deletes up to `batch` outbox rows dispatched more than `older_than` ago and returns how
 /// many; call it until it returns 0. Undispatched rows are never deleted.
-pub async fn prune_outbox<DB: SqlDatabase>(
-    pool: &Pool<DB>,
+pub async fn prune_outbox(
+    pool: &AnyPool,
     tables: &Tables,
     older_than: Duration,
     batch: u32,
@@ -48,8 +38,8 @@ pub async fn prune_outbox<DB: SqlDatabase>(
 /// inbox retention window): a redelivery that finds no row would call the provider again,
 /// which is then safe only within the provider's own deduplication window. Pending rows are
 /// never deleted.
-pub async fn prune_journal<DB: SqlDatabase>(
-    pool: &Pool<DB>,
+pub async fn prune_journal(
+    pool: &AnyPool,
     tables: &Tables,
     older_than: Duration,
     batch: u32,

@@ -3,7 +3,6 @@
 
 use crate::journal::{Journal, JournalEntry, Performed};
 use oncely_core::{Error, Result};
-use oncely_sql::SqlDatabase;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -57,8 +56,8 @@ pub struct ReconcileReport {
 /// println!("{} resolved as done", report.done);
 /// # Ok(()) }
 /// ```
-pub struct Reconciler<DB: SqlDatabase, R> {
-    journal: Journal<DB>,
+pub struct Reconciler<R> {
+    journal: Journal,
     resolver: R,
     timeout: Duration,
     batch: u32,
@@ -82,9 +81,9 @@ fn holder_name() -> String {
 /// Shortest lease, for a zero timeout.
 const MIN_LEASE: Duration = Duration::from_secs(30);
 
-impl<DB: SqlDatabase, R: Resolve> Reconciler<DB, R> {
+impl<R: Resolve> Reconciler<R> {
     /// A reconciler over `journal` (default timeout 5 minutes, 100 rows per pass).
-    pub fn new(journal: Journal<DB>, resolver: R) -> Self {
+    pub fn new(journal: Journal, resolver: R) -> Self {
         Self {
             journal,
             resolver,
@@ -182,7 +181,7 @@ impl<DB: SqlDatabase, R: Resolve> Reconciler<DB, R> {
     }
 }
 
-impl<DB: SqlDatabase> Journal<DB> {
+impl Journal {
     /// [`Journal::perform`] with the call and the check of a [`Resolve`]: when the row is
     /// already `pending` and a call was started before (`entry.calls > 0`, a crash or a lost
     /// answer), the provider is asked first (`check`) and called again only on

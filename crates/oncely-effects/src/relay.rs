@@ -3,28 +3,17 @@
 //! rows are locked while dispatched (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL 8 /
 //! MariaDB 10.6+; SQLite's single writer serializes relays).
 
-#[cfg(feature = "postgres")]
 use crate::EffectTables;
 use crate::outbox::channel;
 use crate::outbox::{ROW_COLS, ROW_TYPES, message_of};
 use crate::publisher::Publisher;
-use futures::future::BoxFuture;
 use oncely_core::{Error, Result};
-use oncely_sql::Tables;
-use oncely_sql::{Column, SqlDatabase, Value};
-use oncely_sql::{db, now_ms};
-use sqlx::Pool;
-#[cfg(feature = "postgres")]
-use sqlx::Postgres;
+use oncely_sql::{AnyPool, Column, SqlTx, Tables, Value, now_ms};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-#[cfg(feature = "postgres")]
-use tracing::info;
-use tracing::{Instrument, debug, info_span, warn};
-
-type ListenFn = Arc<dyn Fn(Arc<Notify>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>;
+use tracing::{Instrument, debug, info, info_span, warn};
 
 /// What one dispatch pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,8 +36,12 @@ pub struct DispatchReport {
 /// relay.run(shutdown).await?;
 /// # Ok(()) }
 /// ```
-pub struct Relay<DB: SqlDatabase, P> {
-    pool: Pool<DB>,
+///
+/// The relay reads what the database can do from its pool's
+/// [`Engine`](oncely_sql::Engine): pass the store's (`store.pool()` of an `AnyStore`, or
+/// `SqlStore::any_pool`), and in portable mode it polls without being told.
+pub struct Relay<P> {
+    pool: AnyPool,
     tables: Tables,
     publisher: Arc<P>,
     batch: u32,
@@ -57,11 +50,10 @@ pub struct Relay<DB: SqlDatabase, P> {
     max_backoff: Duration,
     publish_timeout: Duration,
     wake: Arc<Notify>,
-    listener: Option<ListenFn>,
-    portable: bool,
+    listen: bool,
 }
 
-impl<DB: SqlDatabase, P> Clone for Relay<DB, P> {
+impl<P> Clone for Relay<P> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
@@ -73,19 +65,18 @@ impl<DB: SqlDatabase, P> Clone for Relay<DB, P> {
             max_backoff: self.max_backoff,
             publish_timeout: self.publish_timeout,
             wake: self.wake.clone(),
-            listener: self.listener.clone(),
-            portable: self.portable,
+            listen: self.listen,
         }
     }
 }
 
-impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
+impl<P: Publisher> Relay<P> {
     /// A relay over the outbox of `tables` in `pool`, publishing to `publisher`. Defaults: 32
     /// rows per pass, polling every second, backoff from 100 ms doubling to 60 s, a 30 s
     /// publish timeout.
-    pub fn new(pool: Pool<DB>, tables: Tables, publisher: impl Into<Arc<P>>) -> Self {
+    pub fn new(pool: impl Into<AnyPool>, tables: Tables, publisher: impl Into<Arc<P>>) -> Self {
         Self {
-            pool,
+            pool: pool.into(),
             tables,
             publisher: publisher.into(),
             batch: 32,
@@ -94,18 +85,25 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
             max_backoff: Duration::from_secs(60),
             publish_timeout: Duration::from_secs(30),
             wake: Arc::new(Notify::new()),
-            listener: None,
-            portable: false,
+            listen: false,
         }
     }
 
-    /// Portable mode (pass the store's, `store.portable()`): no `LISTEN`/`NOTIFY`, the relay
-    /// polls ([`Relay::poll_interval`]); [`Relay::listen_notify`] is then a no-op.
-    pub fn portable(mut self, portable: bool) -> Self {
-        self.portable = portable;
-        if portable {
-            self.listener = None;
-        }
+    /// Wakes on PostgreSQL `LISTEN`/`NOTIFY` ([`crate::Outbox::enqueue`] notifies at commit)
+    /// where the pool's engine has them ([`Engine::notifies`](oncely_sql::Engine::notifies));
+    /// polling stays on as the fallback (a lost connection, a missed notification). Elsewhere
+    /// (SQLite, MySQL, portable mode: CockroachDB, YugabyteDB, Citus, a transaction pooler)
+    /// the relay says so once and polls ([`Relay::poll_interval`]).
+    ///
+    /// ```no_run
+    /// # async fn f(store: oncely_sql::AnyStore) {
+    /// let relay = oncely_effects::Relay::new(store.pool(), store.tables().clone(), oncely_core::MemorySource::new())
+    ///     .poll_interval(std::time::Duration::from_millis(200))
+    ///     .listen_notify();
+    /// # }
+    /// ```
+    pub fn listen_notify(mut self) -> Self {
+        self.listen = true;
         self
     }
 
@@ -150,7 +148,7 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
     }
 
     fn select_sql(&self) -> String {
-        let d = DB::DIALECT;
+        let d = self.pool.dialect();
         let t = self.tables.outbox();
         let cols = ROW_COLS
             .split(", ")
@@ -175,22 +173,17 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
     /// [`crate::Outbox::enqueue`]; the message goes out with that stored `traceparent`. A relay killed mid-pass rolls
     /// back: its rows are dispatched again, with the same ids.
     pub async fn dispatch_once(&self) -> Result<DispatchReport> {
-        let d = DB::DIALECT;
+        let d = self.pool.dialect();
         let t = self.tables.outbox();
         let mut report = DispatchReport::default();
-        let mut tx = self
-            .pool
-            .begin_with(DB::BEGIN)
-            .await
-            .map_err(|e| db("beginning a dispatch", e))?;
-        let rows = DB::fetch(
-            &mut tx,
-            &self.select_sql(),
-            &[now_ms().into(), i64::from(self.batch).into()],
-            ROW_TYPES,
-        )
-        .await
-        .map_err(|e| db("taking outbox rows", e))?;
+        let mut tx = self.pool.begin().await?;
+        let rows = tx
+            .fetch(
+                &self.select_sql(),
+                &[now_ms().into(), i64::from(self.batch).into()],
+                ROW_TYPES,
+            )
+            .await?;
         for row in rows {
             report.taken += 1;
             let message = message_of(&row)?;
@@ -216,9 +209,8 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
                         d.param(1),
                         d.param(2)
                     );
-                    DB::execute(&mut tx, &sql, &[now_ms().into(), message.seq.into()])
-                        .await
-                        .map_err(|e| db("marking a row dispatched", e))?;
+                    tx.execute(&sql, &[now_ms().into(), message.seq.into()])
+                        .await?;
                     report.dispatched += 1;
                 }
                 Err(e) => {
@@ -232,16 +224,12 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
                     );
                     let next = now_ms() + delay.as_millis() as i64;
                     let args = vec![next.into(), Value::Text(e.to_string()), message.seq.into()];
-                    DB::execute(&mut tx, &sql, &args)
-                        .await
-                        .map_err(|e| db("rescheduling a row", e))?;
+                    tx.execute(&sql, &args).await?;
                     report.failed += 1;
                 }
             }
         }
-        tx.commit()
-            .await
-            .map_err(|e| db("committing a dispatch", e))?;
+        tx.commit().await?;
         Ok(report)
     }
 
@@ -251,14 +239,7 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
             "SELECT COUNT(*) FROM {} WHERE dispatched_at IS NULL",
             self.tables.outbox()
         );
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| db("counting undispatched rows", e))?;
-        let rows = DB::fetch(&mut conn, &sql, &[], &[Column::I64])
-            .await
-            .map_err(|e| db("counting undispatched rows", e))?;
+        let rows = self.pool.clone().fetch(&sql, &[], &[Column::I64]).await?;
         Ok(rows.first().map_or(0, |r| r[0].i64().max(0) as u64))
     }
 
@@ -266,8 +247,18 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
     /// each full batch, and every poll interval. Returns the summed reports.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<DispatchReport> {
         let stop_listening = shutdown.child_token();
-        if let Some(listen) = &self.listener {
-            tokio::spawn(listen(self.wake.clone(), stop_listening.clone()));
+        if self.listen {
+            if self.pool.engine().notifies() {
+                let (pool, channel) = (self.pool.clone(), channel(&self.tables));
+                tokio::spawn(listen(
+                    pool,
+                    channel,
+                    self.wake.clone(),
+                    stop_listening.clone(),
+                ));
+            } else {
+                info!(outbox = %self.tables.outbox(), "no LISTEN/NOTIFY on this database (portable mode, or not PostgreSQL): the relay polls");
+            }
         }
         let mut total = DispatchReport::default();
         while !shutdown.is_cancelled() {
@@ -295,72 +286,29 @@ impl<DB: SqlDatabase, P: Publisher> Relay<DB, P> {
     }
 }
 
-#[cfg(feature = "postgres")]
-impl<P: Publisher> Relay<Postgres, P> {
-    /// Wakes on PostgreSQL `LISTEN`/`NOTIFY` ([`crate::Outbox::enqueue`] notifies at commit);
-    /// polling stays on as the fallback (a lost connection, a missed notification).
-    ///
-    /// In portable mode (CockroachDB, YugabyteDB, Citus: no `LISTEN`/`NOTIFY` across nodes)
-    /// this is a no-op with a log line and the relay dispatches by polling only
-    /// ([`Relay::poll_interval`]): when set ([`Relay::portable()`]), or when
-    /// [`oncely_sql::detect_portable`] finds such an engine as the relay starts.
-    ///
-    /// ```no_run
-    /// # async fn f(pool: sqlx::PgPool) {
-    /// let tables = oncely_sql::Tables::default();
-    /// let relay = oncely_effects::Relay::new(pool, tables, oncely_core::MemorySource::new())
-    ///     .portable(true)
-    ///     .poll_interval(std::time::Duration::from_millis(200))
-    ///     .listen_notify(); // portable: polling only
-    /// # }
-    /// ```
-    pub fn listen_notify(mut self) -> Self {
-        if self.portable {
-            info!(outbox = %self.tables.outbox(), "portable mode: no LISTEN/NOTIFY, the relay polls");
-            return self;
-        }
-        let pool = self.pool.clone();
-        let channel = channel(&self.tables);
-        self.listener = Some(Arc::new(move |wake, stop| {
-            Box::pin(listen(pool.clone(), channel.clone(), wake, stop))
-        }));
-        self
-    }
-}
-
-#[cfg(feature = "postgres")]
-async fn listen(pool: Pool<Postgres>, channel: String, wake: Arc<Notify>, stop: CancellationToken) {
-    // A relay not told it is portable, on a distributed engine: detect it here, poll only.
-    match oncely_sql::detect_portable(&pool.clone().into()).await {
-        Ok(true) => {
-            info!("portable mode (distributed engine detected): no LISTEN/NOTIFY, the relay polls");
-            return;
-        }
-        Ok(false) => {}
-        Err(e) => warn!(error = %e, "could not tell the database engine; trying LISTEN"),
-    }
+/// Wakes the relay on every notification of `channel` until `stop`; reconnects after a lost
+/// connection (and wakes the relay then, for what was committed meanwhile).
+async fn listen(pool: AnyPool, channel: String, wake: Arc<Notify>, stop: CancellationToken) {
     while !stop.is_cancelled() {
-        let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-            Ok(l) => l,
+        let mut listener = match pool.listen(&channel).await {
+            Ok(Some(l)) => l,
+            Ok(None) => return,
             Err(e) => {
-                warn!(error = %e, "LISTEN connection failed; polling meanwhile");
+                // Never a tight loop: a database refusing LISTEN is asked again each second.
+                warn!(error = %e, "LISTEN failed; polling meanwhile");
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
                 }
             }
         };
-        if let Err(e) = listener.listen(&channel).await {
-            warn!(error = %e, "LISTEN failed; polling meanwhile");
-            continue;
-        }
         // Anything committed while we were not listening is found by this pass.
         wake.notify_one();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 n = listener.recv() => match n {
-                    Ok(_) => wake.notify_one(),
+                    Ok(()) => wake.notify_one(),
                     Err(e) => {
                         warn!(error = %e, "LISTEN connection lost; reconnecting");
                         break;

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Clone)]
 struct Mailer {
     consumer: ConsumerName,
-    journal: Journal<Sqlite>,
+    journal: Journal,
     client: reqwest::Client,
     base: String,
 }

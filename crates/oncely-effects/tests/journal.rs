@@ -53,15 +53,15 @@ async fn call(
     Ok(v["id"].as_str().unwrap_or_default().to_owned())
 }
 
-struct Mailer<J: EffectsDb> {
-    journal: CrashingJournal<J>,
+struct Mailer {
+    journal: CrashingJournal,
     /// With a resolver: `perform_checked` (ask the provider before calling again).
     checked: Option<HttpResolver>,
     client: reqwest::Client,
     base: String,
 }
 
-impl<J: EffectsDb> Handler<Transaction<'static, Sqlite>> for Mailer<J> {
+impl Handler<Transaction<'static, Sqlite>> for Mailer {
     async fn handle(
         &self,
         tx: &mut Transaction<'static, Sqlite>,
@@ -137,7 +137,10 @@ async fn run_mailer_on<J: EffectsDb>(
     steps: &[JournalStep],
     provider: FakeProvider,
     checked: bool,
-) -> Counted {
+) -> Counted
+where
+    oncely_sql::AnyPool: From<Pool<J>>,
+{
     let (inbox_db, _d2) = support::sqlite().await;
     sqlx::query("CREATE TABLE sent (message_id TEXT NOT NULL, provider_ref TEXT NOT NULL)")
         .execute(inbox_db.pool())
@@ -404,7 +407,10 @@ impl Resolve for HttpResolver {
 
 /// No redelivery: 5 rows crash after record (never called), 5 after the call (performed, not
 /// marked), 1 after record and is rejected, 2 complete. The reconciler resolves the 11 pending.
-async fn reconciler_resolves<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
+async fn reconciler_resolves<DB: EffectsDb>(pool: Pool<DB>, tables: Tables)
+where
+    oncely_sql::AnyPool: From<Pool<DB>>,
+{
     let provider = FakeProvider::start().await.unwrap();
     let client = reqwest::Client::new();
     let base = provider.url();

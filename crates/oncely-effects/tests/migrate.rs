@@ -60,11 +60,11 @@ fn printed_migrations_are_rendered_per_dialect() {
 }
 
 /// Pruning deletes only dispatched outbox rows and resolved journal rows, in bounded batches.
-async fn prunes<DB: oncely_effects::EffectsDb>(pool: sqlx::Pool<DB>, tables: Tables) {
+async fn prunes(pool: oncely_sql::AnyPool, tables: Tables) {
     use oncely_effects::{Journal, Outbox, Outgoing, Relay, prune_journal, prune_outbox};
     use std::time::Duration;
     let outbox = Outbox::new("p", tables.clone());
-    let mut tx = pool.begin_with(DB::BEGIN).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
     for n in 0..5 {
         let id = oncely_core::MessageId::new(format!("m{n}")).unwrap();
         outbox
@@ -140,7 +140,7 @@ async fn prunes<DB: oncely_effects::EffectsDb>(pool: sqlx::Pool<DB>, tables: Tab
 #[tokio::test]
 async fn prune_sqlite() {
     let (store, _dir) = support::sqlite().await;
-    prunes(store.pool().clone(), store.tables().clone()).await;
+    prunes(store.any_pool(), store.tables().clone()).await;
 }
 
 #[tokio::test]
@@ -148,7 +148,7 @@ async fn prune_postgres() {
     let Some(store) = support::postgres("prune").await else {
         return;
     };
-    prunes(store.pool().clone(), store.tables().clone()).await;
+    prunes(store.any_pool(), store.tables().clone()).await;
     support::drop_pg(&store).await;
 }
 
@@ -157,6 +157,6 @@ async fn prune_mariadb() {
     let Some(store) = support::mysql("prune").await else {
         return;
     };
-    prunes(store.pool().clone(), store.tables().clone()).await;
+    prunes(store.any_pool(), store.tables().clone()).await;
     support::drop_mysql(&store).await;
 }

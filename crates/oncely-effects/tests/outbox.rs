@@ -162,7 +162,9 @@ async fn kill_relays_then_check<DB: EffectsDb>(
     pool: Pool<DB>,
     tables: Tables,
     expected: HashSet<String>,
-) {
+) where
+    oncely_sql::AnyPool: From<Pool<DB>>,
+{
     // Relays killed after the k-th publish of each incarnation, before the mark.
     let downstream = MemorySource::new();
     let log: Log = Log::default();
@@ -257,7 +259,7 @@ async fn relay_killed_mid_dispatch_postgres() {
     let Some(store) = support::postgres("kill").await else {
         return;
     };
-    let ids = support::enqueue_rows(store.pool(), store.tables(), 40, 4).await;
+    let ids = support::enqueue_rows(&store.any_pool(), store.tables(), 40, 4).await;
     kill_relays_then_check(store.pool().clone(), store.tables().clone(), ids).await;
     support::drop_pg(&store).await;
 }
@@ -267,7 +269,7 @@ async fn relay_killed_mid_dispatch_mariadb() {
     let Some(store) = support::mysql("kill").await else {
         return;
     };
-    let ids = support::enqueue_rows(store.pool(), store.tables(), 40, 4).await;
+    let ids = support::enqueue_rows(&store.any_pool(), store.tables(), 40, 4).await;
     kill_relays_then_check(store.pool().clone(), store.tables().clone(), ids).await;
     support::drop_mysql(&store).await;
 }

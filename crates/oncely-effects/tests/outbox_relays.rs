@@ -44,8 +44,11 @@ impl Publisher for Tagged {
     }
 }
 
-async fn two_relays<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
-    let ids = support::enqueue_rows(&pool, &tables, 60, 2).await;
+async fn two_relays<DB: EffectsDb>(pool: Pool<DB>, tables: Tables)
+where
+    oncely_sql::AnyPool: From<Pool<DB>>,
+{
+    let ids = support::enqueue_rows(&pool.clone().into(), &tables, 60, 2).await;
     let shared = Arc::new(Exclusive::default());
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();

@@ -1,7 +1,8 @@
 //! The outbox through PgBouncer in transaction pooling mode (`scripts/pgbouncer.sh`), with
 //! the plain URL: the store finds the pooler, the relay polls (a `LISTEN` cannot live
 //! through a transaction pooler) and sends no `NOTIFY`, two relays at once publish every row
-//! exactly once, in order per entity. Its own test binary: the pooler mode is process-wide.
+//! exactly once, in order per entity. The outbox and the relays read the pooler from the
+//! store's engine (no flag is handed to them).
 
 mod support;
 
@@ -40,17 +41,17 @@ async fn two_relays_dispatch_each_row_once_through_pgbouncer() {
     let Some(store) = support::postgres_at("relay_bouncer", &url, "PgBouncer").await else {
         return;
     };
-    assert!(oncely_sql::behind_transaction_pooler());
+    assert!(store.engine().behind_transaction_pooler());
     assert!(store.portable(), "portable mode: polling, lease locks");
-    let (pool, tables) = (store.pool().clone(), store.tables().clone());
-    let outbox = oncely_effects::Outbox::new("test", tables.clone()).portable(store.portable());
+    let (pool, tables) = (store.any_pool(), store.tables().clone());
+    assert!(!pool.engine().notifies(), "no NOTIFY through the pooler");
+    let outbox = oncely_effects::Outbox::new("test", tables.clone());
     let ids = support::enqueue_rows_in(&pool, &outbox, 80, 4).await;
     let recorder = Recorder::default();
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
     for _ in 0..2 {
         let relay = Relay::new(pool.clone(), tables.clone(), recorder.clone())
-            .portable(store.portable())
             .batch(5)
             .poll_interval(Duration::from_millis(20))
             .listen_notify(); // asks for LISTEN: behind the pooler it must poll instead

@@ -1,12 +1,13 @@
 //! Portable mode (issue 16): the relay dispatches by polling only. `listen_notify()` is a
 //! no-op (no LISTEN session), `Outbox::enqueue` sends no NOTIFY, and every row is still
-//! published exactly once. Forced with `Outbox::portable(true)` / `Relay::portable(true)`.
+//! published exactly once. Forced on the store (`with_portable(true)`), whose engine the
+//! outbox and the relay read from the pool and transactions they are given.
 
 mod support;
 
 use oncely_effects::EffectTables;
 use oncely_effects::{OutboxMessage, Publisher, Relay, outbox_rows};
-use oncely_sql::Tables;
+use oncely_sql::{AnyPool, Tables};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,16 +29,13 @@ const ROWS: usize = 50;
 
 /// Enqueues `ROWS` rows with portable tables and runs a polling relay until all are out;
 /// returns how many each id was published.
-async fn dispatch_by_polling<DB: oncely_effects::EffectsDb>(
-    pool: &sqlx::Pool<DB>,
-    tables: &Tables,
-) -> HashMap<String, u32> {
-    let outbox = oncely_effects::Outbox::new("test", tables.clone()).portable(true);
+async fn dispatch_by_polling(pool: &AnyPool, tables: &Tables) -> HashMap<String, u32> {
+    assert!(pool.engine().portable(), "a portable pool");
+    let outbox = oncely_effects::Outbox::new("test", tables.clone());
     let ids = support::enqueue_rows_in(pool, &outbox, ROWS, 5).await;
     assert_eq!(ids.len(), ROWS);
     let recorder = Recorder::default();
     let relay = Relay::new(pool.clone(), tables.clone(), recorder.clone())
-        .portable(true)
         .batch(7)
         .poll_interval(Duration::from_millis(50));
     let stop = CancellationToken::new();
@@ -55,8 +53,7 @@ async fn dispatch_by_polling<DB: oncely_effects::EffectsDb>(
     stop.cancel();
     let report = task.await.unwrap().unwrap();
     assert_eq!(report.dispatched, ROWS as u64, "{report:?}");
-    let mut conn = pool.acquire().await.unwrap();
-    let rows = outbox_rows(&mut conn, tables).await.unwrap();
+    let rows = outbox_rows(&mut pool.clone(), tables).await.unwrap();
     assert_eq!(rows.len(), ROWS);
     assert!(rows.iter().all(|r| r.dispatched_at.is_some()));
     let mut per_id: HashMap<String, u32> = HashMap::new();
@@ -104,8 +101,8 @@ async fn postgres_portable_relay_polls_without_notify() {
         .unwrap()
     };
     for (portable, expected) in [(true, 1), (false, 2)] {
-        let relay = Relay::new(pool.clone(), tables.clone(), Recorder::default())
-            .portable(portable)
+        let relay_pool = store.clone().with_portable(portable).any_pool();
+        let relay = Relay::new(relay_pool, tables.clone(), Recorder::default())
             .poll_interval(Duration::from_millis(50))
             .listen_notify();
         let stop = CancellationToken::new();
@@ -126,7 +123,7 @@ async fn postgres_portable_relay_polls_without_notify() {
         task.await.unwrap().unwrap();
     }
 
-    let per_id = dispatch_by_polling(&pool, &tables).await;
+    let per_id = dispatch_by_polling(&store.clone().with_portable(true).any_pool(), &tables).await;
     assert!(
         per_id.values().all(|&n| n == 1),
         "each row published once: {per_id:?}"
@@ -135,7 +132,7 @@ async fn postgres_portable_relay_polls_without_notify() {
     let heard = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
     assert!(heard.is_err(), "portable enqueue sent a NOTIFY: {heard:?}");
     // ...while a non-portable enqueue on the same table notifies this very listener.
-    support::enqueue_rows(&pool, store.tables(), 1, 1).await;
+    support::enqueue_rows(&store.any_pool(), store.tables(), 1, 1).await;
     let heard = tokio::time::timeout(Duration::from_secs(10), listener.recv()).await;
     assert!(
         matches!(heard, Ok(Ok(_))),
@@ -150,7 +147,7 @@ async fn mariadb_portable_relay_dispatches_every_row() {
         return;
     };
     let tables = store.tables().clone();
-    let per_id = dispatch_by_polling(store.pool(), &tables).await;
+    let per_id = dispatch_by_polling(&store.clone().with_portable(true).any_pool(), &tables).await;
     assert!(
         per_id.values().all(|&n| n == 1),
         "each row published once: {per_id:?}"

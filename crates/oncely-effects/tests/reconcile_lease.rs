@@ -56,7 +56,10 @@ impl Resolve for Http {
     }
 }
 
-async fn two_reconcilers_call_once<DB: EffectsDb>(pool: Pool<DB>, tables: Tables) {
+async fn two_reconcilers_call_once<DB: EffectsDb>(pool: Pool<DB>, tables: Tables)
+where
+    oncely_sql::AnyPool: From<Pool<DB>>,
+{
     let provider = FakeProvider::without_dedup().await.unwrap();
     // Stuck rows: `pending` committed, then the process "died" before the call.
     let crashing = CrashingJournal::new(

@@ -82,9 +82,14 @@ async fn apply<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables, u: &Update) -> V
                     u.value.as_str().into(),
                     u.version.into(),
                 ];
-                DB::execute(&mut tx, &upsert, &args)
-                    .await
-                    .map_err(oncely_core::Error::transient)?;
+                DB::execute(
+                    &mut tx,
+                    oncely_sql::Engine::assumed(DB::DIALECT),
+                    &upsert,
+                    &args,
+                )
+                .await
+                .map_err(oncely_core::Error::transient)?;
             }
             tx.commit().await.map_err(oncely_core::Error::transient)?;
             Ok(seen)
@@ -144,6 +149,7 @@ async fn run_case<DB: EffectsDb>(
         prop_assert_eq!(stored, Some(*version), "version of {}", key);
         let rows = DB::fetch(
             &mut conn,
+            oncely_sql::Engine::assumed(DB::DIALECT),
             &format!(
                 "SELECT value, version FROM {} WHERE k = {}",
                 values_table(tables),
@@ -316,6 +322,7 @@ fn last_write_wins_is_caught() {
         for (version, value) in [(3, "shipped"), (2, "paid")] {
             <sqlx::Sqlite as EffectsDb>::execute(
                 &mut conn,
+                store.engine(),
                 "INSERT INTO entity_values (k, value, version) VALUES (?1, ?2, ?3) ON CONFLICT (k) DO UPDATE SET value = excluded.value, version = excluded.version",
                 &["o1".into(), value.into(), Val::I64(version)],
             )
@@ -324,6 +331,7 @@ fn last_write_wins_is_caught() {
         }
         let rows = <sqlx::Sqlite as EffectsDb>::fetch(
             &mut conn,
+            store.engine(),
             "SELECT value FROM entity_values WHERE k = 'o1'",
             &[],
             &[oncely_effects::Col::Text],

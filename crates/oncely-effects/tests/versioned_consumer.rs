@@ -52,9 +52,14 @@ impl<DB: EffectsDb> Handler<Transaction<'static, DB>> for Status {
                 d.on_conflict_update("k", &["value"])
             );
             let value = String::from_utf8_lossy(msg.payload()).into_owned();
-            DB::execute(tx, &sql, &[Val::Text(key), Val::Text(value)])
-                .await
-                .map_err(Error::transient)?;
+            DB::execute(
+                tx,
+                oncely_sql::Engine::assumed(DB::DIALECT),
+                &sql,
+                &[Val::Text(key), Val::Text(value)],
+            )
+            .await
+            .map_err(Error::transient)?;
         }
         Ok(seen.handled())
     }
@@ -111,6 +116,7 @@ where
     );
     let rows = DB::fetch(
         &mut conn,
+        oncely_sql::Engine::assumed(DB::DIALECT),
         &format!("SELECT k, value FROM {} ORDER BY k", table(&tables)),
         &[],
         &[Col::Text, Col::Text],

@@ -2,7 +2,6 @@
 //! rows still `pending`, per consumer. Both tables exist only where oncely-effects is
 //! installed; without them the answer says so (`None`), it is not an error.
 
-use crate::browse::position;
 use crate::db::Ops;
 use oncely_core::{ConsumerName, MessageId, Result};
 use oncely_effects::EffectTables;
@@ -92,7 +91,7 @@ async fn journal(ops: &Ops, consumers: &[String]) -> Result<Option<Vec<JournalPe
     // No key part contains ':', so the text before the first one is the consumer's part.
     let part = format!(
         "SUBSTR(effect_key, 1, {} - 1)",
-        position(d, "effect_key", "':'")
+        d.position("effect_key", "':'")
     );
     let sql = format!(
         "SELECT {part} AS part, {n} AS n, {oldest} AS oldest FROM {} \

@@ -212,14 +212,6 @@ pub async fn ids(ops: &Ops, q: &Query, limit: u32) -> Result<Vec<i64>> {
 /// Longest error class [`groups`] returns, in characters.
 pub const CLASS_LEN: usize = 100;
 
-/// `strpos(hay, needle)` of the dialect: 1-based, 0 when absent.
-pub(crate) fn position(d: oncely_sql::Dialect, hay: &str, needle: &str) -> String {
-    match d {
-        oncely_sql::Dialect::Postgres => format!("strpos({hay}, {needle})"),
-        _ => format!("INSTR({hay}, {needle})"),
-    }
-}
-
 /// The SQL expression of a dead letter's error class: what its `detail` says after the
 /// reason's own wording, up to the next `:` — `handler failed permanently: insufficient funds:
 /// account 42` is `insufficient funds`, `gave up after 5 attempts: connection refused` is
@@ -227,14 +219,14 @@ pub(crate) fn position(d: oncely_sql::Dialect, hay: &str, needle: &str) -> Strin
 /// no `": "`; `""` for `conflict` and `late`, whose details differ only by hashes and ages.
 /// No column stores a class: it is computed from the detail, the same on every dialect.
 pub fn error_class_sql(d: oncely_sql::Dialect) -> String {
-    let rest = format!("SUBSTR(detail, {} + 2)", position(d, "detail", "': '"));
-    let colon = position(d, &rest, "':'");
+    let rest = format!("SUBSTR(detail, {} + 2)", d.position("detail", "': '"));
+    let colon = d.position(&rest, "':'");
     format!(
         "CASE WHEN reason IN ('conflict', 'late') THEN '' \
          WHEN {p} = 0 THEN SUBSTR(detail, 1, {CLASS_LEN}) \
          WHEN {colon} = 0 THEN SUBSTR({rest}, 1, {CLASS_LEN}) \
          ELSE SUBSTR(SUBSTR({rest}, 1, {colon} - 1), 1, {CLASS_LEN}) END",
-        p = position(d, "detail", "': '"),
+        p = d.position("detail", "': '"),
     )
 }
 

@@ -8,30 +8,27 @@ use oncely_sql::{AnyPool, AnyStore, AnyTx, Dialect, SqlDatabase, SqlStore, Table
 pub struct Ops {
     pool: AnyPool,
     tables: Tables,
-    portable: bool,
 }
 
 impl Ops {
-    /// Operations over `pool` for the tables named by `tables` (portable mode off unless
-    /// detected: [`Ops::with_portable`]; `Ops::from(&store)` takes the store's).
+    /// Operations over `pool` for the tables named by `tables`. What the database can do
+    /// (portable mode, a transaction pooler) is read from the pool's
+    /// [`Engine`](oncely_sql::Engine): `Ops::from(&store)` and a store's `pool()` carry the
+    /// store's.
     pub fn new(pool: AnyPool, tables: Tables) -> Self {
-        Self {
-            pool,
-            tables,
-            portable: false,
-        }
+        Self { pool, tables }
     }
 
-    /// Forces portable mode ([`oncely_sql::SqlStore::portable()`]): lease locks and
-    /// primary-key-range pruning even where the engine is not detected as distributed.
+    /// Forces portable mode ([`oncely_sql::Engine::portable`]): lease locks and
+    /// primary-key-range pruning even where the engine was not found to be distributed.
     pub fn with_portable(mut self, portable: bool) -> Self {
-        self.portable = portable;
+        self.pool = self.pool.with_portable(portable);
         self
     }
 
-    /// Whether portable mode is forced (it is also used when detected at the time).
+    /// Whether the pool's engine runs in portable mode.
     pub fn portable(&self) -> bool {
-        self.portable
+        self.pool.engine().portable()
     }
 
     /// The pool (for typed sqlx code; [`Ops::begin`] runs statements on any database).
@@ -58,7 +55,7 @@ impl Ops {
 
 impl From<&AnyStore> for Ops {
     fn from(s: &AnyStore) -> Self {
-        Self::new(s.pool(), s.tables().clone()).with_portable(s.portable())
+        Self::new(s.pool(), s.tables().clone())
     }
 }
 
@@ -67,6 +64,6 @@ where
     AnyPool: From<Pool<DB>>,
 {
     fn from(s: &SqlStore<DB>) -> Self {
-        Self::new(AnyPool::from(s.pool().clone()), s.tables().clone()).with_portable(s.portable())
+        Self::new(s.any_pool(), s.tables().clone())
     }
 }

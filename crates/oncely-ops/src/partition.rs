@@ -127,7 +127,7 @@ pub async fn is_partitioned(ops: &Ops) -> Result<bool> {
     let Some(pool) = ops.pool().as_postgres() else {
         return Ok(false);
     };
-    let mut conn = Autocommit::begin(pool)
+    let mut conn = Autocommit::begin(pool, ops.pool().engine())
         .await
         .map_err(|e| db("checking the inbox layout", e))?;
     let found = oncely_sql::query_scalar(
@@ -158,7 +158,8 @@ pub async fn install(ops: &Ops, days_ahead: u32) -> Result<Vec<String>> {
     }
     check_installable(ops).await?;
     // Under the migration lock; records (or adopts) the set in the ledger.
-    let store = PgStore::with_tables(pool.clone(), ops.tables().clone());
+    let store =
+        PgStore::with_tables(pool.clone(), ops.tables().clone()).with_engine(ops.pool().engine());
     if store.migrate_with(&[&MIGRATIONS]).await? > 0 {
         info!(table = %ops.tables().inbox(), "partitioned inbox installed");
     }
@@ -174,7 +175,9 @@ pub async fn check_installable(ops: &Ops) -> Result<()> {
         return Ok(());
     }
     let failed = |e| db("looking for the inbox", e);
-    let mut conn = Autocommit::begin(pool).await.map_err(failed)?;
+    let mut conn = Autocommit::begin(pool, ops.pool().engine())
+        .await
+        .map_err(failed)?;
     let exists: bool = oncely_sql::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(ops.tables().inbox())
         .fetch_one(&mut *conn)
@@ -209,7 +212,9 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
         }
         let (lo, hi) = (day * DAY_MS, (day + 1) * DAY_MS);
         let failed = |e| db("checking the default partition", e);
-        let mut conn = Autocommit::begin(pool).await.map_err(failed)?;
+        let mut conn = Autocommit::begin(pool, ops.pool().engine())
+            .await
+            .map_err(failed)?;
         let stray: bool = oncely_sql::query_scalar(AssertSqlSafe(format!(
             "SELECT EXISTS (SELECT 1 FROM {default} WHERE received_at >= $1 AND received_at < $2)"
         )))
@@ -249,7 +254,9 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
 pub async fn list(ops: &Ops) -> Result<Vec<Partition>> {
     let pool = pg(ops)?;
     let failed = |e| db("listing partitions", e);
-    let mut conn = Autocommit::begin(pool).await.map_err(failed)?;
+    let mut conn = Autocommit::begin(pool, ops.pool().engine())
+        .await
+        .map_err(failed)?;
     let names: Vec<String> = oncely_sql::query_scalar(
         "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent = to_regclass($1)",

@@ -20,7 +20,7 @@
 use crate::db::Ops;
 use crate::partition;
 use oncely_core::Result;
-use oncely_sql::{Column, DbLock, Value, detect_portable, now_ms};
+use oncely_sql::{Column, DbLock, Value, now_ms};
 use std::time::{Duration, Instant};
 use tracing::info;
 
@@ -107,15 +107,9 @@ pub async fn prune(
         cutoff_ms,
         ..PruneReport::default()
     };
-    // Portable mode when the store says so or the server is a distributed engine.
-    let portable = ops.portable() || detect_portable(ops.pool()).await?;
-    let lock = DbLock::acquire(
-        ops.pool(),
-        ops.tables(),
-        portable,
-        "prune",
-        options.wait_for_lock,
-    );
+    // Portable mode as the pool's engine says (decided when the store connected).
+    let portable = ops.portable();
+    let lock = DbLock::acquire(ops.pool(), ops.tables(), "prune", options.wait_for_lock);
     let Some(mut lock) = lock.await? else {
         info!(inbox = %ops.tables().inbox(), "another pruner holds the lock; skipping this run");
         return Ok(report);

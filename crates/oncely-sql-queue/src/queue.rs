@@ -6,7 +6,9 @@ use oncely_core::{
     Acker, Delivery, Envelope, Error, Handled, Handler, Meta, RawEnvelope, Result, Source,
 };
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
-use oncely_sql::{Adopt, AnyTx, Autocommit, Dialect, MigrationSet, PgStore, Tables, now_ms};
+use oncely_sql::{
+    Adopt, AnyPool, AnyTx, Autocommit, Dialect, Engine, MigrationSet, PgStore, Tables, now_ms,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -52,6 +54,8 @@ fn meta_of(column: &str) -> Meta {
 #[derive(Clone, Debug)]
 pub struct SqlQueue {
     pool: PgPool,
+    /// The facts of the pool's connection (a transaction pooler: unnamed statements).
+    engine: Engine,
     table: String,
 }
 
@@ -82,12 +86,18 @@ pub static MIGRATIONS: MigrationSet = oncely_sql::migration_set!("queue", [postg
 impl SqlQueue {
     /// The queue `{schema}.{prefix}queue` of a store's tables, on the store's pool.
     pub fn of(store: &PgStore) -> Self {
-        Self::new(store.pool().clone(), store.tables())
+        Self {
+            pool: store.pool().clone(),
+            engine: store.engine(),
+            table: store.tables().table("queue"),
+        }
     }
 
-    /// The queue `{schema}.{prefix}queue` on `pool`.
+    /// The queue `{schema}.{prefix}queue` on `pool` (a pool oncely did not open: its facts
+    /// are [`Engine::assumed`]; prefer [`SqlQueue::of`] a store).
     pub fn new(pool: PgPool, tables: &Tables) -> Self {
         Self {
+            engine: AnyPool::from(pool.clone()).engine(),
             pool,
             table: tables.table("queue"),
         }
@@ -124,7 +134,7 @@ impl SqlQueue {
         let traced = oncely_core::trace::traced(m); // the current trace, unless `m` names one
         let headers: BTreeMap<&str, String> = meta_headers(&traced.meta).into_iter().collect();
         let headers = serde_json::to_string(&headers).unwrap_or_else(|_| "{}".into());
-        oncely_sql::query(AssertSqlSafe(format!(
+        self.engine.query(AssertSqlSafe(format!(
             "INSERT INTO {} (message_id, raw_id, payload, headers, enqueued_at) VALUES ($1, $2, $3, $4, $5)",
             self.table
         )))
@@ -140,16 +150,18 @@ impl SqlQueue {
 
     /// Rows in the table (delivered or not).
     pub async fn len(&self) -> Result<i64> {
-        let mut conn = Autocommit::begin(&self.pool)
+        let mut conn = Autocommit::begin(&self.pool, self.engine)
             .await
             .map_err(|e| db("count", e))?;
-        let n = oncely_sql::query_scalar(AssertSqlSafe(format!(
-            "SELECT COUNT(*) FROM {}",
-            self.table
-        )))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|e| db("count", e))?;
+        let n = self
+            .engine
+            .query_scalar(AssertSqlSafe(format!(
+                "SELECT COUNT(*) FROM {}",
+                self.table
+            )))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| db("count", e))?;
         conn.commit().await.map_err(|e| db("count", e))?;
         Ok(n)
     }
@@ -187,10 +199,10 @@ fn lease_one(
     Box::pin(async move {
         let t = &queue.table;
         let now = now_ms();
-        let mut conn = Autocommit::begin(&queue.pool)
+        let mut conn = Autocommit::begin(&queue.pool, queue.engine)
             .await
             .map_err(|e| db("lease", e))?;
-        let row = oncely_sql::query(AssertSqlSafe(format!(
+        let row = queue.engine.query(AssertSqlSafe(format!(
             "UPDATE {t} SET leased_until = $1, deliveries = deliveries + 1
              WHERE id = (SELECT id FROM {t} WHERE leased_until IS NULL OR leased_until < $2
                          ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
@@ -263,10 +275,12 @@ impl QueueAcker {
     /// Runs `statement` (`{table}` and the row id as `$1`) for this delivery's row.
     async fn settle(self, statement: &str, doing: &str) -> Result<()> {
         let sql = statement.replace("{table}", &self.queue.table);
-        let mut conn = Autocommit::begin(&self.queue.pool)
+        let mut conn = Autocommit::begin(&self.queue.pool, self.queue.engine)
             .await
             .map_err(|e| db(doing, e))?;
-        oncely_sql::query(AssertSqlSafe(sql))
+        self.queue
+            .engine
+            .query(AssertSqlSafe(sql))
             .bind(self.row)
             .execute(&mut *conn)
             .await
@@ -296,6 +310,7 @@ impl Acker for QueueAcker {
 pub struct Dequeue<H> {
     inner: H,
     delete: String,
+    engine: Engine,
 }
 
 impl<H> Dequeue<H> {
@@ -304,6 +319,7 @@ impl<H> Dequeue<H> {
         Self {
             inner,
             delete: format!("DELETE FROM {} WHERE id = $1", queue.table),
+            engine: queue.engine,
         }
     }
 }
@@ -317,7 +333,8 @@ impl<H: Handler<Transaction<'static, Postgres>>> Handler<Transaction<'static, Po
         message: &Envelope,
     ) -> Result<Handled> {
         if let Some(row) = queue_row(message) {
-            oncely_sql::query(AssertSqlSafe(self.delete.clone()))
+            self.engine
+                .query(AssertSqlSafe(self.delete.clone()))
                 .bind(row)
                 .execute(&mut **tx)
                 .await

@@ -7,6 +7,7 @@
 
 use crate::connect::ConnectOptions;
 use crate::dialect::Dialect;
+use crate::engine::Engine;
 #[cfg(feature = "postgres")]
 use crate::pooler::Autocommit;
 #[cfg(feature = "mysql")]
@@ -61,8 +62,19 @@ pub enum AnyStore {
 ///     .map_err(|e| oncely_sql::db("selecting", e))?);
 /// # Ok(()) }
 /// ```
+///
+/// A pool from a store ([`AnyStore::pool`], [`AnyPool::connect`]) holds the store's [`Engine`];
+/// one converted from a sqlx pool (`AnyPool::from(pg_pool)`) holds [`Engine::assumed`].
 #[derive(Debug, Clone)]
-pub enum AnyPool {
+pub struct AnyPool {
+    engine: Engine,
+    pool: PoolKind,
+}
+
+/// The sqlx pool inside an [`AnyPool`] (what [`with_pool!`](crate::with_pool) matches on).
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub enum PoolKind {
     /// SQLite.
     #[cfg(feature = "sqlite")]
     Sqlite(SqlitePool),
@@ -72,6 +84,19 @@ pub enum AnyPool {
     /// MySQL / MariaDB.
     #[cfg(feature = "mysql")]
     MySql(MySqlPool),
+}
+
+impl PoolKind {
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(_) => Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(_) => Dialect::Postgres,
+            #[cfg(feature = "mysql")]
+            Self::MySql(_) => Dialect::MySql,
+        }
+    }
 }
 
 /// Runs `$body` with `$s` bound to the concrete store inside an [`AnyStore`] (or a reference
@@ -106,7 +131,7 @@ macro_rules! with_store {
 #[macro_export]
 macro_rules! with_pool {
     ($any:expr, $p:ident => $body:expr) => {
-        $crate::__any_arms_sqlite!(($any) AnyPool $p ($body) {})
+        $crate::__any_arms_sqlite!(($crate::AnyPool::__kind(&$any)) PoolKind $p ($body) {})
     };
 }
 
@@ -242,20 +267,29 @@ impl AnyStore {
         with_store!(self, s => s.tables())
     }
 
-    /// Whether the store runs in portable mode ([`SqlStore::portable`](crate::SqlStore::portable())).
+    /// The facts of the store's connection, decided when it connected ([`Engine`]).
+    pub fn engine(&self) -> Engine {
+        with_store!(self, s => s.engine())
+    }
+
+    /// Whether the store runs in portable mode ([`Engine::portable`]).
     pub fn portable(&self) -> bool {
-        with_store!(self, s => s.portable())
+        self.engine().portable()
     }
 
     /// The store's pool (a cheap clone sharing the connections).
     pub fn pool(&self) -> AnyPool {
-        match self {
+        let pool = match self {
             #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => AnyPool::Sqlite(s.pool().clone()),
+            Self::Sqlite(s) => PoolKind::Sqlite(s.pool().clone()),
             #[cfg(feature = "postgres")]
-            Self::Postgres(s) => AnyPool::Postgres(s.pool().clone()),
+            Self::Postgres(s) => PoolKind::Postgres(s.pool().clone()),
             #[cfg(feature = "mysql")]
-            Self::MySql(s) => AnyPool::MySql(s.pool().clone()),
+            Self::MySql(s) => PoolKind::MySql(s.pool().clone()),
+        };
+        AnyPool {
+            engine: self.engine(),
+            pool,
         }
     }
 }
@@ -298,14 +332,30 @@ impl AnyPool {
 
     /// The database.
     pub fn dialect(&self) -> Dialect {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(_) => Dialect::Sqlite,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => Dialect::Postgres,
-            #[cfg(feature = "mysql")]
-            Self::MySql(_) => Dialect::MySql,
-        }
+        self.engine.dialect()
+    }
+
+    /// The facts of the pool's connection ([`Engine`]): the store's, for a pool from a store.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The same pool in portable mode (forced), or not where nothing requires it
+    /// ([`Engine::with_portable`]).
+    pub fn with_portable(mut self, portable: bool) -> Self {
+        self.engine = self.engine.with_portable(portable);
+        self
+    }
+
+    /// The same pool, its connection's facts being `engine`.
+    pub(crate) fn with_engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
+        self
+    }
+
+    #[doc(hidden)]
+    pub fn __kind(&self) -> &PoolKind {
+        &self.pool
     }
 
     /// Begins a transaction on a connection of the pool (`BEGIN IMMEDIATE` on SQLite, as the
@@ -326,16 +376,17 @@ impl AnyPool {
             DB::BEGIN
         }
         let tx = with_pool!(self, p => p.begin_with(begin_sql(p)).await.map(crate::AnyTx::from));
-        tx.map_err(|e| crate::db("beginning a transaction", e))
+        tx.map(|tx| tx.with_engine(self.engine))
+            .map_err(|e| crate::db("beginning a transaction", e))
     }
 
     /// The PostgreSQL pool, for features that exist on PostgreSQL only (the partitioned
     /// inbox, the SQL queue); `None` on the other databases.
     #[cfg(feature = "postgres")]
     pub fn as_postgres(&self) -> Option<&PgPool> {
-        match self {
+        match &self.pool {
             #[cfg(feature = "postgres")]
-            Self::Postgres(pool) => Some(pool),
+            PoolKind::Postgres(pool) => Some(pool),
             _ => None,
         }
     }
@@ -344,11 +395,12 @@ impl AnyPool {
     /// PostgreSQL, its partitions), if the database says (SQLite needs the `dbstat` table).
     pub async fn table_bytes(&self, tables: &Tables, name: &str) -> Option<i64> {
         let (table, bare) = (tables.table(name), format!("{}{name}", tables.prefix()));
-        match self {
+        let engine = self.engine;
+        match &self.pool {
             #[cfg(feature = "postgres")]
-            Self::Postgres(p) => {
-                let mut c = Autocommit::begin(p).await.ok()?;
-                let n = crate::pooler::query_scalar(
+            PoolKind::Postgres(p) => {
+                let mut c = Autocommit::begin(p, engine).await.ok()?;
+                let n = engine.query_scalar(
                     "SELECT (pg_total_relation_size(to_regclass($1)) + COALESCE((SELECT SUM(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = to_regclass($1)), 0))::bigint",
                 )
                 .bind(&table)
@@ -359,7 +411,7 @@ impl AnyPool {
                 n
             }
             #[cfg(feature = "mysql")]
-            Self::MySql(p) => sqlx::query_scalar(
+            PoolKind::MySql(p) => sqlx::query_scalar(
                 "SELECT CAST(DATA_LENGTH + INDEX_LENGTH AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
             )
             .bind(tables.schema())
@@ -369,7 +421,7 @@ impl AnyPool {
             .ok()
             .flatten(),
             #[cfg(feature = "sqlite")]
-            Self::Sqlite(p) => sqlx::query_scalar::<_, Option<i64>>(
+            PoolKind::Sqlite(p) => sqlx::query_scalar::<_, Option<i64>>(
                 "SELECT SUM(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = ?1)",
             )
             .bind(&bare)
@@ -383,11 +435,12 @@ impl AnyPool {
     /// The planner's row estimate of the oncely table `name` of `tables` (with partitions),
     /// without scanning it; `None` where there is none (SQLite) or on error.
     pub async fn estimated_rows(&self, tables: &Tables, name: &str) -> Option<i64> {
-        match self {
+        let engine = self.engine;
+        match &self.pool {
             #[cfg(feature = "postgres")]
-            Self::Postgres(p) => {
-                let mut c = Autocommit::begin(p).await.ok()?;
-                let n = crate::pooler::query_scalar(
+            PoolKind::Postgres(p) => {
+                let mut c = Autocommit::begin(p, engine).await.ok()?;
+                let n = engine.query_scalar(
                     "SELECT COALESCE(SUM(GREATEST(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1) OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1))",
                 )
                 .bind(tables.table(name))
@@ -398,7 +451,7 @@ impl AnyPool {
                 n
             }
             #[cfg(feature = "mysql")]
-            Self::MySql(p) => sqlx::query_scalar(
+            PoolKind::MySql(p) => sqlx::query_scalar(
                 "SELECT CAST(TABLE_ROWS AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
             )
             .bind(tables.schema())
@@ -408,7 +461,7 @@ impl AnyPool {
             .ok()
             .flatten(),
             #[cfg(feature = "sqlite")]
-            Self::Sqlite(_) => None,
+            PoolKind::Sqlite(_) => None,
         }
     }
 
@@ -420,25 +473,34 @@ impl AnyPool {
 
 #[cfg(feature = "sqlite")]
 impl From<SqlitePool> for AnyPool {
+    /// A pool oncely did not open: its facts are [`Engine::assumed`].
     fn from(p: SqlitePool) -> Self {
-        #[cfg(feature = "sqlite")]
-        Self::Sqlite(p)
+        Self {
+            engine: Engine::assumed(Dialect::Sqlite),
+            pool: PoolKind::Sqlite(p),
+        }
     }
 }
 
 #[cfg(feature = "postgres")]
 impl From<PgPool> for AnyPool {
+    /// A pool oncely did not open: its facts are [`Engine::assumed`].
     fn from(p: PgPool) -> Self {
-        #[cfg(feature = "postgres")]
-        Self::Postgres(p)
+        Self {
+            engine: Engine::assumed(Dialect::Postgres),
+            pool: PoolKind::Postgres(p),
+        }
     }
 }
 
 #[cfg(feature = "mysql")]
 impl From<MySqlPool> for AnyPool {
+    /// A pool oncely did not open: its facts are [`Engine::assumed`].
     fn from(p: MySqlPool) -> Self {
-        #[cfg(feature = "mysql")]
-        Self::MySql(p)
+        Self {
+            engine: Engine::assumed(Dialect::MySql),
+            pool: PoolKind::MySql(p),
+        }
     }
 }
 

@@ -114,7 +114,7 @@ impl SqlStore<Postgres> {
         let now = Dialect::Postgres.now_ms_sql();
         let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
         let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
-        let inserted: Vec<String> = crate::pooler::query_scalar(AssertSqlSafe(format!(
+        let inserted: Vec<String> = self.engine().query_scalar(AssertSqlSafe(format!(
             "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) \
              SELECT $1, m.id, m.hash, {now} FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) \
              ORDER BY m.n ON CONFLICT DO NOTHING RETURNING message_id"
@@ -148,7 +148,7 @@ impl SqlStore<Postgres> {
         ids: &[&str],
     ) -> Result<Vec<(String, String)>> {
         let inbox = self.tables().inbox();
-        crate::pooler::query_as(AssertSqlSafe(format!(
+        self.engine().query_as(AssertSqlSafe(format!(
             "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = $1 AND message_id = ANY($2)"
         )))
         .bind(consumer.as_str())
@@ -174,12 +174,14 @@ impl SqlStore<Sqlite> {
         let rows: Vec<String> = (0..chunk.len())
             .map(|i| format!("(?1, ?{}, ?{}, {now})", 2 + 2 * i, 3 + 2 * i))
             .collect();
-        let mut insert = crate::pooler::query_scalar(AssertSqlSafe(format!(
-            "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {} \
+        let mut insert = self
+            .engine()
+            .query_scalar(AssertSqlSafe(format!(
+                "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {} \
              ON CONFLICT DO NOTHING RETURNING message_id",
-            rows.join(", ")
-        )))
-        .bind(consumer.as_str());
+                rows.join(", ")
+            )))
+            .bind(consumer.as_str());
         for (id, hash) in chunk {
             insert = insert.bind(*id).bind(hash.to_hex());
         }
@@ -210,7 +212,7 @@ impl SqlStore<Sqlite> {
         ids: &[&str],
     ) -> Result<Vec<(String, String)>> {
         let inbox = self.tables().inbox();
-        let mut select = crate::pooler::query_as(AssertSqlSafe(format!(
+        let mut select = self.engine().query_as(AssertSqlSafe(format!(
             "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ?1 AND message_id IN ({})",
             (0..ids.len())
                 .map(|i| format!("?{}", i + 2))
@@ -261,7 +263,7 @@ impl SqlStore<MySql> {
             .await
             .map_err(|e| db("batch savepoint", e))?;
         let row = format!("(?, ?, ?, {})", Dialect::MySql.now_ms_sql());
-        let mut insert = crate::pooler::query(AssertSqlSafe(format!(
+        let mut insert = self.engine().query(AssertSqlSafe(format!(
             "INSERT IGNORE INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}",
             vec![row.as_str(); rest.len()].join(", ")
         )));
@@ -324,7 +326,7 @@ impl SqlStore<MySql> {
         ids: &[&str],
     ) -> Result<Vec<(String, String)>> {
         let inbox = self.tables().inbox();
-        let mut select = crate::pooler::query_as(AssertSqlSafe(format!(
+        let mut select = self.engine().query_as(AssertSqlSafe(format!(
             "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ? AND message_id IN ({})",
             list(1, ids.len(), false)
         )))

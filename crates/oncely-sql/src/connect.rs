@@ -1,5 +1,7 @@
 //! Opening stores from URLs, with durable defaults.
 
+use crate::any::PoolKind;
+use crate::engine::Engine;
 use crate::error::db;
 use crate::failover::{FAILOVER_ACQUIRE_TIMEOUT, Failover, labelled};
 #[cfg(feature = "postgres")]
@@ -53,10 +55,8 @@ pub struct ConnectOptions {
     /// PostgreSQL only: what a commit waits for on a primary with streaming replicas
     /// ([`Replication`]; the URL option `?replication=replicated` overrides it).
     pub replication: Replication,
-    /// Forces portable mode ([`SqlStore::portable`](crate::SqlStore::portable())). Off by
-    /// default: the store turns it on by itself when
-    /// [`detect_portable`](crate::detect_portable) recognizes a distributed engine (or a
-    /// transaction pooler) at connect.
+    /// Forces portable mode ([`Engine::portable`]). Off by default: the store turns it on by
+    /// itself when it finds a distributed engine (or a transaction pooler) at connect.
     pub portable: bool,
 }
 
@@ -73,10 +73,15 @@ impl Default for ConnectOptions {
 }
 
 impl ConnectOptions {
-    /// Whether a store on `pool` runs in portable mode: forced, or a distributed engine
-    /// behind it ([`detect_portable`](crate::detect_portable)).
-    async fn resolve_portable(&self, pool: &crate::AnyPool) -> Result<bool> {
-        Ok(self.portable || crate::engine::detect_portable(pool).await?)
+    /// The facts of a store's connection on `pool`, `behind` a transaction pooler or not: its
+    /// portable mode is forced, implied by the pooler, or found by asking the server which
+    /// engine it is (one query, the only time it is asked).
+    async fn engine(&self, pool: PoolKind, behind: bool) -> Result<Engine> {
+        let engine = Engine::direct(pool.dialect()).behind_pooler(behind);
+        let portable = engine.portable()
+            || self.portable
+            || crate::engine::distributed_engine(&pool).await?.is_some();
+        Ok(engine.with_portable(portable))
     }
 }
 
@@ -106,8 +111,14 @@ impl SqliteStore {
             .connect_with(connect)
             .await
             .map_err(|e| db("opening SQLite", e))?;
-        let portable = options.resolve_portable(&pool.clone().into()).await?;
-        Ok(Self::with_tables(pool, options.tables.clone()).with_portable(portable))
+        let engine = options
+            .engine(PoolKind::Sqlite(pool.clone()), false)
+            .await?;
+        Ok(Self::with_engine_and_tables(
+            pool,
+            options.tables.clone(),
+            engine,
+        ))
     }
 }
 
@@ -145,15 +156,18 @@ impl PgStore {
         };
         if behind {
             crate::pooler::require_transactions(&pool).await?;
-            crate::pooler::mark_transaction_pooler();
+            tracing::info!(
+                "PostgreSQL behind a transaction pooler: unnamed statements, each inside a transaction; lease locks; a polling outbox relay"
+            );
         }
-        // Portable mode when forced, behind a transaction pooler, or when the server is a
-        // distributed engine.
-        let portable = options.resolve_portable(&pool.clone().into()).await?;
-        Ok(Self::with_tables(pool, options.tables.clone())
-            .with_portable(portable)
-            .with_failover(failover)
-            .with_replication(replication))
+        let engine = options
+            .engine(PoolKind::Postgres(pool.clone()), behind)
+            .await?;
+        Ok(
+            Self::with_engine_and_tables(pool, options.tables.clone(), engine)
+                .with_failover(failover)
+                .with_replication(replication),
+        )
     }
 }
 
@@ -172,10 +186,11 @@ impl MySqlStore {
             .max_connections(options.max_connections)
             .after_connect(|conn, _| Box::pin(galera_sync_wait(conn)));
         let (pool, failover) = open(&url, pool, "MySQL", |o| o).await?;
-        let portable = options.resolve_portable(&pool.clone().into()).await?;
-        Ok(Self::with_tables(pool, options.tables.clone())
-            .with_portable(portable)
-            .with_failover(failover))
+        let engine = options.engine(PoolKind::MySql(pool.clone()), false).await?;
+        Ok(
+            Self::with_engine_and_tables(pool, options.tables.clone(), engine)
+                .with_failover(failover),
+        )
     }
 }
 

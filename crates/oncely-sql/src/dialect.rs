@@ -168,6 +168,21 @@ impl Dialect {
             .join(", ")
     }
 
+    /// Where `needle` first occurs in `hay` (SQL expressions), 1-based, 0 when absent:
+    /// `strpos` on PostgreSQL, `INSTR` on SQLite and MySQL.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(Dialect::Postgres.position("detail", "':'"), "strpos(detail, ':')");
+    /// assert_eq!(Dialect::MySql.position("detail", "':'"), "INSTR(detail, ':')");
+    /// ```
+    pub fn position(self, hay: &str, needle: &str) -> String {
+        match self {
+            Dialect::Postgres => format!("strpos({hay}, {needle})"),
+            Dialect::Sqlite | Dialect::MySql => format!("INSTR({hay}, {needle})"),
+        }
+    }
+
     /// Whether the database has schemas oncely can put its tables in (PostgreSQL schemas,
     /// MySQL databases); SQLite has none (use a table prefix).
     pub fn has_schemas(self) -> bool {

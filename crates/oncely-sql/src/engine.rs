@@ -1,18 +1,193 @@
-//! Which engine is behind a pool, and whether oncely must use its portable mode there
-//! ([`SqlStore::portable`](crate::SqlStore::portable())).
+//! [`Engine`]: the facts of a connection, decided once when a store or pool connects (which
+//! database, whether oncely must use its portable SQL there, whether a transaction pooler
+//! stands in between), held by the store, its pool and every transaction they hand out, and
+//! read there by everything that needs one of them: the store's statements, the migration
+//! runner, locks, the outbox and its relay, operations.
 //!
 //! Portable mode is for engines that speak the PostgreSQL or MySQL protocol but lack
 //! single-node features: CockroachDB, YugabyteDB and Citus (no session advisory locks shared
 //! across nodes, no `ctid`, no `LISTEN`/`NOTIFY`), TiDB (no `GET_LOCK` across nodes in older
-//! versions, `LOCK IN SHARE MODE` ignored) and MariaDB Galera (`GET_LOCK` is node-local).
+//! versions, `LOCK IN SHARE MODE` ignored) and MariaDB Galera (`GET_LOCK` is node-local); and
+//! for PostgreSQL behind a transaction pooler (no session state between transactions).
 
-use crate::any::AnyPool;
+use crate::any::PoolKind;
+use crate::dialect::Dialect;
 use crate::error::db;
 use oncely_core::Result;
 #[cfg(feature = "mysql")]
 use sqlx::MySqlPool;
 #[cfg(feature = "postgres")]
 use sqlx::{PgPool, Row};
+
+/// The facts of one connection (a store, its pool, their transactions), decided once when the
+/// store connects: the [`Dialect`], portable mode, and whether a transaction pooler stands
+/// between oncely and PostgreSQL. Everything that depends on one of them asks here
+/// ([`SqlStore::engine`](crate::SqlStore::engine), [`AnyPool::engine`](crate::AnyPool::engine),
+/// [`SqlTx::engine`](crate::SqlTx::engine)); no copy of a fact is kept anywhere else.
+///
+/// ```no_run
+/// # async fn f() -> oncely_core::Result<()> {
+/// let store = oncely_sql::AnyStore::connect("postgres://app@127.0.0.1:6432/app").await?;
+/// let engine = store.engine();
+/// if engine.behind_transaction_pooler() {
+///     assert!(engine.portable() && !engine.caches_statements());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Engine {
+    dialect: Dialect,
+    portable: bool,
+    pooler: Pooler,
+}
+
+/// What stands between a PostgreSQL client and the server, as far as oncely knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pooler {
+    /// A direct connection, or a session pooler: a client connection is one server session.
+    None,
+    /// A transaction pooler (PgBouncer `pool_mode = transaction` and alike).
+    Transaction,
+    /// Not known: a typed sqlx pool or transaction handed to oncely without its store. On
+    /// PostgreSQL oncely then takes the safe side (unnamed statements, each in a transaction).
+    Unknown,
+}
+
+impl Engine {
+    /// A single-node server of `dialect` reached directly: named statements cached, no
+    /// portable mode. What a store made from a SQLite, MySQL or PostgreSQL pool of the caller's
+    /// knows; on PostgreSQL prefer [`Engine::assumed`] unless the pool is known to be direct.
+    pub const fn direct(dialect: Dialect) -> Self {
+        Self {
+            dialect,
+            portable: false,
+            pooler: Pooler::None,
+        }
+    }
+
+    /// What oncely assumes of a sqlx pool or transaction it did not open itself (a typed
+    /// `sqlx::Transaction` or a pool converted with `AnyPool::from`): on PostgreSQL a
+    /// transaction pooler may stand between, so statements are unnamed and each runs inside a
+    /// transaction; SQLite and MySQL connections are never pooled that way.
+    ///
+    /// ```
+    /// use oncely_sql::{Dialect, Engine};
+    /// assert!(!Engine::assumed(Dialect::Postgres).caches_statements());
+    /// assert!(Engine::assumed(Dialect::Sqlite).caches_statements());
+    /// assert!(!Engine::assumed(Dialect::Postgres).behind_transaction_pooler());
+    /// ```
+    pub const fn assumed(dialect: Dialect) -> Self {
+        Self {
+            dialect,
+            portable: false,
+            pooler: match dialect {
+                Dialect::Postgres => Pooler::Unknown,
+                _ => Pooler::None,
+            },
+        }
+    }
+
+    /// The same engine in portable mode, forced (or not: `false` keeps what was detected off
+    /// only where nothing required it; a transaction pooler always keeps portable mode).
+    pub const fn with_portable(mut self, portable: bool) -> Self {
+        self.portable = portable || matches!(self.pooler, Pooler::Transaction);
+        self
+    }
+
+    /// The same engine behind a transaction pooler (which implies portable mode).
+    pub(crate) const fn behind_pooler(mut self, behind: bool) -> Self {
+        self.pooler = if behind {
+            Pooler::Transaction
+        } else {
+            Pooler::None
+        };
+        self.with_portable(self.portable)
+    }
+
+    /// The database.
+    pub const fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Whether only SQL that distributed engines support is used (CockroachDB, YugabyteDB,
+    /// TiDB, Citus, MariaDB Galera; and PostgreSQL behind a transaction pooler): lease-table
+    /// locks instead of advisory / named locks, primary-key-range pruning instead of `ctid`,
+    /// a polling outbox relay (no `LISTEN`/`NOTIFY`), `FOR UPDATE` claim reads on the MySQL
+    /// family, batch claims one at a time.
+    pub const fn portable(&self) -> bool {
+        self.portable
+    }
+
+    /// Whether a transaction pooler (PgBouncer `pool_mode = transaction` and alike) was found
+    /// (or named with `?pooler=transaction`) when the store connected. See [`crate::pooler`].
+    pub const fn behind_transaction_pooler(&self) -> bool {
+        matches!(self.pooler, Pooler::Transaction)
+    }
+
+    /// Whether statements may be prepared by name and cached per connection: everywhere but
+    /// on PostgreSQL behind a transaction pooler (or where that is not known).
+    pub const fn caches_statements(&self) -> bool {
+        matches!(self.pooler, Pooler::None)
+    }
+
+    /// Whether a statement outside a transaction must get a transaction of its own, so that
+    /// its `Parse` and `Bind` reach the same server connection (see [`crate::pooler`]).
+    pub(crate) const fn pins_statements(&self) -> bool {
+        !self.caches_statements()
+    }
+
+    /// Whether `LISTEN`/`NOTIFY` may wake an outbox relay: PostgreSQL, not in portable mode.
+    pub fn notifies(&self) -> bool {
+        self.dialect == Dialect::Postgres && !self.portable
+    }
+
+    /// Whether a lock shared by every client of the database must be a lease row: on SQLite
+    /// (no advisory locks) and in portable mode (session locks are node- or server-local).
+    pub fn leases_locks(&self) -> bool {
+        self.dialect == Dialect::Sqlite || self.portable
+    }
+
+    /// `sqlx::query`, named and cached only where [`Engine::caches_statements`].
+    ///
+    /// ```no_run
+    /// # async fn f(store: oncely_sql::PgStore, tx: &mut oncely_sql::sqlx::Transaction<'static, oncely_sql::sqlx::Postgres>) -> Result<(), oncely_sql::sqlx::Error> {
+    /// let engine = store.engine();
+    /// engine.query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
+    ///     .bind(5_i64)
+    ///     .bind("acct-17")
+    ///     .execute(&mut **tx)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn query<'q, DB: sqlx::Database + sqlx::database::HasStatementCache>(
+        &self,
+        sql: impl sqlx::SqlSafeStr,
+    ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments> {
+        sqlx::query(sql).persistent(self.caches_statements())
+    }
+
+    /// `sqlx::query_as`, named and cached only where [`Engine::caches_statements`].
+    pub fn query_as<'q, DB: sqlx::Database + sqlx::database::HasStatementCache, O>(
+        &self,
+        sql: impl sqlx::SqlSafeStr,
+    ) -> sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments>
+    where
+        O: for<'r> sqlx::FromRow<'r, DB::Row>,
+    {
+        sqlx::query_as(sql).persistent(self.caches_statements())
+    }
+
+    /// `sqlx::query_scalar`, named and cached only where [`Engine::caches_statements`].
+    pub fn query_scalar<'q, DB: sqlx::Database + sqlx::database::HasStatementCache, O>(
+        &self,
+        sql: impl sqlx::SqlSafeStr,
+    ) -> sqlx::query::QueryScalar<'q, DB, O, <DB as sqlx::Database>::Arguments>
+    where
+        (O,): for<'r> sqlx::FromRow<'r, DB::Row>,
+    {
+        sqlx::query_scalar(sql).persistent(self.caches_statements())
+    }
+}
 
 /// The distributed engine a `version()` / `VERSION()` string names, if any:
 /// `CockroachDB`, `YugabyteDB` (its versions contain `-YB-`) or `TiDB`.
@@ -42,40 +217,26 @@ fn wsrep_on(value: Option<&str>) -> bool {
     value.is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("ON"))
 }
 
-/// Whether the database behind `pool` needs portable mode: CockroachDB, YugabyteDB, a
-/// PostgreSQL with the `citus` extension or behind a transaction pooler
-/// ([`behind_transaction_pooler`](crate::behind_transaction_pooler)), TiDB, or MariaDB with Galera replication on
-/// (`@@wsrep_on`). SQLite never does. One query per call (plus a simpler one if the engine
-/// rejects the first, e.g. `@@wsrep_on` on a MySQL without Galera).
-///
-/// ```no_run
-/// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
-/// if oncely_sql::detect_portable(&pool).await? {
-///     println!("a distributed engine: oncely uses its portable SQL");
-/// }
-/// # Ok(()) }
-/// ```
-pub async fn detect_portable(pool: &AnyPool) -> Result<bool> {
+/// The distributed engine behind `pool`, if any (one query, plus a simpler one if the
+/// engine rejects the first, e.g. `@@wsrep_on` on a MySQL without Galera). Run once, when a
+/// store connects ([`Engine`]); everything after reads the answer there.
+pub(crate) async fn distributed_engine(pool: &PoolKind) -> Result<Option<&'static str>> {
     let engine: Option<&'static str> = match pool {
         #[cfg(feature = "sqlite")]
-        AnyPool::Sqlite(_) => None,
+        PoolKind::Sqlite(_) => None,
         #[cfg(feature = "postgres")]
-        AnyPool::Postgres(pool) => postgres_engine(pool).await?,
+        PoolKind::Postgres(pool) => postgres_engine(pool).await?,
         #[cfg(feature = "mysql")]
-        AnyPool::MySql(pool) => mysql_engine(pool).await?,
+        PoolKind::MySql(pool) => mysql_engine(pool).await?,
     };
     if let Some(engine) = engine {
-        tracing::debug!(engine, "distributed engine detected: portable mode");
+        tracing::info!(engine, "distributed engine detected: portable mode");
     }
-    Ok(engine.is_some())
+    Ok(engine)
 }
 
 #[cfg(feature = "postgres")]
 async fn postgres_engine(pool: &PgPool) -> Result<Option<&'static str>> {
-    if crate::pooler::behind_transaction_pooler() {
-        // Not an engine, but the same want: no session state between statements.
-        return Ok(Some("a transaction pooler"));
-    }
     // Simple protocol (no prepared statement): safe through any pooler.
     let first = |sql: &'static str| async move {
         let row = sqlx::raw_sql(sql).fetch_one(pool).await?;
@@ -124,6 +285,27 @@ async fn mysql_engine(pool: &MySqlPool) -> Result<Option<&'static str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transaction_pooler_implies_portable_mode_and_unnamed_statements() {
+        let direct = Engine::direct(Dialect::Postgres);
+        assert!(direct.caches_statements() && !direct.portable() && direct.notifies());
+        let pooled = direct.behind_pooler(true);
+        assert!(pooled.behind_transaction_pooler() && pooled.portable());
+        assert!(!pooled.caches_statements() && pooled.pins_statements() && !pooled.notifies());
+        assert!(
+            pooled.with_portable(false).portable(),
+            "the pooler keeps portable mode"
+        );
+        assert!(Engine::direct(Dialect::Sqlite).leases_locks());
+        assert!(!Engine::direct(Dialect::MySql).leases_locks());
+        assert!(
+            Engine::direct(Dialect::MySql)
+                .with_portable(true)
+                .leases_locks()
+        );
+        assert!(!Engine::direct(Dialect::MySql).notifies());
+    }
 
     #[test]
     fn galera_is_on_only_with_wsrep_on() {

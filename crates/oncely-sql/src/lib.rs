@@ -51,6 +51,7 @@ mod failover;
 mod letter;
 mod lock;
 mod migrate;
+mod notify;
 pub mod pooler;
 mod query;
 mod replication;
@@ -61,18 +62,21 @@ mod tx;
 mod url;
 mod warm;
 
+#[doc(hidden)]
+pub use any::PoolKind;
 pub use any::{AnyPool, AnyStore};
 pub use clock::{from_ms, now_ms, to_ms};
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
-pub use engine::{detect_portable, engine_of_version};
+pub use engine::{Engine, engine_of_version};
 pub use error::{db, db as db_error, error_kind, is_missing_table};
 pub use letter::{dead_letter_columns, decode_dead_letter};
 pub use lock::{DbLock, LEASE_TTL};
 pub use migrate::{
     Adopt, INBOX, MigrateDb, Migration, MigrationSet, print_migration_sets, reset_sql,
 };
-pub use pooler::{Autocommit, behind_transaction_pooler, query, query_as, query_scalar};
+pub use notify::Listener;
+pub use pooler::{Autocommit, query, query_as, query_scalar};
 pub use query::{Column, Done, SqlDatabase, Value};
 pub use replication::Replication;
 pub use seam::SqlTx;
@@ -86,4 +90,6 @@ pub use store::SqlStore;
 pub use store::SqliteStore;
 pub use tables::{Tables, is_identifier};
 pub use tx::AnyTx;
+#[doc(hidden)]
+pub use tx::TxKind;
 pub use url::{redact_url, split_hosts};

@@ -11,8 +11,9 @@
 //!   after every batch; a crashed holder's lease expires after [`LEASE_TTL`].
 
 use crate::any::AnyPool;
+use crate::any::PoolKind;
 use crate::clock::now_ms;
-use crate::engine::detect_portable;
+use crate::engine::Engine;
 use crate::error::{db, error_kind};
 use crate::query::{Column, Done, SqlDatabase, Value};
 use crate::tables::Tables;
@@ -82,27 +83,29 @@ fn fnv1a(text: &str) -> u64 {
 async fn exec(pool: &AnyPool, sql: &str, args: &[Value]) -> std::result::Result<Done, sqlx::Error> {
     async fn on<DB: SqlDatabase>(
         pool: &Pool<DB>,
+        engine: Engine,
         sql: &str,
         args: &[Value],
     ) -> std::result::Result<Done, sqlx::Error> {
         let mut conn = pool.acquire().await?;
-        DB::execute(&mut conn, sql, args).await
+        DB::execute(&mut conn, engine, sql, args).await
     }
-    crate::with_pool!(pool, p => on(p, sql, args).await)
+    crate::with_pool!(pool, p => on(p, pool.engine(), sql, args).await)
 }
 
 /// The holder of lease `name`, if any.
 async fn holder_of(pool: &AnyPool, table: &str, name: &str) -> Result<Option<String>> {
     async fn on<DB: SqlDatabase>(
         pool: &Pool<DB>,
+        engine: Engine,
         sql: &str,
         name: &str,
     ) -> std::result::Result<Vec<Vec<Value>>, sqlx::Error> {
         let mut conn = pool.acquire().await?;
-        DB::fetch(&mut conn, sql, &[name.into()], &[Column::Text]).await
+        DB::fetch(&mut conn, engine, sql, &[name.into()], &[Column::Text]).await
     }
     let sql = format!("SELECT holder FROM {table} WHERE name = $1");
-    let rows = crate::with_pool!(pool, p => on(p, &sql, name).await)
+    let rows = crate::with_pool!(pool, p => on(p, pool.engine(), &sql, name).await)
         .map_err(|e| db("reading the lease", e))?;
     Ok(rows.first().map(|r| r[0].text()))
 }
@@ -147,27 +150,24 @@ impl DbLock {
     /// (e.g. `"prune"`). Returns `None` when another holder has it and `wait` is false; with
     /// `wait`, waits.
     ///
-    /// A lease is used on SQLite and in portable mode: when `portable` (the store's
-    /// [`SqlStore::portable`](crate::SqlStore::portable())), or when [`detect_portable`] finds a
-    /// distributed engine behind `pool` (one query).
+    /// A lease is used where the pool's [`Engine`] says so ([`Engine::leases_locks`]: SQLite,
+    /// portable mode).
     pub async fn acquire(
         pool: &AnyPool,
         tables: &Tables,
-        portable: bool,
         purpose: &str,
         wait: bool,
     ) -> Result<Option<Self>> {
-        let lease =
-            pool.dialect() == crate::Dialect::Sqlite || portable || detect_portable(pool).await?;
-        if lease {
+        if pool.engine().leases_locks() {
             let patience = if wait { Duration::MAX } else { Duration::ZERO };
             return Self::lease(pool, tables, purpose, patience).await;
         }
         let name = format!("oncely_{purpose}:{}", tables.inbox());
         let hash = fnv1a(&name);
-        let inner = match pool {
+        let engine = pool.engine();
+        let inner = match pool.__kind() {
             #[cfg(feature = "postgres")]
-            AnyPool::Postgres(pool) => {
+            PoolKind::Postgres(pool) => {
                 let mut conn = pool
                     .acquire()
                     .await
@@ -178,7 +178,8 @@ impl DbLock {
                 } else {
                     "SELECT pg_try_advisory_lock($1, $2)"
                 };
-                let got: bool = crate::pooler::query_scalar(sql)
+                let got: bool = engine
+                    .query_scalar(sql)
                     .bind(PG_CLASS)
                     .bind(hash as u32 as i32)
                     .fetch_one(&mut conn)
@@ -191,7 +192,7 @@ impl DbLock {
                 Held::Postgres(conn)
             }
             #[cfg(feature = "mysql")]
-            AnyPool::MySql(pool) => {
+            PoolKind::MySql(pool) => {
                 let mut conn = pool
                     .acquire()
                     .await
@@ -199,7 +200,8 @@ impl DbLock {
                     .detach();
                 let key = format!("oncely_{purpose}_{hash:016x}");
                 loop {
-                    let got: Option<i64> = crate::pooler::query_scalar("SELECT GET_LOCK(?, ?)")
+                    let got: Option<i64> = engine
+                        .query_scalar("SELECT GET_LOCK(?, ?)")
                         .bind(&key)
                         .bind(if wait { 10 } else { 0 })
                         .fetch_one(&mut conn)
@@ -217,7 +219,7 @@ impl DbLock {
                 Held::MySql(conn)
             }
             #[cfg(feature = "sqlite")]
-            AnyPool::Sqlite(_) => return Self::lease(pool, tables, purpose, Duration::ZERO).await,
+            PoolKind::Sqlite(_) => return Self::lease(pool, tables, purpose, Duration::ZERO).await,
         };
         Ok(Some(Self { inner, name }))
     }

@@ -340,7 +340,7 @@ pub trait MigrateDb: SqlDatabase + sealed::Sealed {
     fn run_sets(
         pool: &Pool<Self>,
         tables: &Tables,
-        portable: bool,
+        engine: crate::Engine,
         sets: &[&MigrationSet],
     ) -> impl Future<Output = Result<usize>> + Send;
 }
@@ -357,8 +357,8 @@ impl<DB: MigrateDb> SqlStore<DB> {
     /// create or upgrade any crate's tables.
     ///
     /// Concurrent migrators serialize: SQLite through `BEGIN IMMEDIATE`, PostgreSQL through an
-    /// advisory lock, MySQL through `GET_LOCK`; in portable mode ([`SqlStore::portable()`], or
-    /// detected by [`detect_portable`](crate::detect_portable)) through a lease row in
+    /// advisory lock, MySQL through `GET_LOCK`; in portable mode (the store's
+    /// [`Engine::portable`](crate::Engine::portable), decided at connect) through a lease row in
     /// `{prefix}ops_leases`, waited for up to two minutes. The schema (PostgreSQL) or database
     /// (MySQL) of the store's tables is created if missing. Applied versions are recorded in
     /// `{schema}.{prefix}migration_ledger`; a set's older ledger or tables are adopted first
@@ -371,7 +371,7 @@ impl<DB: MigrateDb> SqlStore<DB> {
     /// # Ok(()) }
     /// ```
     pub async fn migrate_with(&self, sets: &[&MigrationSet]) -> Result<usize> {
-        DB::run_sets(self.pool(), self.tables(), self.portable(), sets).await
+        DB::run_sets(self.pool(), self.tables(), self.engine(), sets).await
     }
 }
 

@@ -23,42 +23,23 @@
 //! transaction pooler. A pooler set up with `server_round_robin = 1`, or one that always
 //! has more idle server connections than clients, may escape the check: name it in the URL.
 //!
-//! Once any pool of the process runs behind a transaction pooler, the process prepares no
-//! named statement on any PostgreSQL connection ([`behind_transaction_pooler`]): cheaper to
-//! reason about than a flag per pool, and only ever errs on the safe side.
+//! The answer is a fact of the store's [`Engine`](crate::Engine), decided once at connect and
+//! held by the store, its [`AnyPool`](crate::AnyPool) and every transaction they hand out:
+//! a PostgreSQL pool behind PgBouncer and a direct one (or a SQLite or MySQL pool) in the same
+//! process each keep their own statement caching.
+//!
+//! Your own queries: [`Engine::query`](crate::Engine::query) and its siblings prepare as the
+//! store's engine allows; the free [`query`], [`query_as`] and [`query_scalar`] know no
+//! engine and take the safe side on PostgreSQL (unnamed statements).
 
+use crate::engine::Engine;
+use crate::query::SqlDatabase;
 use oncely_core::{Error, Result};
 #[cfg(feature = "postgres")]
 use sqlx::postgres::PgConnectOptions;
 #[cfg(feature = "postgres")]
 use sqlx::{Connection, Row};
 use sqlx::{Database, Pool};
-use std::sync::atomic::{AtomicBool, Ordering};
-
-static TRANSACTION_POOLER: AtomicBool = AtomicBool::new(false);
-
-/// Whether a PostgreSQL pool of this process was opened behind a transaction pooler: then
-/// oncely prepares only unnamed statements and runs each inside a transaction (see the
-/// module docs). Your own queries on [`SqlStore::pool`](crate::SqlStore::pool) need the same
-/// care: use [`query`] (or `.persistent(false)`) inside a transaction.
-///
-/// ```
-/// // Direct connections (and every process that opened none through a pooler):
-/// assert!(!oncely_sql::behind_transaction_pooler());
-/// ```
-pub fn behind_transaction_pooler() -> bool {
-    TRANSACTION_POOLER.load(Ordering::Acquire)
-}
-
-/// Records that a pool of this process runs behind a transaction pooler (never undone).
-#[cfg(feature = "postgres")]
-pub(crate) fn mark_transaction_pooler() {
-    if !TRANSACTION_POOLER.swap(true, Ordering::AcqRel) {
-        tracing::info!(
-            "PostgreSQL behind a transaction pooler: unnamed statements, each inside a transaction; lease locks; a polling outbox relay"
-        );
-    }
-}
 
 /// Checks that the pooler lets a transaction span statements: PgBouncer's
 /// `pool_mode = statement` refuses every `BEGIN`, and a claim must share a transaction with
@@ -76,11 +57,6 @@ pub(crate) async fn require_transactions<DB: Database>(pool: &Pool<DB>) -> Resul
     };
     let tx = pool.begin().await.map_err(refused)?;
     tx.commit().await.map_err(refused)
-}
-
-/// Whether statements may be prepared by name and cached (not behind a transaction pooler).
-pub(crate) fn persistent() -> bool {
-    !behind_transaction_pooler()
 }
 
 /// What the URL option `pooler=` says.
@@ -170,8 +146,9 @@ async fn backend_pid(conn: &mut sqlx::PgConnection) -> std::result::Result<i32, 
         .try_get(0)
 }
 
-/// `sqlx::query`, prepared unnamed behind a transaction pooler. oncely's own statements
-/// use it (or the erased layer, which does the same); so can yours.
+/// `sqlx::query`, safe behind a transaction pooler without knowing of one: unnamed on
+/// PostgreSQL ([`Engine::assumed`]), named and cached on SQLite and MySQL. With the store at
+/// hand, [`Engine::query`] names statements wherever its connection allows.
 ///
 /// ```no_run
 /// # async fn f(tx: &mut oncely_sql::sqlx::Transaction<'static, oncely_sql::sqlx::Postgres>) -> Result<(), oncely_sql::sqlx::Error> {
@@ -182,13 +159,13 @@ async fn backend_pid(conn: &mut sqlx::PgConnection) -> std::result::Result<i32, 
 ///     .await?;
 /// # Ok(()) }
 /// ```
-pub fn query<'q, DB: Database + sqlx::database::HasStatementCache>(
+pub fn query<'q, DB: SqlDatabase + sqlx::database::HasStatementCache>(
     sql: impl sqlx::SqlSafeStr,
 ) -> sqlx::query::Query<'q, DB, <DB as Database>::Arguments> {
-    sqlx::query(sql).persistent(persistent())
+    Engine::assumed(DB::DIALECT).query(sql)
 }
 
-/// `sqlx::query_as`, prepared unnamed behind a transaction pooler (see [`query`]).
+/// `sqlx::query_as`, unnamed on PostgreSQL (see [`query`]).
 ///
 /// ```no_run
 /// # async fn f(pool: oncely_sql::sqlx::PgPool) -> Result<(), oncely_sql::sqlx::Error> {
@@ -199,33 +176,33 @@ pub fn query<'q, DB: Database + sqlx::database::HasStatementCache>(
 /// tx.commit().await?;
 /// # Ok(()) }
 /// ```
-pub fn query_as<'q, DB: Database + sqlx::database::HasStatementCache, O>(
+pub fn query_as<'q, DB: SqlDatabase + sqlx::database::HasStatementCache, O>(
     sql: impl sqlx::SqlSafeStr,
 ) -> sqlx::query::QueryAs<'q, DB, O, <DB as Database>::Arguments>
 where
     O: for<'r> sqlx::FromRow<'r, DB::Row>,
 {
-    sqlx::query_as(sql).persistent(persistent())
+    Engine::assumed(DB::DIALECT).query_as(sql)
 }
 
-/// `sqlx::query_scalar`, prepared unnamed behind a transaction pooler (see [`query`]).
+/// `sqlx::query_scalar`, unnamed on PostgreSQL (see [`query`]).
 ///
 /// ```no_run
 /// # async fn f(pool: oncely_sql::sqlx::PgPool) -> Result<(), oncely_sql::sqlx::Error> {
-/// let mut conn = oncely_sql::Autocommit::begin(&pool).await?;
+/// let mut conn = oncely_sql::Autocommit::begin(&pool, oncely_sql::Engine::assumed(oncely_sql::Dialect::Postgres)).await?;
 /// let n: i64 = oncely_sql::query_scalar("SELECT count(*) FROM oncely_inbox")
 ///     .fetch_one(&mut *conn)
 ///     .await?;
 /// conn.commit().await?;
 /// # Ok(()) }
 /// ```
-pub fn query_scalar<'q, DB: Database + sqlx::database::HasStatementCache, O>(
+pub fn query_scalar<'q, DB: SqlDatabase + sqlx::database::HasStatementCache, O>(
     sql: impl sqlx::SqlSafeStr,
 ) -> sqlx::query::QueryScalar<'q, DB, O, <DB as Database>::Arguments>
 where
     (O,): for<'r> sqlx::FromRow<'r, DB::Row>,
 {
-    sqlx::query_scalar(sql).persistent(persistent())
+    Engine::assumed(DB::DIALECT).query_scalar(sql)
 }
 
 /// A connection for statements outside the store's transactions (reads of the inbox, dead
@@ -236,7 +213,8 @@ where
 ///
 /// ```no_run
 /// # async fn f(pool: oncely_sql::sqlx::PgPool) -> Result<(), oncely_sql::sqlx::Error> {
-/// let mut conn = oncely_sql::Autocommit::begin(&pool).await?;
+/// # let engine = oncely_sql::Engine::assumed(oncely_sql::Dialect::Postgres);
+/// let mut conn = oncely_sql::Autocommit::begin(&pool, engine).await?;
 /// oncely_sql::query("DELETE FROM oncely_dead_letters WHERE consumer = $1")
 ///     .bind("billing")
 ///     .execute(&mut *conn)
@@ -254,9 +232,10 @@ enum Inner<DB: Database> {
 }
 
 impl<DB: Database> Autocommit<DB> {
-    /// Takes a connection of `pool` (beginning a transaction behind a transaction pooler).
-    pub async fn begin(pool: &Pool<DB>) -> std::result::Result<Self, sqlx::Error> {
-        let inner = if behind_transaction_pooler() && DB::NAME == "PostgreSQL" {
+    /// Takes a connection of `pool`, whose facts are `engine` (beginning a transaction where
+    /// a transaction pooler may stand between).
+    pub async fn begin(pool: &Pool<DB>, engine: Engine) -> std::result::Result<Self, sqlx::Error> {
+        let inner = if engine.pins_statements() {
             Inner::Pinned(pool.begin().await?)
         } else {
             Inner::Plain(pool.acquire().await?)
@@ -309,10 +288,12 @@ impl<DB: Database> std::ops::DerefMut for Autocommit<DB> {
 /// ```
 #[macro_export]
 macro_rules! with_autocommit {
-    ($any:expr, $c:ident => $body:expr) => {
-        $crate::with_pool!($any, pool => async {
+    ($any:expr, $c:ident => $body:expr) => {{
+        let any: &$crate::AnyPool = &$any;
+        let engine = any.engine();
+        $crate::with_pool!(any, pool => async {
             #[allow(unused_mut)]
-            let mut $c = $crate::Autocommit::begin(pool)
+            let mut $c = $crate::Autocommit::begin(pool, engine)
                 .await
                 .map_err(|e| $crate::db("connecting", e))?;
             let out = $body;
@@ -320,7 +301,7 @@ macro_rules! with_autocommit {
             $crate::pooler::ok(out)
         }
         .await)
-    };
+    }};
 }
 
 /// `Ok(value)` as an oncely result (for [`with_autocommit!`]'s type inference).

@@ -11,6 +11,7 @@
 //! databases beyond that comes from [`Dialect`]'s methods.
 
 use crate::dialect::Dialect;
+use crate::engine::Engine;
 use futures::future::BoxFuture;
 #[cfg(feature = "mysql")]
 use sqlx::MySql;
@@ -188,7 +189,8 @@ pub struct Done {
 /// # async fn f<DB: SqlDatabase>(pool: sqlx::Pool<DB>) -> Result<(), sqlx::Error> {
 /// let mut conn = pool.acquire().await?;
 /// let args = [Value::from("acct-17")];
-/// let rows = DB::fetch(&mut conn, "SELECT balance FROM accounts WHERE account = $1", &args, &[Column::I64]).await?;
+/// let engine = oncely_sql::Engine::assumed(DB::DIALECT);
+/// let rows = DB::fetch(&mut conn, engine, "SELECT balance FROM accounts WHERE account = $1", &args, &[Column::I64]).await?;
 /// # Ok(()) }
 /// ```
 pub trait SqlDatabase: Database {
@@ -200,9 +202,11 @@ pub trait SqlDatabase: Database {
     const BEGIN: &'static str;
 
     /// Runs a statement with `args` bound to its placeholders (`$1, $2, …`, see
-    /// [`Dialect::rewrite_params`]).
+    /// [`Dialect::rewrite_params`]), prepared as `engine` allows (named only where it
+    /// [caches statements](Engine::caches_statements)).
     fn execute<'c>(
         conn: &'c mut Self::Connection,
+        engine: Engine,
         sql: &'c str,
         args: &'c [Value],
     ) -> BoxFuture<'c, Result<Done, sqlx::Error>>;
@@ -213,9 +217,11 @@ pub trait SqlDatabase: Database {
         sql: &'c str,
     ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
 
-    /// Runs a query with `args` bound and decodes each row's columns as `cols` (in order).
+    /// Runs a query with `args` bound and decodes each row's columns as `cols` (in order),
+    /// prepared as `engine` allows.
     fn fetch<'c>(
         conn: &'c mut Self::Connection,
+        engine: Engine,
         sql: &'c str,
         args: &'c [Value],
         cols: &'c [Column],
@@ -259,19 +265,20 @@ macro_rules! sql_database {
 
             fn execute<'c>(
                 conn: &'c mut Self::Connection,
+                engine: Engine,
                 sql: &'c str,
                 args: &'c [Value],
             ) -> BoxFuture<'c, Result<Done, sqlx::Error>> {
                 Box::pin(async move {
-                    if must_pin::<Self>(conn) {
+                    if must_pin::<Self>(conn, engine) {
                         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                        let done = Self::execute(&mut *tx, sql, args).await?;
+                        let done = Self::execute(&mut *tx, engine, sql, args).await?;
                         tx.commit().await?;
                         return Ok(done);
                     }
                     let (sql, order) = Self::DIALECT.rewrite_params(sql);
                     let q = bind_all!(
-                        crate::pooler::query(AssertSqlSafe(sql.into_owned())),
+                        engine.query(AssertSqlSafe(sql.into_owned())),
                         ordered(args, order.as_deref())
                     );
                     let r = q.execute(&mut *conn).await?;
@@ -293,20 +300,21 @@ macro_rules! sql_database {
 
             fn fetch<'c>(
                 conn: &'c mut Self::Connection,
+                engine: Engine,
                 sql: &'c str,
                 args: &'c [Value],
                 cols: &'c [Column],
             ) -> BoxFuture<'c, Result<Vec<Vec<Value>>, sqlx::Error>> {
                 Box::pin(async move {
-                    if must_pin::<Self>(conn) {
+                    if must_pin::<Self>(conn, engine) {
                         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                        let rows = Self::fetch(&mut *tx, sql, args, cols).await?;
+                        let rows = Self::fetch(&mut *tx, engine, sql, args, cols).await?;
                         tx.commit().await?;
                         return Ok(rows);
                     }
                     let (sql, order) = Self::DIALECT.rewrite_params(sql);
                     let q = bind_all!(
-                        crate::pooler::query(AssertSqlSafe(sql.into_owned())),
+                        engine.query(AssertSqlSafe(sql.into_owned())),
                         ordered(args, order.as_deref())
                     );
                     let rows = q.fetch_all(&mut *conn).await?;
@@ -337,12 +345,10 @@ macro_rules! sql_database {
 }
 
 /// Whether a statement on `conn` must get a transaction of its own first: behind a
-/// transaction pooler, on a PostgreSQL connection outside a transaction (see
-/// [`crate::pooler`]: the pooler could hand the statement's `Bind` to another server).
-fn must_pin<DB: SqlDatabase>(conn: &DB::Connection) -> bool {
-    DB::DIALECT == Dialect::Postgres
-        && crate::pooler::behind_transaction_pooler()
-        && !sqlx::Connection::is_in_transaction(conn)
+/// transaction pooler (or where that is not known), on a connection outside a transaction
+/// (see [`crate::pooler`]: the pooler could hand the statement's `Bind` to another server).
+fn must_pin<DB: SqlDatabase>(conn: &DB::Connection, engine: Engine) -> bool {
+    engine.pins_statements() && !sqlx::Connection::is_in_transaction(conn)
 }
 
 fn done_of<R: QueryResultExt>(r: &R) -> Done {

@@ -8,7 +8,9 @@
 //! matches on which database it is: SQL that differs is built from [`SqlTx::dialect`]'s
 //! primitives.
 
+use crate::any::AnyPool;
 use crate::dialect::Dialect;
+use crate::engine::Engine;
 use crate::error::db;
 use crate::query::{Column, Done, SqlDatabase, Value};
 use crate::tx::AnyTx;
@@ -36,8 +38,15 @@ use std::future::Future;
 /// }
 /// ```
 pub trait SqlTx: Send {
+    /// The facts of the connection ([`Engine`]): its store's for an [`AnyTx`] or an
+    /// [`AnyPool`]; [`Engine::assumed`] for a typed sqlx transaction or connection, which does
+    /// not know its store.
+    fn engine(&self) -> Engine;
+
     /// The database.
-    fn dialect(&self) -> Dialect;
+    fn dialect(&self) -> Dialect {
+        self.engine().dialect()
+    }
 
     /// Runs a statement with `args` bound to `$1, $2, …`; reports the rows it affected.
     fn execute(&mut self, sql: &str, args: &[Value]) -> impl Future<Output = Result<Done>> + Send;
@@ -77,8 +86,8 @@ pub trait SqlTx: Send {
 }
 
 impl SqlTx for AnyTx {
-    fn dialect(&self) -> Dialect {
-        AnyTx::dialect(self)
+    fn engine(&self) -> Engine {
+        AnyTx::engine(self)
     }
 
     fn execute(&mut self, sql: &str, args: &[Value]) -> impl Future<Output = Result<Done>> + Send {
@@ -103,8 +112,8 @@ impl SqlTx for AnyTx {
 macro_rules! typed_seam {
     ($($ty:ty),*) => {$(
         impl<DB: SqlDatabase> SqlTx for $ty {
-            fn dialect(&self) -> Dialect {
-                DB::DIALECT
+            fn engine(&self) -> Engine {
+                Engine::assumed(DB::DIALECT)
             }
 
             fn execute(
@@ -113,7 +122,7 @@ macro_rules! typed_seam {
                 args: &[Value],
             ) -> impl Future<Output = Result<Done>> + Send {
                 async move {
-                    DB::execute(&mut **self, sql, args)
+                    DB::execute(&mut **self, Engine::assumed(DB::DIALECT), sql, args)
                         .await
                         .map_err(|e| db("executing a statement", e))
                 }
@@ -126,7 +135,7 @@ macro_rules! typed_seam {
                 cols: &[Column],
             ) -> impl Future<Output = Result<Vec<Vec<Value>>>> + Send {
                 async move {
-                    DB::fetch(&mut **self, sql, args, cols)
+                    DB::fetch(&mut **self, Engine::assumed(DB::DIALECT), sql, args, cols)
                         .await
                         .map_err(|e| db("running a query", e))
                 }
@@ -144,6 +153,91 @@ macro_rules! typed_seam {
 }
 
 typed_seam!(Transaction<'_, DB>, PoolConnection<DB>);
+
+/// A pool runs each statement on its own (autocommit): on a connection of the pool, inside a
+/// short transaction of its own where a transaction pooler may stand between (see
+/// [`crate::pooler`]). For code that reads or writes outside a handler's transaction (the
+/// effect journal, operations); statements that must commit together take
+/// [`AnyPool::begin`].
+///
+/// ```no_run
+/// use oncely_sql::SqlTx;
+/// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+/// let mut pool = pool;
+/// let n = pool.fetch_i64("SELECT COUNT(*) FROM oncely_inbox", &[]).await?;
+/// # Ok(()) }
+/// ```
+impl SqlTx for AnyPool {
+    fn engine(&self) -> Engine {
+        AnyPool::engine(self)
+    }
+
+    fn execute(&mut self, sql: &str, args: &[Value]) -> impl Future<Output = Result<Done>> + Send {
+        let engine = AnyPool::engine(self);
+        async move {
+            crate::with_pool!(&*self, p => async {
+                let mut conn = p.acquire().await?;
+                sql_database_execute(&mut conn, engine, sql, args).await
+            }
+            .await)
+            .map_err(|e| db("executing a statement", e))
+        }
+    }
+
+    fn fetch(
+        &mut self,
+        sql: &str,
+        args: &[Value],
+        cols: &[Column],
+    ) -> impl Future<Output = Result<Vec<Vec<Value>>>> + Send {
+        let engine = AnyPool::engine(self);
+        async move {
+            crate::with_pool!(&*self, p => async {
+                let mut conn = p.acquire().await?;
+                sql_database_fetch(&mut conn, engine, sql, args, cols).await
+            }
+            .await)
+            .map_err(|e| db("running a query", e))
+        }
+    }
+
+    fn script(&mut self, sql: &str) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            crate::with_pool!(&*self, p => async {
+                let mut conn = p.acquire().await?;
+                sql_database_script(&mut conn, sql).await
+            }
+            .await)
+            .map_err(|e| db("running a script", e))
+        }
+    }
+}
+
+async fn sql_database_execute<DB: SqlDatabase>(
+    conn: &mut PoolConnection<DB>,
+    engine: Engine,
+    sql: &str,
+    args: &[Value],
+) -> std::result::Result<Done, sqlx::Error> {
+    DB::execute(&mut **conn, engine, sql, args).await
+}
+
+async fn sql_database_fetch<DB: SqlDatabase>(
+    conn: &mut PoolConnection<DB>,
+    engine: Engine,
+    sql: &str,
+    args: &[Value],
+    cols: &[Column],
+) -> std::result::Result<Vec<Vec<Value>>, sqlx::Error> {
+    DB::fetch(&mut **conn, engine, sql, args, cols).await
+}
+
+async fn sql_database_script<DB: SqlDatabase>(
+    conn: &mut PoolConnection<DB>,
+    sql: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    DB::script(&mut **conn, sql).await
+}
 
 #[cfg(all(test, feature = "sqlite"))]
 mod tests {

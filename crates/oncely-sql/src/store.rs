@@ -1,6 +1,7 @@
 //! [`SqlStore`]: the inbox and dead-letter tables in SQLite, PostgreSQL or MySQL/MariaDB.
 
-use crate::dialect::{Dialect, Isolation, Queries};
+use crate::dialect::{Isolation, Queries};
+use crate::engine::Engine;
 use crate::error::db;
 use crate::failover::Failover;
 use crate::letter::LetterRow;
@@ -37,8 +38,8 @@ pub struct SqlStore<DB: Database> {
     failover: Option<Arc<Failover<DB>>>,
     /// What a commit waits for (see [`crate::replication`]).
     replication: Replication,
-    /// Portable mode (see [`SqlStore::portable()`]).
-    portable: bool,
+    /// The facts of the connection, decided at connect ([`SqlStore::engine`]).
+    engine: Engine,
     /// Transactions opened by the last commits, for the next `begin` (see [`crate::warm`]).
     warm: Arc<Warm<DB>>,
 }
@@ -53,7 +54,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
             packet_limit: self.packet_limit.clone(),
             failover: self.failover.clone(),
             replication: self.replication,
-            portable: self.portable,
+            engine: self.engine,
             warm: self.warm.clone(),
         }
     }
@@ -79,8 +80,8 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    fn new(dialect: Dialect, tables: &Tables, portable: bool) -> Self {
-        let q = Queries::new(dialect, tables, portable);
+    fn new(engine: Engine, tables: &Tables) -> Self {
+        let q = Queries::new(engine.dialect(), tables, engine.portable());
         let s = |text: String| AssertSqlSafe(text).into_sql_str();
         Self {
             claim: s(q.claim),
@@ -149,9 +150,17 @@ impl<DB: SqlDatabase> SqlStore<DB> {
         Self::with_tables(pool, Tables::default())
     }
 
-    /// A store over an existing pool, with custom table names.
+    /// A store over an existing pool, with custom table names. Its [`Engine`] is
+    /// [`Engine::assumed`] (the store did not connect, so it checked nothing): on PostgreSQL
+    /// statements are unnamed, as behind a transaction pooler. Stores opened from a URL
+    /// (`connect`, `connect_with`) know their engine; set a known one with
+    /// [`SqlStore::with_engine`].
     pub fn with_tables(pool: Pool<DB>, tables: Tables) -> Self {
-        let queries = Arc::new(Statements::new(DB::DIALECT, &tables, false));
+        Self::with_engine_and_tables(pool, tables, Engine::assumed(DB::DIALECT))
+    }
+
+    pub(crate) fn with_engine_and_tables(pool: Pool<DB>, tables: Tables, engine: Engine) -> Self {
+        let queries = Arc::new(Statements::new(engine, &tables));
         Self {
             pool,
             tables,
@@ -160,27 +169,37 @@ impl<DB: SqlDatabase> SqlStore<DB> {
             packet_limit: Arc::default(),
             failover: None,
             replication: Replication::AsConfigured,
-            portable: false,
+            engine,
             warm: Arc::default(),
         }
     }
 
-    /// Turns portable mode on or off (see [`SqlStore::portable()`]); `connect_with` sets it from
-    /// [`ConnectOptions::portable`](crate::ConnectOptions::portable) and what it detects, a
-    /// store made [`with_tables`](Self::with_tables) starts with it off.
-    pub fn with_portable(mut self, portable: bool) -> Self {
-        self.portable = portable;
-        self.queries = Arc::new(Statements::new(DB::DIALECT, &self.tables, portable));
+    /// The same store with the facts of its connection set to `engine` (of the same
+    /// database): for a store made from a pool known to be direct, or known to be behind a
+    /// transaction pooler or on a distributed engine.
+    ///
+    /// ```
+    /// use oncely_sql::{Dialect, Engine};
+    /// # async fn f(pool: oncely_sql::sqlx::PgPool) {
+    /// let store = oncely_sql::PgStore::from_pool(pool).with_engine(Engine::direct(Dialect::Postgres));
+    /// assert!(store.engine().caches_statements());
+    /// # }
+    /// ```
+    pub fn with_engine(mut self, engine: Engine) -> Self {
+        debug_assert_eq!(
+            engine.dialect(),
+            DB::DIALECT,
+            "an engine of another database"
+        );
+        self.engine = engine;
+        self.queries = Arc::new(Statements::new(engine, &self.tables));
         self
     }
 
-    /// Whether the store runs in portable mode: only SQL that distributed engines support
-    /// (CockroachDB, YugabyteDB, TiDB, Citus, MariaDB Galera; and PostgreSQL behind a
-    /// transaction pooler): lease-table locks instead of advisory / named locks,
-    /// primary-key-range pruning instead of `ctid`, a polling outbox relay (no
-    /// `LISTEN`/`NOTIFY`), `FOR UPDATE` claim reads on the MySQL family, batch claims one at a
-    /// time. Tools built from the store (`oncely_ops::Ops::from(&store)`) take it over; pass it
-    /// on to the outbox and relay of oncely-effects (`.portable(store.portable())`).
+    /// Turns portable mode on (or off, where nothing detected at connect requires it): the
+    /// store's [`Engine`] with [`Engine::with_portable`]. Everything built from the store (its
+    /// pool, its transactions, `oncely_ops::Ops::from(&store)`, the outbox and its relay)
+    /// reads it there.
     ///
     /// ```no_run
     /// # async fn f() -> oncely_core::Result<()> {
@@ -189,8 +208,29 @@ impl<DB: SqlDatabase> SqlStore<DB> {
     /// assert!(store.with_portable(true).portable()); // forced
     /// # Ok(()) }
     /// ```
+    pub fn with_portable(self, portable: bool) -> Self {
+        let engine = self.engine.with_portable(portable);
+        self.with_engine(engine)
+    }
+
+    /// The facts of the store's connection, decided when it connected: the database, portable
+    /// mode, a transaction pooler in between ([`Engine`]).
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// Whether the store runs in portable mode ([`Engine::portable`]).
     pub fn portable(&self) -> bool {
-        self.portable
+        self.engine.portable()
+    }
+
+    /// The store's pool as an [`AnyPool`](crate::AnyPool), holding the store's [`Engine`]:
+    /// what tools (operations, locks, the effect journal) take.
+    pub fn any_pool(&self) -> crate::AnyPool
+    where
+        crate::AnyPool: From<Pool<DB>>,
+    {
+        crate::AnyPool::from(self.pool.clone()).with_engine(self.engine)
     }
 
     pub(crate) fn with_failover(mut self, failover: Option<Failover<DB>>) -> Self {
@@ -262,7 +302,8 @@ impl SqlStore<MySql> {
         let limit = self
             .packet_limit
             .get_or_try_init(|| async {
-                crate::pooler::query_scalar::<_, i64>("SELECT CAST(@@max_allowed_packet AS SIGNED)")
+                self.engine
+                    .query_scalar::<_, i64>("SELECT CAST(@@max_allowed_packet AS SIGNED)")
                     .fetch_one(&self.pool)
                     .await
                     .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
@@ -377,7 +418,7 @@ macro_rules! sql_store {
             ) -> Result<Vec<bool>> {
                 let unique = crate::batch::unique_sorted(items);
                 let mut stored = std::collections::HashMap::new();
-                let mut conn = Autocommit::begin(&self.pool)
+                let mut conn = Autocommit::begin(&self.pool, self.engine)
                     .await
                     .map_err(|e| db("reading claimed payload hashes", e))?;
                 for chunk in unique.chunks(crate::batch::CHUNK) {
@@ -403,7 +444,9 @@ macro_rules! sql_store {
                 id: &MessageId,
                 hash: PayloadHash,
             ) -> Result<Claim> {
-                let inserted = crate::pooler::query(self.queries.claim.clone())
+                let inserted = self
+                    .engine
+                    .query(self.queries.claim.clone())
                     .bind(consumer.as_str())
                     .bind(id.as_str())
                     .bind(hash.to_hex())
@@ -414,7 +457,9 @@ macro_rules! sql_store {
                 if inserted == 1 {
                     return Ok(Claim::Fresh);
                 }
-                let stored: String = crate::pooler::query_scalar(self.queries.claim_hash.clone())
+                let stored: String = self
+                    .engine
+                    .query_scalar(self.queries.claim_hash.clone())
                     .bind(consumer.as_str())
                     .bind(id.as_str())
                     .fetch_one(&mut **tx)
@@ -452,7 +497,9 @@ macro_rules! sql_store {
             async fn dead_letter(&self, letter: &DeadLetter) -> Result<()> {
                 let limit = self.packet_limit().await?;
                 let row = LetterRow::new(letter, <$db as SqlDatabase>::DIALECT, limit);
-                let query = crate::pooler::query(self.queries.upsert_dead_letter.clone())
+                let query = self
+                    .engine
+                    .query(self.queries.upsert_dead_letter.clone())
                     .bind(row.consumer)
                     .bind(row.message_id)
                     .bind(row.raw_id.as_deref())
@@ -469,7 +516,9 @@ macro_rules! sql_store {
                     .bind(row.id_hash);
                 let failed = |e| db("storing a dead letter", e);
                 if self.replication == Replication::AsConfigured {
-                    let mut conn = Autocommit::begin(&self.pool).await.map_err(failed)?;
+                    let mut conn = Autocommit::begin(&self.pool, self.engine)
+                        .await
+                        .map_err(failed)?;
                     query.execute(&mut *conn).await.map_err(failed)?;
                     // The runtime acks after this returns: the row must be committed by then.
                     return conn.commit().await.map_err(failed);
@@ -501,14 +550,17 @@ macro_rules! sql_store {
                 id: &str,
             ) -> Result<Option<PayloadHash>> {
                 let failed = |e| db("reading the inbox", e);
-                let mut conn = Autocommit::begin(&self.pool).await.map_err(failed)?;
-                let stored: Option<String> =
-                    crate::pooler::query_scalar(self.queries.stored_hash.clone())
-                        .bind(consumer.as_str())
-                        .bind(id)
-                        .fetch_optional(&mut *conn)
-                        .await
-                        .map_err(failed)?;
+                let mut conn = Autocommit::begin(&self.pool, self.engine)
+                    .await
+                    .map_err(failed)?;
+                let stored: Option<String> = self
+                    .engine
+                    .query_scalar(self.queries.stored_hash.clone())
+                    .bind(consumer.as_str())
+                    .bind(id)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(failed)?;
                 conn.commit().await.map_err(failed)?;
                 stored.as_deref().map(stored_hash_of).transpose()
             }
@@ -518,16 +570,20 @@ macro_rules! sql_store {
                 consumer: Option<&ConsumerName>,
             ) -> Result<Vec<StoredDeadLetter>> {
                 let failed = |e| db("reading dead letters", e);
-                let mut conn = Autocommit::begin(&self.pool).await.map_err(failed)?;
+                let mut conn = Autocommit::begin(&self.pool, self.engine)
+                    .await
+                    .map_err(failed)?;
                 let rows = match consumer {
                     Some(c) => {
-                        crate::pooler::query(self.queries.dead_letters_of.clone())
+                        self.engine
+                            .query(self.queries.dead_letters_of.clone())
                             .bind(c.as_str())
                             .fetch_all(&mut *conn)
                             .await
                     }
                     None => {
-                        crate::pooler::query(self.queries.dead_letters.clone())
+                        self.engine
+                            .query(self.queries.dead_letters.clone())
                             .fetch_all(&mut *conn)
                             .await
                     }

@@ -3,6 +3,7 @@
 
 use crate::any::AnyStore;
 use crate::dialect::Dialect;
+use crate::engine::Engine;
 use crate::error::db;
 use crate::query::{Column, Done, SqlDatabase, Value};
 use oncely_core::{
@@ -44,8 +45,21 @@ use sqlx::Transaction;
 ///     }
 /// }
 /// ```
+///
+/// It carries its store's [`Engine`] ([`AnyTx::engine`]): statements are named and cached
+/// where that connection allows, and effects ask it what the database can do (an outbox
+/// `NOTIFY` only where [`Engine::notifies`]). A transaction converted from a sqlx one
+/// (`AnyTx::from(tx)`) holds [`Engine::assumed`].
 #[derive(Debug)]
-pub enum AnyTx {
+pub struct AnyTx {
+    engine: Engine,
+    tx: TxKind,
+}
+
+/// The sqlx transaction inside an [`AnyTx`] (what [`with_tx!`](crate::with_tx) matches on).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum TxKind {
     /// SQLite.
     #[cfg(feature = "sqlite")]
     Sqlite(Transaction<'static, Sqlite>),
@@ -75,7 +89,7 @@ pub enum AnyTx {
 #[macro_export]
 macro_rules! with_tx {
     ($any:expr, $t:ident => $body:expr) => {
-        $crate::__any_arms_sqlite!(($any) AnyTx $t ($body) {})
+        $crate::__any_arms_sqlite!(($crate::AnyTx::__kind_mut($any)) TxKind $t ($body) {})
     };
 }
 
@@ -83,21 +97,21 @@ macro_rules! with_tx {
 /// to its sqlx database type.
 macro_rules! with_conn {
     ($tx:expr, $db:ident, $conn:ident => $body:expr) => {
-        match $tx {
+        match &mut $tx.tx {
             #[cfg(feature = "sqlite")]
-            AnyTx::Sqlite(t) => {
+            TxKind::Sqlite(t) => {
                 type $db = Sqlite;
                 let $conn = &mut **t;
                 $body
             }
             #[cfg(feature = "postgres")]
-            AnyTx::Postgres(t) => {
+            TxKind::Postgres(t) => {
                 type $db = Postgres;
                 let $conn = &mut **t;
                 $body
             }
             #[cfg(feature = "mysql")]
-            AnyTx::MySql(t) => {
+            TxKind::MySql(t) => {
                 type $db = MySql;
                 let $conn = &mut **t;
                 $body
@@ -115,14 +129,23 @@ impl AnyTx {
     /// # }
     /// ```
     pub fn dialect(&self) -> Dialect {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(_) => Dialect::Sqlite,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => Dialect::Postgres,
-            #[cfg(feature = "mysql")]
-            Self::MySql(_) => Dialect::MySql,
-        }
+        self.engine.dialect()
+    }
+
+    /// The facts of the transaction's connection ([`Engine`]): its store's.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The same transaction, its connection's facts being `engine`.
+    pub(crate) fn with_engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
+        self
+    }
+
+    #[doc(hidden)]
+    pub fn __kind_mut(&mut self) -> &mut TxKind {
+        &mut self.tx
     }
 
     /// Runs a statement with `args` bound to `$1, $2, …`; reports the rows it affected.
@@ -136,7 +159,8 @@ impl AnyTx {
     /// # Ok(()) }
     /// ```
     pub async fn execute(&mut self, sql: &str, args: &[Value]) -> Result<Done> {
-        with_conn!(self, DB, conn => DB::execute(conn, sql, args).await)
+        let engine = self.engine;
+        with_conn!(self, DB, conn => DB::execute(conn, engine, sql, args).await)
             .map_err(|e| db("executing a statement", e))
     }
 
@@ -159,7 +183,8 @@ impl AnyTx {
         args: &[Value],
         cols: &[Column],
     ) -> Result<Vec<Vec<Value>>> {
-        with_conn!(self, DB, conn => DB::fetch(conn, sql, args, cols).await)
+        let engine = self.engine;
+        with_conn!(self, DB, conn => DB::fetch(conn, engine, sql, args, cols).await)
             .map_err(|e| db("running a query", e))
     }
 
@@ -220,7 +245,8 @@ impl AnyTx {
     /// # Ok(()) }
     /// ```
     pub async fn commit(self) -> Result<()> {
-        crate::with_tx!(self, t => t.commit().await).map_err(|e| db("committing", e))
+        crate::__any_arms_sqlite!((self.tx) TxKind t (t.commit().await) {})
+            .map_err(|e| db("committing", e))
     }
 
     /// Rolls the transaction back.
@@ -232,7 +258,8 @@ impl AnyTx {
     /// # Ok(()) }
     /// ```
     pub async fn rollback(self) -> Result<()> {
-        crate::with_tx!(self, t => t.rollback().await).map_err(|e| db("rolling back", e))
+        crate::__any_arms_sqlite!((self.tx) TxKind t (t.rollback().await) {})
+            .map_err(|e| db("rolling back", e))
     }
 
     /// The typed SQLite transaction, if it is one.
@@ -246,9 +273,9 @@ impl AnyTx {
     /// ```
     #[cfg(feature = "sqlite")]
     pub fn as_sqlite(&mut self) -> Option<&mut Transaction<'static, Sqlite>> {
-        match self {
+        match &mut self.tx {
             #[cfg(feature = "sqlite")]
-            Self::Sqlite(tx) => Some(tx),
+            TxKind::Sqlite(tx) => Some(tx),
             _ => None,
         }
     }
@@ -268,9 +295,9 @@ impl AnyTx {
     /// ```
     #[cfg(feature = "postgres")]
     pub fn as_postgres(&mut self) -> Option<&mut Transaction<'static, Postgres>> {
-        match self {
+        match &mut self.tx {
             #[cfg(feature = "postgres")]
-            Self::Postgres(tx) => Some(tx),
+            TxKind::Postgres(tx) => Some(tx),
             _ => None,
         }
     }
@@ -286,9 +313,9 @@ impl AnyTx {
     /// ```
     #[cfg(feature = "mysql")]
     pub fn as_mysql(&mut self) -> Option<&mut Transaction<'static, MySql>> {
-        match self {
+        match &mut self.tx {
             #[cfg(feature = "mysql")]
-            Self::MySql(tx) => Some(tx),
+            TxKind::MySql(tx) => Some(tx),
             _ => None,
         }
     }
@@ -296,25 +323,34 @@ impl AnyTx {
 
 #[cfg(feature = "sqlite")]
 impl From<Transaction<'static, Sqlite>> for AnyTx {
+    /// A transaction oncely did not begin: its facts are [`Engine::assumed`].
     fn from(tx: Transaction<'static, Sqlite>) -> Self {
-        #[cfg(feature = "sqlite")]
-        Self::Sqlite(tx)
+        Self {
+            engine: Engine::assumed(Dialect::Sqlite),
+            tx: TxKind::Sqlite(tx),
+        }
     }
 }
 
 #[cfg(feature = "postgres")]
 impl From<Transaction<'static, Postgres>> for AnyTx {
+    /// A transaction oncely did not begin: its facts are [`Engine::assumed`].
     fn from(tx: Transaction<'static, Postgres>) -> Self {
-        #[cfg(feature = "postgres")]
-        Self::Postgres(tx)
+        Self {
+            engine: Engine::assumed(Dialect::Postgres),
+            tx: TxKind::Postgres(tx),
+        }
     }
 }
 
 #[cfg(feature = "mysql")]
 impl From<Transaction<'static, MySql>> for AnyTx {
+    /// A transaction oncely did not begin: its facts are [`Engine::assumed`].
     fn from(tx: Transaction<'static, MySql>) -> Self {
-        #[cfg(feature = "mysql")]
-        Self::MySql(tx)
+        Self {
+            engine: Engine::assumed(Dialect::MySql),
+            tx: TxKind::MySql(tx),
+        }
     }
 }
 
@@ -334,11 +370,29 @@ macro_rules! with_store_tx {
     ($store:expr, $tx:expr, $s:ident, $t:ident => $body:expr) => {
         match ($store, $tx) {
             #[cfg(feature = "sqlite")]
-            (AnyStore::Sqlite($s), AnyTx::Sqlite($t)) => $body,
+            (
+                AnyStore::Sqlite($s),
+                AnyTx {
+                    tx: TxKind::Sqlite($t),
+                    ..
+                },
+            ) => $body,
             #[cfg(feature = "postgres")]
-            (AnyStore::Postgres($s), AnyTx::Postgres($t)) => $body,
+            (
+                AnyStore::Postgres($s),
+                AnyTx {
+                    tx: TxKind::Postgres($t),
+                    ..
+                },
+            ) => $body,
             #[cfg(feature = "mysql")]
-            (AnyStore::MySql($s), AnyTx::MySql($t)) => $body,
+            (
+                AnyStore::MySql($s),
+                AnyTx {
+                    tx: TxKind::MySql($t),
+                    ..
+                },
+            ) => $body,
             (store, tx) => Err(mismatch(store.dialect(), &tx)),
         }
     };
@@ -361,13 +415,17 @@ impl Store for AnyStore {
     type Tx = AnyTx;
 
     async fn begin(&self) -> Result<AnyTx> {
-        Ok(match self {
+        let tx = match self {
             #[cfg(feature = "sqlite")]
-            Self::Sqlite(s) => AnyTx::Sqlite(s.begin().await?),
+            Self::Sqlite(s) => TxKind::Sqlite(s.begin().await?),
             #[cfg(feature = "postgres")]
-            Self::Postgres(s) => AnyTx::Postgres(s.begin().await?),
+            Self::Postgres(s) => TxKind::Postgres(s.begin().await?),
             #[cfg(feature = "mysql")]
-            Self::MySql(s) => AnyTx::MySql(s.begin().await?),
+            Self::MySql(s) => TxKind::MySql(s.begin().await?),
+        };
+        Ok(AnyTx {
+            engine: self.engine(),
+            tx,
         })
     }
 

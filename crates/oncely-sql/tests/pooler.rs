@@ -3,16 +3,19 @@
 //! statements that never cross between clients, and the store conformance suite, all with
 //! the plain URL a user has (no `?pooler=` option).
 //!
-//! Everything runs in one test so that the process-wide pooler mode (set by the first store
-//! opened through PgBouncer) is on for exactly the parts that expect it: first the hazard is
-//! shown with sqlx's defaults, then oncely's statements run through the same pooler.
+//! The pooler is a fact of each store's [`Engine`](oncely_sql::Engine), not of the process:
+//! `each_pool_keeps_its_own_statement_caching` opens a store through PgBouncer, a direct one
+//! and a SQLite one in one process and checks that only the first prepares unnamed.
 
 mod common;
 
 use common::{pg_url, unique};
 use oncely_core::{Error, Result};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Transaction};
-use oncely_sql::{AnyPool, ConnectOptions, PgStore, SqlDatabase, Value, with_autocommit};
+use oncely_sql::{
+    AnyPool, ConnectOptions, Dialect, Engine, PgStore, SqlDatabase, SqlStore, SqlTx, SqliteStore,
+    Value, with_autocommit,
+};
 use oncely_testkit::{ExerciseOptions, StoreHarness, services};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,7 +101,7 @@ impl StoreHarness for BouncedHarness {
         let store = PgStore::connect_with(&bouncer_url(&name), &options).await?;
         store.migrate().await?;
         // In portable mode (a transaction pooler is one reason) the migration lock is a lease.
-        let leases: i64 = with_autocommit!(&AnyPool::from(store.pool().clone()), c => {
+        let leases: i64 = with_autocommit!(&store.any_pool(), c => {
             oncely_sql::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {}", store.tables().ops_leases())))
                 .fetch_one(&mut *c)
                 .await
@@ -121,6 +124,7 @@ impl StoreHarness for BouncedHarness {
     ) -> Result<()> {
         Postgres::execute(
             &mut **tx,
+            Engine::assumed(Dialect::Postgres),
             "INSERT INTO ledger (message_id, amount) VALUES ($1, $2)",
             &[message_id.into(), amount.into()],
         )
@@ -133,6 +137,7 @@ impl StoreHarness for BouncedHarness {
         let mut conn = store.pool().acquire().await.map_err(db)?;
         let rows = Postgres::fetch(
             &mut *conn,
+            store.engine(),
             "SELECT message_id, amount FROM ledger ORDER BY seq",
             &[],
             &[oncely_sql::Column::Text, oncely_sql::Column::I64],
@@ -182,10 +187,6 @@ async fn through_pgbouncer_in_transaction_mode() {
         )
         .await
         .unwrap();
-    assert!(
-        !oncely_sql::behind_transaction_pooler(),
-        "no store opened through a pooler yet"
-    );
     let (right, wrong, failed) = crossing_load(move |k, round| {
         let raw = raw.clone();
         async move {
@@ -205,7 +206,8 @@ async fn through_pgbouncer_in_transaction_mode() {
 
     // 3. A store opened with the plain URL finds the pooler and turns the mode on.
     let store = PgStore::connect(&bouncer_url("test")).await.unwrap();
-    assert!(oncely_sql::behind_transaction_pooler());
+    let engine = store.engine();
+    assert!(engine.behind_transaction_pooler() && !engine.caches_statements());
     assert!(
         store.portable(),
         "behind a transaction pooler oncely uses lease locks and polling"
@@ -222,6 +224,7 @@ async fn through_pgbouncer_in_transaction_mode() {
                 let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
                 let rows = Postgres::fetch(
                     &mut *conn,
+                    engine,
                     &sql,
                     &[Value::I64(round)],
                     &[oncely_sql::Column::I64],
@@ -230,10 +233,11 @@ async fn through_pgbouncer_in_transaction_mode() {
                 .map_err(|e| e.to_string())?;
                 Ok(rows[0][0].i64())
             } else {
-                let mut conn = oncely_sql::Autocommit::begin(&pool)
+                let mut conn = oncely_sql::Autocommit::begin(&pool, engine)
                     .await
                     .map_err(|e| e.to_string())?;
-                let got = oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql))
+                let got = engine
+                    .query_scalar::<_, i64>(AssertSqlSafe(sql))
                     .bind(round)
                     .fetch_one(&mut *conn)
                     .await
@@ -274,4 +278,70 @@ async fn through_pgbouncer_in_transaction_mode() {
         .execute(&admin)
         .await;
     }
+}
+
+/// The statements a query through `store`'s own pool left cached on its one connection.
+async fn cached_after_a_query<DB: SqlDatabase + sqlx::database::HasStatementCache>(
+    store: &SqlStore<DB>,
+) -> usize
+where
+    AnyPool: From<sqlx::Pool<DB>>,
+{
+    let mut pool = store.any_pool();
+    let n = pool.fetch_i64("SELECT $1 + 1", &[41.into()]).await.unwrap();
+    assert_eq!(n, Some(42));
+    let conn = store.pool().acquire().await.unwrap();
+    sqlx::Connection::cached_statements_size(&*conn)
+}
+
+/// A store through PgBouncer, a direct PostgreSQL store and a SQLite store in one process:
+/// each keeps its own statement caching. The pooled one is opened first, so a process-wide
+/// pooler flag (what oncely had before the facts moved into each store's `Engine`) would
+/// turn caching off for the two that follow; this test failed then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_pool_keeps_its_own_statement_caching() {
+    let test = "each_pool_keeps_its_own_statement_caching";
+    if !services::available(
+        test,
+        "PgBouncer (scripts/pgbouncer.sh start)",
+        &bouncer_url("test"),
+    )
+    .await
+        || !services::available(test, "PostgreSQL", &pg_url()).await
+    {
+        return;
+    }
+    // One connection each, so the connection checked is the one the query ran on.
+    let one = ConnectOptions {
+        max_connections: 1,
+        ..ConnectOptions::default()
+    };
+    let bounced = PgStore::connect_with(&bouncer_url("test"), &one)
+        .await
+        .unwrap();
+    let direct = PgStore::connect_with(&pg_url(), &one).await.unwrap();
+    let sqlite = SqliteStore::connect_with("sqlite::memory:", &one)
+        .await
+        .unwrap();
+
+    assert!(bounced.engine().behind_transaction_pooler() && bounced.portable());
+    assert!(!direct.engine().behind_transaction_pooler() && !direct.portable());
+    assert!(direct.engine().caches_statements() && sqlite.engine().caches_statements());
+    assert_eq!(bounced.any_pool().engine(), bounced.engine());
+
+    assert_eq!(
+        cached_after_a_query(&bounced).await,
+        0,
+        "behind PgBouncer: unnamed statements only"
+    );
+    assert!(
+        cached_after_a_query(&direct).await >= 1,
+        "the direct PostgreSQL pool caches its statements"
+    );
+    assert!(
+        cached_after_a_query(&sqlite).await >= 1,
+        "the SQLite pool caches its statements"
+    );
+    // And the pooled one still does not, after the others ran.
+    assert_eq!(cached_after_a_query(&bounced).await, 0);
 }

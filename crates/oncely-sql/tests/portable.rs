@@ -10,7 +10,7 @@ use oncely_core::{Claim, ConsumerName, ErrorKind, MessageId, PayloadHash, Store}
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{
     AnyPool, AnyStore, DbLock, Isolation, MySqlStore, PgStore, SqliteStore, Tables,
-    detect_portable, engine_of_version, with_pool,
+    engine_of_version, with_pool,
 };
 use oncely_testkit::{FaultySource, SourceFaults};
 use std::time::Duration;
@@ -32,7 +32,7 @@ async fn exec(pool: &AnyPool, sql: String) {
 /// expired (the old holder's renewal then fails), and leaves no row behind when released.
 async fn lease_excludes_and_expires(pool: AnyPool, tables: Tables) {
     let leases = tables.ops_leases();
-    let first = DbLock::acquire(&pool, &tables, true, "job", false)
+    let first = DbLock::acquire(&pool, &tables, "job", false)
         .await
         .unwrap()
         .expect("the lock is free");
@@ -44,14 +44,14 @@ async fn lease_excludes_and_expires(pool: AnyPool, tables: Tables) {
         "a lease row, not a session lock"
     );
     assert!(
-        DbLock::acquire(&pool, &tables, true, "job", false)
+        DbLock::acquire(&pool, &tables, "job", false)
             .await
             .unwrap()
             .is_none(),
         "a second holder is refused while the first holds the lease"
     );
     // Another purpose is another lease.
-    let other = DbLock::acquire(&pool, &tables, true, "other", false)
+    let other = DbLock::acquire(&pool, &tables, "other", false)
         .await
         .unwrap();
     other
@@ -63,7 +63,7 @@ async fn lease_excludes_and_expires(pool: AnyPool, tables: Tables) {
     // A waiter gets it once the first releases.
     let waiter = tokio::spawn({
         let (pool, tables) = (pool.clone(), tables.clone());
-        async move { DbLock::acquire(&pool, &tables, true, "job", true).await }
+        async move { DbLock::acquire(&pool, &tables, "job", true).await }
     });
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(
@@ -81,7 +81,7 @@ async fn lease_excludes_and_expires(pool: AnyPool, tables: Tables) {
 
     // The holder "crashes": its lease expires and someone else takes it over.
     exec(&pool, format!("UPDATE {leases} SET expires_at = 0")).await;
-    let mut third = DbLock::acquire(&pool, &tables, true, "job", false)
+    let mut third = DbLock::acquire(&pool, &tables, "job", false)
         .await
         .unwrap()
         .expect("an expired lease is taken over");
@@ -104,7 +104,7 @@ async fn pg_portable_lease_lock_excludes_and_expires() {
         return;
     };
     assert!(fx.store.portable());
-    lease_excludes_and_expires(fx.store.pool().clone().into(), fx.tables().clone()).await;
+    lease_excludes_and_expires(fx.store.any_pool(), fx.tables().clone()).await;
     fx.cleanup().await;
 }
 
@@ -114,7 +114,7 @@ async fn mysql_portable_lease_lock_excludes_and_expires() {
         return;
     };
     assert!(fx.store.portable());
-    lease_excludes_and_expires(fx.store.pool().clone().into(), fx.tables().clone()).await;
+    lease_excludes_and_expires(fx.store.any_pool(), fx.tables().clone()).await;
     fx.cleanup().await;
 }
 
@@ -279,8 +279,7 @@ async fn mysql_portable_claim_read_is_for_update() {
 #[tokio::test]
 async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
     let sqlite = SqliteStore::connect("sqlite::memory:").await.unwrap();
-    let pool: AnyPool = sqlite.pool().clone().into();
-    assert!(!detect_portable(&pool).await.unwrap());
+    assert!(!sqlite.engine().portable() && sqlite.engine().caches_statements());
     assert!(!sqlite.portable());
     let forced = oncely_sql::ConnectOptions {
         portable: true,
@@ -298,13 +297,22 @@ async fn detection_is_false_on_local_postgres_mariadb_and_sqlite() {
         }
         let store = AnyStore::connect(&url).await.unwrap();
         let pool = store.pool();
-        assert!(!detect_portable(&pool).await.unwrap(), "{server}");
+        assert_eq!(
+            pool.engine(),
+            store.engine(),
+            "{server}: the pool holds the store's facts"
+        );
         assert!(
-            !store.portable(),
+            !store.portable() && !pool.engine().portable(),
             "{server}: connect resolved to not portable"
+        );
+        assert!(
+            store.engine().caches_statements(),
+            "{server}: a direct connection"
         );
         let store = AnyStore::connect_with(&url, &forced).await.unwrap();
         assert!(store.portable(), "{server}: forced at connect");
+        assert!(store.pool().engine().portable(), "{server}: its pool too");
         // The version string really was read, and names no distributed engine.
         let version: String = with_pool!(&pool, p => sqlx::query_scalar(
             "SELECT CAST(VERSION() AS CHAR(200))"

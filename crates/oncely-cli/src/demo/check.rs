@@ -72,7 +72,7 @@ async fn read(store: &AnyStore, tables: &CreditTables, consumer: &str) -> Result
     let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
     let balance_sql = format!("SELECT balance FROM {}", tables.accounts);
     let readings = with_store!(store, s => {
-        let mut c = oncely_sql::Autocommit::begin(s.pool()).await.context("connecting")?;
+        let mut c = oncely_sql::Autocommit::begin(s.pool(), s.engine()).await.context("connecting")?;
         let inbox: Vec<(String, String)> = oncely_sql::query_as(AssertSqlSafe(inbox_sql))
             .fetch_all(&mut *c).await.context("reading the inbox")?;
         let ledger: Vec<(String, i64)> = oncely_sql::query_as(AssertSqlSafe(ledger_sql))

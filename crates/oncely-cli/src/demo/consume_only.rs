@@ -51,7 +51,7 @@ pub async fn run(args: &DemoArgs, store: &AnyStore, tables: &CreditTables) -> Re
     let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
     let balance_sql = format!("SELECT account, balance FROM {}", tables.accounts);
     let (ledger, balances) = with_store!(store, s => {
-        let mut c = oncely_sql::Autocommit::begin(s.pool()).await.context("connecting")?;
+        let mut c = oncely_sql::Autocommit::begin(s.pool(), s.engine()).await.context("connecting")?;
         let ledger: Vec<(String, i64)> = oncely_sql::query_as(AssertSqlSafe(ledger_sql))
             .fetch_all(&mut *c).await.context("reading the ledger")?;
         let balances: Vec<(String, i64)> = oncely_sql::query_as(AssertSqlSafe(balance_sql))

@@ -7,7 +7,6 @@
 
 use oncely_core::{Error, Result};
 use oncely_effects::{Journal, JournalEntry, Performed, Resolve};
-use oncely_sql::SqlDatabase;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -30,24 +29,16 @@ type CrashAt = Arc<dyn Fn(JournalStep, &str) -> bool + Send + Sync>;
 /// if the process died there) after the steps `crash_at(step, key)` picks. What the crash
 /// leaves is what a real one leaves: `pending` rows, a call made and not marked `done`.
 ///
-pub struct CrashingJournal<DB: SqlDatabase> {
-    journal: Journal<DB>,
+#[derive(Clone)]
+pub struct CrashingJournal {
+    journal: Journal,
     crash_at: CrashAt,
 }
 
-impl<DB: SqlDatabase> Clone for CrashingJournal<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            journal: self.journal.clone(),
-            crash_at: self.crash_at.clone(),
-        }
-    }
-}
-
-impl<DB: SqlDatabase> CrashingJournal<DB> {
+impl CrashingJournal {
     /// `journal`, crashing after each step for which `crash_at(step, key)` is true.
     pub fn new(
-        journal: Journal<DB>,
+        journal: Journal,
         crash_at: impl Fn(JournalStep, &str) -> bool + Send + Sync + 'static,
     ) -> Self {
         Self {
@@ -57,7 +48,7 @@ impl<DB: SqlDatabase> CrashingJournal<DB> {
     }
 
     /// The journal underneath.
-    pub fn journal(&self) -> &Journal<DB> {
+    pub fn journal(&self) -> &Journal {
         &self.journal
     }
 

@@ -135,8 +135,10 @@ pub type Log = std::sync::Arc<std::sync::Mutex<Vec<(String, String, i64)>>>;
 
 /// Enqueues `n` outbox rows (one per incoming id `in-{i}`) over `entities` entity keys, each in
 /// its own committed transaction; returns their ids.
-pub async fn enqueue_rows<DB: oncely_effects::EffectsDb>(
-    pool: &sqlx::Pool<DB>,
+/// The transactions come from `pool`, so the outbox reads its engine there (a store's
+/// `any_pool()` carries the store's facts).
+pub async fn enqueue_rows(
+    pool: &oncely_sql::AnyPool,
     tables: &Tables,
     n: usize,
     entities: usize,
@@ -145,16 +147,16 @@ pub async fn enqueue_rows<DB: oncely_effects::EffectsDb>(
     enqueue_rows_in(pool, &outbox, n, entities).await
 }
 
-/// [`enqueue_rows`] through `outbox` (e.g. one in portable mode).
-pub async fn enqueue_rows_in<DB: oncely_effects::EffectsDb>(
-    pool: &sqlx::Pool<DB>,
+/// [`enqueue_rows`] through `outbox`.
+pub async fn enqueue_rows_in(
+    pool: &oncely_sql::AnyPool,
     outbox: &oncely_effects::Outbox,
     n: usize,
     entities: usize,
 ) -> std::collections::HashSet<String> {
     let mut ids = std::collections::HashSet::new();
     for i in 0..n {
-        let mut tx = pool.begin_with(DB::BEGIN).await.unwrap();
+        let mut tx = pool.begin().await.unwrap();
         let incoming = oncely_core::MessageId::new(format!("in-{i}")).unwrap();
         let msg =
             oncely_effects::Outgoing::new("topic", format!("e{}", i % entities), format!("p{i}"));

@@ -6,7 +6,7 @@ use crate::any::AnyPool;
 use crate::clock::now_ms;
 use crate::dialect::Dialect;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::engine::detect_portable;
+use crate::engine::Engine;
 use crate::error::db;
 use crate::lock::{DbLock, LEASE_TTL, create_lease_table};
 use crate::tables::Tables;
@@ -291,7 +291,7 @@ impl MigrateDb for Sqlite {
     async fn run_sets(
         pool: &Pool<Self>,
         tables: &Tables,
-        _portable: bool,
+        _engine: Engine,
         sets: &[&MigrationSet],
     ) -> Result<usize> {
         if tables.schema().is_some() {
@@ -317,12 +317,12 @@ impl MigrateDb for Postgres {
     async fn run_sets(
         pool: &Pool<Self>,
         tables: &Tables,
-        portable: bool,
+        engine: Engine,
         sets: &[&MigrationSet],
     ) -> Result<usize> {
-        if portable || detect_portable(&pool.clone().into()).await? {
+        if engine.portable() {
             return under_lease(
-                pool.clone().into(),
+                AnyPool::from(pool.clone()).with_engine(engine),
                 tables,
                 pg_run_sets(pool, tables, sets, false),
             )
@@ -371,10 +371,10 @@ impl MigrateDb for MySql {
     async fn run_sets(
         pool: &Pool<Self>,
         tables: &Tables,
-        portable: bool,
+        engine: Engine,
         sets: &[&MigrationSet],
     ) -> Result<usize> {
-        if portable || detect_portable(&pool.clone().into()).await? {
+        if engine.portable() {
             let work = async {
                 let mut conn = pool
                     .acquire()
@@ -382,7 +382,12 @@ impl MigrateDb for MySql {
                     .map_err(|e| db("connecting for migration", e))?;
                 run_sets!(&mut *conn, Dialect::MySql, tables, sets).await
             };
-            return under_lease(pool.clone().into(), tables, work).await;
+            return under_lease(
+                AnyPool::from(pool.clone()).with_engine(engine),
+                tables,
+                work,
+            )
+            .await;
         }
         let mut conn = pool
             .acquire()
