@@ -50,7 +50,7 @@ pub struct ReconcileReport {
 ///
 /// ```no_run
 /// # use oncely_effects::*;
-/// # async fn f<R: Resolve>(journal: Journal<sqlx::Sqlite>, resolver: R) -> oncely_core::Result<()> {
+/// # async fn f<R: Resolve>(journal: Journal, resolver: R) -> oncely_core::Result<()> {
 /// let reconciler = Reconciler::new(journal, resolver).timeout(std::time::Duration::from_secs(300));
 /// let report = reconciler.run_once().await?;
 /// println!("{} resolved as done", report.done);

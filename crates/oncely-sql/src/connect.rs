@@ -5,7 +5,7 @@ use crate::engine::Engine;
 use crate::error::db;
 use crate::failover::{FAILOVER_ACQUIRE_TIMEOUT, Failover, labelled};
 #[cfg(feature = "postgres")]
-use crate::pooler::{PoolerOption, take_pooler_option};
+use crate::pooler::PoolerOption;
 #[cfg(feature = "postgres")]
 use crate::replication;
 use crate::replication::Replication;
@@ -137,16 +137,21 @@ impl PgStore {
     /// `?pooler=transaction` to the URL, or let the store find out at connect (see
     /// [`crate::pooler`]); `?pooler=none` skips the check.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
-        let (url, pooler) = take_pooler_option(url)?;
-        let (url, replication) = replication::from_url(&url, options.replication)?;
-        let url = replication::check(&url, replication).await?;
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .after_connect(|conn, _| Box::pin(replication::refuse_standby(conn)));
+        // The URL is read once: oncely's own options taken off, then each host parsed.
+        let names = [crate::pooler::OPTION_NAMES, replication::OPTION_NAMES].concat();
+        let (url, taken) = crate::url::take_options(url, &names);
+        let pooler = crate::pooler::pooler_of(&taken)?;
+        let replication = replication::replication_of(&taken, options.replication)?;
         // Not sent: PostgreSQL 12+ already prints floats exactly, and PgBouncer as shipped
         // refuses unknown startup parameters ("unsupported startup parameter").
         let adjust = |o: PgConnectOptions| o.extra_float_digits(None);
-        let (pool, failover) = open(&url, pool, "PostgreSQL", adjust).await?;
+        let mut hosts = parse_hosts::<sqlx::Postgres>(&url, "PostgreSQL", adjust)?;
+        let primary = replication::check(&hosts, replication).await?;
+        hosts.rotate_left(primary);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .after_connect(|conn, _| Box::pin(replication::refuse_standby(conn)));
+        let (pool, failover) = open(hosts, pool, "PostgreSQL").await?;
         let behind = match pooler {
             PoolerOption::Transaction => true,
             PoolerOption::None => false,
@@ -182,10 +187,11 @@ impl MySqlStore {
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
         options.replication.supported_on("MySQL / MariaDB")?;
         let url = url.replacen("mariadb://", "mysql://", 1);
+        let hosts = parse_hosts::<sqlx::MySql>(&url, "MySQL", |o| o)?;
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .after_connect(|conn, _| Box::pin(galera_sync_wait(conn)));
-        let (pool, failover) = open(&url, pool, "MySQL", |o| o).await?;
+        let (pool, failover) = open(hosts, pool, "MySQL").await?;
         let engine = options.engine(PoolKind::MySql(pool.clone()), false).await?;
         Ok(
             Self::with_engine_and_tables(pool, options.tables.clone(), engine)
@@ -194,36 +200,46 @@ impl MySqlStore {
     }
 }
 
-/// Opens a pool on the first host of `url` that answers; for a multi-host URL, also the
-/// [`Failover`] that moves the pool to the next host when the one in use fails.
-/// `adjust` changes each host's connect options parsed from the URL.
-async fn open<DB: Database>(
+/// The hosts of `url` (one, or each of a multi-host URL, in order), each labelled for messages
+/// and parsed into its connect options once, then changed by `adjust`.
+fn parse_hosts<DB: Database>(
     url: &str,
-    pool: PoolOptions<DB>,
     server: &str,
     adjust: impl Fn(Options<DB>) -> Options<DB>,
-) -> Result<(Pool<DB>, Option<Failover<DB>>)>
+) -> Result<Vec<(String, Options<DB>)>>
 where
     Options<DB>: FromStr<Err = sqlx::Error>,
 {
     let urls = split_hosts(url)?;
-    if urls.len() == 1 {
-        let options: Options<DB> = url
-            .parse()
-            .map_err(|e| db(&format!("parsing the {server} URL"), e))?;
+    let single = urls.len() == 1;
+    labelled(&urls)
+        .into_iter()
+        .map(|(label, url)| {
+            let doing = if single {
+                format!("parsing the {server} URL")
+            } else {
+                format!("parsing the {server} URL of {label}")
+            };
+            let options: Options<DB> = url.parse().map_err(|e| db(&doing, e))?;
+            Ok((label, adjust(options)))
+        })
+        .collect()
+}
+
+/// Opens a pool on the first of `hosts` that answers; for several hosts, also the
+/// [`Failover`] that moves the pool to the next host when the one in use fails.
+async fn open<DB: Database>(
+    hosts: Vec<(String, Options<DB>)>,
+    pool: PoolOptions<DB>,
+    server: &str,
+) -> Result<(Pool<DB>, Option<Failover<DB>>)> {
+    if let [(_, options)] = hosts.as_slice() {
         let pool = pool
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(adjust(options))
+            .connect_with(options.clone())
             .await
             .map_err(|e| db(&format!("connecting to {server}"), e))?;
         return Ok((pool, None));
-    }
-    let mut hosts = Vec::with_capacity(urls.len());
-    for (label, url) in labelled(&urls) {
-        let options: Options<DB> = url
-            .parse()
-            .map_err(|e| db(&format!("parsing the {server} URL of {label}"), e))?;
-        hosts.push((label, adjust(options)));
     }
     let pool = pool.acquire_timeout(FAILOVER_ACQUIRE_TIMEOUT);
     let mut last = None;

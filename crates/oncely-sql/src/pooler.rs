@@ -71,6 +71,10 @@ pub(crate) enum PoolerOption {
     None,
 }
 
+/// The URL option about the pooler that oncely takes off a PostgreSQL URL.
+#[cfg(feature = "postgres")]
+pub(crate) const OPTION_NAMES: &[&str] = &["pooler"];
+
 /// Removes the `pooler=` option from a PostgreSQL URL (sqlx would warn about it), returning
 /// the URL without it and what it said. An unknown value is a configuration error.
 ///
@@ -79,9 +83,18 @@ pub(crate) enum PoolerOption {
 /// ```
 #[cfg(feature = "postgres")]
 pub(crate) fn take_pooler_option(url: &str) -> Result<(String, PoolerOption)> {
-    let (url, taken) = crate::url::take_options(url, &["pooler"]);
+    let (url, taken) = crate::url::take_options(url, OPTION_NAMES);
+    Ok((url, pooler_of(&taken)?))
+}
+
+/// What the `pooler=` options `taken` off a URL say (the last one wins).
+#[cfg(feature = "postgres")]
+pub(crate) fn pooler_of(taken: &[(String, String)]) -> Result<PoolerOption> {
     let mut option = PoolerOption::Detect;
-    for (_, value) in taken {
+    for (_, value) in taken
+        .iter()
+        .filter(|(key, _)| OPTION_NAMES.contains(&key.as_str()))
+    {
         option = match value.as_str() {
             "transaction" => PoolerOption::Transaction,
             "none" | "session" => PoolerOption::None,
@@ -97,7 +110,7 @@ pub(crate) fn take_pooler_option(url: &str) -> Result<(String, PoolerOption)> {
             }
         }
     }
-    Ok((url, option))
+    Ok(option)
 }
 
 /// Whether the PostgreSQL `url` leads to a transaction pooler, by the check the stores run

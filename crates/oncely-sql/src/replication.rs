@@ -34,7 +34,7 @@
 
 use oncely_core::{Error, Result};
 #[cfg(feature = "postgres")]
-pub(crate) use pg::{check, from_url, refuse_standby};
+pub(crate) use pg::{OPTION_NAMES, check, refuse_standby, replication_of};
 
 /// What a commit of the store waits for, on a PostgreSQL primary with streaming replicas
 /// ([`crate::ConnectOptions::replication`], or the URL option `?replication=replicated`).
@@ -90,23 +90,38 @@ impl Replication {
 mod pg {
     use super::*;
     use crate::error::db;
-    use crate::url::{host_of, rotate_hosts, split_hosts};
+
     use sqlx::postgres::{PgConnectOptions, PgConnection};
     use sqlx::{ConnectOptions as _, Connection, Row};
-    use std::str::FromStr;
+
     use std::time::Duration;
+
+    /// The URL options about replication that oncely takes off a PostgreSQL URL.
+    pub(crate) const OPTION_NAMES: &[&str] = &[
+        "replication",
+        "target_session_attrs",
+        "target-session-attrs",
+    ];
 
     /// `url` without oncely's replication options, and the [`Replication`] they ask for
     /// (`default` when the URL does not say).
+    #[cfg(test)]
     pub(crate) fn from_url(url: &str, default: Replication) -> Result<(String, Replication)> {
-        let names = [
-            "replication",
-            "target_session_attrs",
-            "target-session-attrs",
-        ];
-        let (url, taken) = crate::url::take_options(url, &names);
+        let (url, taken) = crate::url::take_options(url, OPTION_NAMES);
+        Ok((url, replication_of(&taken, default)?))
+    }
+
+    /// The [`Replication`] the options `taken` off a URL ask for (`default` when they do not
+    /// say); a standby-only `target_session_attrs` is a configuration error.
+    pub(crate) fn replication_of(
+        taken: &[(String, String)],
+        default: Replication,
+    ) -> Result<Replication> {
         let mut replication = default;
         for (key, value) in taken {
+            if !OPTION_NAMES.contains(&key.as_str()) {
+                continue;
+            }
             if key == "replication" {
                 replication = match value.as_str() {
                     "replicated" => Replication::Replicated,
@@ -125,7 +140,7 @@ mod pg {
                 )));
             }
         }
-        Ok((url, replication))
+        Ok(replication)
     }
 
     /// What one host said about itself and its standbys.
@@ -190,10 +205,7 @@ mod pg {
     }
 
     /// Asks one host what it is (one connection, closed again).
-    async fn ask(url: &str) -> Result<Node> {
-        let options = PgConnectOptions::from_str(url)
-            .map_err(|e| db("parsing the PostgreSQL URL", e))?
-            .extra_float_digits(None); // as the store's pool (a pooler may refuse it)
+    async fn ask(options: &PgConnectOptions) -> Result<Node> {
         let asked = async {
             let mut conn = options.connect().await?;
             let node = node(&mut conn).await;
@@ -208,26 +220,24 @@ mod pg {
         }
     }
 
-    /// The URL to open (a multi-host URL rotated so that the primary comes first) after checking
-    /// that it reaches a primary and what that primary's standbys can lose; logs the one WARN or
+    /// Which of `hosts` (label and connect options, parsed once from the URL) to open first
+    /// (the primary; 0 while none answers and the pool may wait for one) after checking that
+    /// the URL reaches a primary and what that primary's standbys can lose; logs the one WARN or
     /// refuses [`Replication::Replicated`] (see the module's documentation).
-    pub(crate) async fn check(url: &str, replication: Replication) -> Result<String> {
-        let urls = split_hosts(url)?;
-        let mut seen = Vec::with_capacity(urls.len());
+    pub(crate) async fn check(
+        hosts: &[(String, PgConnectOptions)],
+        replication: Replication,
+    ) -> Result<usize> {
+        let mut seen = Vec::with_capacity(hosts.len());
         let mut unreachable = 0;
-        for (i, one) in urls.iter().enumerate() {
-            let host = host_of(one);
-            match ask(one).await {
+        for (i, (host, options)) in hosts.iter().enumerate() {
+            match ask(options).await {
                 Ok(node) if !node.in_recovery => {
                     if i > 0 {
                         tracing::info!(primary = %host, skipped = %seen.join("; "), "using the PostgreSQL primary");
                     }
-                    judge(&host, &node, replication)?;
-                    return Ok(if i == 0 {
-                        url.to_owned()
-                    } else {
-                        rotate_hosts(url, i)
-                    });
+                    judge(host, &node, replication)?;
+                    return Ok(i);
                 }
                 Ok(_) => seen.push(format!(
                     "{host} is a read-only standby (pg_is_in_recovery())"
@@ -243,7 +253,7 @@ mod pg {
             // A host may be restarting or being promoted: the pool's own connect waits for it as
             // it always did, and refuses its connections while it is a standby (`refuse_standby`).
             tracing::debug!(hosts = %seen.join("; "), "no PostgreSQL primary answered yet; the pool waits for one");
-            return Ok(url.to_owned());
+            return Ok(0);
         }
         Err(Error::unavailable(format!(
             "no PostgreSQL host of the URL accepts writes: {}. oncely takes claims on the primary \

@@ -86,19 +86,6 @@ pub fn split_hosts(url: &str) -> Result<Vec<String>, Error> {
         .collect()
 }
 
-/// A multi-host URL with its host list rotated to start at host `first` (0-based), keeping
-/// the order after it: `h1,h2,h3` from 1 is `h2,h3,h1`. Other URLs come back as they are.
-pub(crate) fn rotate_hosts(url: &str, first: usize) -> String {
-    let Some(p) = parts(url).filter(|p| p.hosts.contains(',')) else {
-        return url.to_owned();
-    };
-    let mut hosts: Vec<&str> = p.hosts.split(',').collect();
-    let len = hosts.len();
-    hosts.rotate_left(first % len);
-    let user = p.userinfo.map(|u| format!("{u}@")).unwrap_or_default();
-    format!("{}://{user}{}{}", p.scheme, hosts.join(","), p.tail)
-}
-
 /// Takes oncely's own query options (`?pooler=`, `?replication=`, …) off a database URL
 /// before the driver parses it: the URL without the pairs whose key is in `names`, and those
 /// pairs (key, value) in the URL's order. The one place these options are cut out.
@@ -155,10 +142,5 @@ mod tests {
             take_options("postgres://h/x?pooler=none", &["pooler"]).0,
             "postgres://h/x"
         );
-        assert_eq!(
-            rotate_hosts("postgres://a:b@h1:1,h2:2,h3:3/x?y=1", 1),
-            "postgres://a:b@h2:2,h3:3,h1:1/x?y=1"
-        );
-        assert_eq!(rotate_hosts("postgres://h/x", 1), "postgres://h/x");
     }
 }

@@ -5,7 +5,6 @@ use super::{Adopt, MigrateDb, MigrationSet};
 use crate::any::AnyPool;
 use crate::clock::now_ms;
 use crate::dialect::Dialect;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 use crate::engine::Engine;
 use crate::error::db;
 use crate::lock::{DbLock, LEASE_TTL, create_lease_table};
