@@ -54,9 +54,16 @@ enum Pooler {
 }
 
 impl Engine {
-    /// A single-node server of `dialect` reached directly: named statements cached, no
-    /// portable mode. What a store made from a SQLite, MySQL or PostgreSQL pool of the caller's
-    /// knows; on PostgreSQL prefer [`Engine::assumed`] unless the pool is known to be direct.
+    /// A single-node server of `dialect` reached directly: no pooler in between, no portable
+    /// mode, named statements cached. For a store made from a pool known to be direct
+    /// ([`SqlStore::with_engine`](crate::SqlStore::with_engine)); a pool of unknown origin is
+    /// [`Engine::assumed`].
+    ///
+    /// ```
+    /// use oncely_sql::{Dialect, Engine};
+    /// let engine = Engine::direct(Dialect::Postgres);
+    /// assert!(engine.caches_statements() && engine.notifies() && !engine.portable());
+    /// ```
     pub const fn direct(dialect: Dialect) -> Self {
         Self {
             dialect,
