@@ -6,7 +6,9 @@
 //! This is the only crate that knows there are three databases: tools that work on any of
 //! them hold an [`AnyStore`] or [`AnyPool`] and run typed code through [`with_store!`] /
 //! [`with_pool!`]; SQL that differs is built with [`Dialect`]'s methods; sqlx errors are
-//! classified by [`error_kind`]; host times are [`now_ms`].
+//! classified by [`error_kind`]; host times are [`now_ms`]. What the database behind a
+//! connection can do (portable mode, a transaction pooler, `LISTEN`/`NOTIFY`) is decided once
+//! at connect and held by the store, its pool and every transaction: its [`Engine`].
 //!
 //! The handler receives the store's `sqlx::Transaction` and writes its effect through it;
 //! the claim was inserted into the same transaction, so both commit or neither does.
