@@ -275,4 +275,31 @@ mod tests {
         assert!(crate::is_missing_table(&e), "{e}");
         erased.rollback().await.unwrap();
     }
+
+    /// A pool runs each statement on its own: what one statement wrote, the next one sees,
+    /// and the pool and its transactions answer with the store's engine.
+    #[tokio::test]
+    async fn a_pool_runs_statements_one_by_one_with_its_stores_engine() {
+        let store = crate::SqliteStore::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        let store = store.with_portable(true);
+        let mut pool = store.any_pool();
+        assert_eq!(SqlTx::engine(&pool), store.engine());
+        assert!(SqlTx::engine(&pool).portable());
+        pool.script("CREATE TABLE t (a BIGINT)").await.unwrap();
+        let done = SqlTx::execute(&mut pool, "INSERT INTO t (a) VALUES ($1)", &[7.into()])
+            .await
+            .unwrap();
+        assert_eq!(done.rows, 1);
+        assert_eq!(
+            pool.fetch_i64("SELECT SUM(a) FROM t", &[]).await.unwrap(),
+            Some(7)
+        );
+        let tx = pool.begin().await.unwrap();
+        assert_eq!(SqlTx::engine(&tx), store.engine(), "its transactions too");
+        tx.rollback().await.unwrap();
+        let typed = store.pool().begin().await.unwrap();
+        assert_eq!(SqlTx::engine(&typed), Engine::assumed(Dialect::Sqlite));
+    }
 }
