@@ -201,15 +201,13 @@ impl SqlTx for AnyPool {
         }
     }
 
-    fn script(&mut self, sql: &str) -> impl Future<Output = Result<()>> + Send {
-        async move {
-            crate::with_pool!(&*self, p => async {
-                let mut conn = p.acquire().await?;
-                sql_database_script(&mut conn, sql).await
-            }
-            .await)
-            .map_err(|e| db("running a script", e))
+    async fn script(&mut self, sql: &str) -> Result<()> {
+        crate::with_pool!(&*self, p => async {
+            let mut conn = p.acquire().await?;
+            sql_database_script(&mut conn, sql).await
         }
+        .await)
+        .map_err(|e| db("running a script", e))
     }
 }
 
