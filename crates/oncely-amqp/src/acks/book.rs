@@ -34,12 +34,15 @@ enum Entry<T> {
 /// decides which frames settle them. Pure bookkeeping (no I/O), so it is tested on its own.
 pub(crate) struct Book<T> {
     entries: BTreeMap<u64, Entry<T>>,
+    /// How many entries are [`Entry::Held`].
+    held: usize,
 }
 
 impl<T> Default for Book<T> {
     fn default() -> Self {
         Self {
             entries: BTreeMap::new(),
+            held: 0,
         }
     }
 }
@@ -52,13 +55,57 @@ impl<T> Book<T> {
 
     /// The consumer acked `tag`: the frame that settles the acked prefix, if `tag` completed one.
     pub fn ack(&mut self, tag: u64, item: T, now: Instant) -> Option<Frame<T>> {
-        self.entries.insert(tag, Entry::Held { since: now, item });
+        if let Some(Entry::Held { .. }) = self.entries.insert(tag, Entry::Held { since: now, item })
+        {
+            self.held -= 1;
+        }
+        self.held += 1;
         self.prefix()
+    }
+
+    /// Acks held beyond `room`, oldest delivery first, each as a frame of its own: held acks
+    /// count against the broker's window, and past their room they would leave the consumer's
+    /// hands empty while a slow delivery holds the run before them.
+    pub fn beyond(&mut self, room: usize) -> Vec<Frame<T>> {
+        let mut frames = Vec::new();
+        while self.held > room {
+            let Some(tag) = self
+                .entries
+                .iter()
+                .find(|(_, e)| matches!(e, Entry::Held { .. }))
+                .map(|(tag, _)| *tag)
+            else {
+                break;
+            };
+            frames.extend(self.take_held(tag));
+        }
+        frames
+    }
+
+    /// Removes held `tag` as a frame of its own.
+    fn take_held(&mut self, tag: u64) -> Option<Frame<T>> {
+        match self.entries.remove(&tag) {
+            Some(Entry::Held { item, .. }) => {
+                self.held -= 1;
+                Some(Frame {
+                    kind: Kind::AckOne,
+                    tag,
+                    items: vec![item],
+                })
+            }
+            Some(open) => {
+                self.entries.insert(tag, open);
+                None
+            }
+            None => None,
+        }
     }
 
     /// The consumer gave `tag` back: its requeue, then the prefix it may have unblocked.
     pub fn requeue(&mut self, tag: u64, item: T) -> Vec<Frame<T>> {
-        self.entries.remove(&tag);
+        if let Some(Entry::Held { .. }) = self.entries.remove(&tag) {
+            self.held -= 1;
+        }
         let mut frames = vec![Frame {
             kind: Kind::Requeue,
             tag,
@@ -88,14 +135,7 @@ impl<T> Book<T> {
             .map(|(tag, _)| *tag)
             .collect();
         due.into_iter()
-            .filter_map(|tag| match self.entries.remove(&tag) {
-                Some(Entry::Held { item, .. }) => Some(Frame {
-                    kind: Kind::AckOne,
-                    tag,
-                    items: vec![item],
-                }),
-                _ => None,
-            })
+            .filter_map(|tag| self.take_held(tag))
             .collect()
     }
 
@@ -109,6 +149,7 @@ impl<T> Book<T> {
             }
             let (tag, entry) = entry.remove_entry();
             if let Entry::Held { item, .. } = entry {
+                self.held -= 1;
                 items.push(item);
                 last = Some(tag);
             }
@@ -188,6 +229,7 @@ mod tests {
         fn frames_settle_exactly_what_the_consumer_settled(
             plan in settlings(),
             overdue_every in 2usize..9,
+            room in 0usize..8,
         ) {
             let n = plan.len() as u64;
             let mut book = Book::default();
@@ -223,6 +265,8 @@ mod tests {
                 if step % overdue_every == 0 {
                     send(book.overdue(now - Duration::from_millis(2)), &mut broker)?;
                 }
+                send(book.beyond(room), &mut broker)?;
+                prop_assert!(book.held <= room, "{} acks held, room for {}", book.held, room);
             }
             prop_assert!(book.oldest_held().is_none(), "acks still held at the end");
             let acks: BTreeSet<u64> = order.iter().filter(|o| matches!(o.2, Settle::Ack)).map(|o| o.1).collect();
@@ -260,6 +304,26 @@ mod tests {
         assert!(book.ack(3, 3, now).is_none());
         let frames: Vec<(Kind, u64)> = book.requeue(1, 1).iter().map(|f| (f.kind, f.tag)).collect();
         assert_eq!(frames, [(Kind::Requeue, 1), (Kind::AckUpTo, 3)]);
+    }
+
+    #[test]
+    fn acks_beyond_the_room_go_out_alone_oldest_first() {
+        let mut book = Book::default();
+        let now = Instant::now();
+        (1..=5).for_each(|tag| book.open(tag));
+        for tag in [3, 5, 2] {
+            assert!(book.ack(tag, tag, now).is_none(), "{tag} waits for 1");
+        }
+        assert!(book.beyond(3).is_empty(), "3 held, room for 3");
+        let frames: Vec<(Kind, u64)> = book.beyond(1).iter().map(|f| (f.kind, f.tag)).collect();
+        assert_eq!(frames, [(Kind::AckOne, 2), (Kind::AckOne, 3)]);
+        let frame = book.ack(1, 1, now).expect("1 is first");
+        assert_eq!(
+            (frame.kind, frame.tag, frame.items),
+            (Kind::AckOne, 1, vec![1])
+        );
+        let frame = book.ack(4, 4, now).expect("4 completes 4..=5");
+        assert_eq!((frame.kind, frame.tag), (Kind::AckUpTo, 5));
     }
 
     #[test]

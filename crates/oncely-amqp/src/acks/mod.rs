@@ -14,13 +14,22 @@
 //!   settled;
 //! - frames leave in the order they were decided (one queue, one sender), so a requeue
 //!   decided before a `multiple` ack reaches the broker before it;
-//! - an ack held longer than [`MAX_HOLD`] (a delivery before it is slow to settle: a retry,
-//!   a stuck handler) is sent on its own, so a slow message never holds the broker's window
-//!   full of finished work.
+//! - held acks have a room in the broker's window (the prefetch beyond what the consumer keeps
+//!   in hand, [`ChannelAcks::set_room`]): past it, the oldest are sent on their own, so finished
+//!   work never fills the window while a delivery before it is slow to settle (a retry, a
+//!   stuck handler);
+//! - an ack held longer than [`MAX_HOLD`] is sent on its own too (an idle channel's last acks
+//!   do not wait for deliveries that never come).
+//!
+//! Why the room and not a short hold: with several groups in flight on a quorum queue, the
+//! delivery before a held run often settles 25 ms or more after it; with a 25 ms hold, most
+//! acks of a backlog went out alone and RabbitMQ spent 3 to 5 times the CPU per message
+//! settling them (docs/performance.md).
 
 use futures::future::BoxFuture;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use oncely_core::{Acker, Error, Result};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -31,7 +40,7 @@ mod book;
 use book::{Book, Frame, Kind};
 
 /// Longest an ack waits for the deliveries before it before it is sent on its own.
-pub(crate) const MAX_HOLD: Duration = Duration::from_millis(25);
+pub(crate) const MAX_HOLD: Duration = Duration::from_millis(250);
 
 /// What a held ack carries: lapin's handle for its tag, and who waits for its frame.
 struct Pending {
@@ -46,6 +55,8 @@ pub(crate) struct ChannelAcks {
     frames: mpsc::UnboundedSender<Frame<Pending>>,
     /// Wakes the sender when an ack is held (its deadline to watch).
     held: Arc<Notify>,
+    /// How many acks may be held at once ([`ChannelAcks::set_room`]).
+    room: AtomicUsize,
 }
 
 impl ChannelAcks {
@@ -57,9 +68,17 @@ impl ChannelAcks {
             book: Mutex::new(Book::default()),
             frames,
             held: Arc::new(Notify::new()),
+            room: AtomicUsize::new(0),
         });
         tokio::spawn(send_frames(Arc::downgrade(&acks), acks.held.clone(), queue));
         acks
+    }
+
+    /// Sets how many acks may be held for the deliveries before them: the part of the
+    /// channel's prefetch the consumer does not keep in hand (see [`room_in`]). Until set
+    /// (consuming has not started), none.
+    pub fn set_room(&self, room: usize) {
+        self.room.store(room, Relaxed);
     }
 
     /// The acker of a delivery the consumer is handed now.
@@ -219,11 +238,16 @@ impl Acker for AmqpAcker {
     fn ack(mut self: Box<Self>) -> BoxFuture<'static, Result<()>> {
         let tag = self.tag;
         let channel = self.channel.clone();
+        let room = channel.room.load(Relaxed);
         self.settle(move |book, p| match book.ack(tag, p, Instant::now()) {
-            Some(frame) => vec![frame],
+            Some(frame) => {
+                let mut frames = vec![frame];
+                frames.extend(book.beyond(room));
+                frames
+            }
             None => {
                 channel.held.notify_one();
-                Vec::new()
+                book.beyond(room)
             }
         })
     }
@@ -246,5 +270,31 @@ impl Drop for AmqpAcker {
             };
             self.channel.decide(|book| book.requeue(tag, pending));
         }
+    }
+}
+
+/// The room for held acks in a window of `prefetch` deliveries of which the consumer keeps
+/// `in_hand` (unknown: `None`): the rest of the window, and at least half of it (a prefetch of
+/// 1,536 with 512 in hand leaves 1,024; a prefetch of 32, unknown hand, 16).
+pub(crate) fn room_in(prefetch: u16, in_hand: Option<usize>) -> usize {
+    let prefetch = usize::from(prefetch);
+    let rest = prefetch.saturating_sub(in_hand.unwrap_or(prefetch));
+    rest.max(prefetch / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::room_in;
+
+    #[test]
+    fn held_acks_get_the_window_beyond_the_hand_and_at_least_half() {
+        assert_eq!(room_in(1536, Some(512)), 1024);
+        assert_eq!(room_in(32, None), 16);
+        assert_eq!(
+            room_in(8, Some(512)),
+            4,
+            "a URL's small prefetch: half of it"
+        );
+        assert_eq!(room_in(1, Some(1)), 0);
     }
 }

@@ -55,7 +55,8 @@ pub struct DemoArgs {
     /// Reordering: each delivery is taken at random among this many ready messages.
     #[arg(long, default_value_t = 32)]
     pub reorder_window: usize,
-    /// Probability of a consumer crash after each step of the contract.
+    /// Probability of a consumer crash after each step of the contract (0: the consumer runs
+    /// without the crash wrappers, as an application's does).
     #[arg(long, default_value_t = 0.01)]
     pub crash_rate: f64,
     /// Probability that an ack is lost (the message is redelivered).
@@ -346,29 +347,57 @@ where
     H: oncely_core::Handler<S::Tx>,
     Src: Source,
 {
-    let handler = CrashingHandler(handler);
     let progress = progress_bar(copies, args.json);
     // Consumer crashes come from oncely-testkit's chaos wrappers around the store and source.
+    // Without crashes (`--crash-rate 0`) the consumer runs on the plain store, source and
+    // handler, as an application does: the demo's rate is then the library's.
     let plan = CrashPlan::new(args.seed, args.crash_rate);
-    let source = CrashingSource::new(source, plan.clone());
-    let stats = {
+    let stats = if args.crash_rate > 0.0 {
+        let source = CrashingSource::new(source, plan.clone());
         let store = CrashingStore::new(store.clone(), plan.clone());
-        let consumer = Consumer::new(name.clone(), store, handler)
-            .concurrency(args.workers)
-            .group_commit(args.group_commit)
-            .retry(
-                RetryPolicy::default()
-                    .max_attempts(5)
-                    .base_delay(Duration::from_millis(5)),
-            );
-        if args.unsafe_ack_before_commit {
-            consume(consumer, AckEarly(source), &progress).await?
-        } else {
-            consume(consumer, source, &progress).await?
-        }
+        let consumer = demo_consumer(args, name, store, CrashingHandler(handler));
+        consume_acked(args, consumer, source, &progress).await?
+    } else {
+        let consumer = demo_consumer(args, name, store.clone(), handler);
+        consume_acked(args, consumer, source, &progress).await?
     };
     progress.finish_and_clear();
     Ok((stats, Crashes::of(&plan)))
+}
+
+/// The demo's consumer: its flags' lanes and group commit, 5 attempts 5 ms apart.
+fn demo_consumer<S, H>(args: &DemoArgs, name: &ConsumerName, store: S, handler: H) -> Consumer<S, H>
+where
+    S: oncely_core::Store,
+    H: oncely_core::Handler<S::Tx>,
+{
+    Consumer::new(name.clone(), store, handler)
+        .concurrency(args.workers)
+        .group_commit(args.group_commit)
+        .retry(
+            RetryPolicy::default()
+                .max_attempts(5)
+                .base_delay(Duration::from_millis(5)),
+        )
+}
+
+/// Runs `consumer`, acking after the commit (or, with `--unsafe-ack-before-commit`, before).
+async fn consume_acked<S, H, Src>(
+    args: &DemoArgs,
+    consumer: Consumer<S, H>,
+    source: Src,
+    progress: &ProgressBar,
+) -> Result<StatsSnapshot>
+where
+    S: oncely_core::Store,
+    H: oncely_core::Handler<S::Tx>,
+    Src: Source,
+{
+    if args.unsafe_ack_before_commit {
+        consume(consumer, AckEarly(source), progress).await
+    } else {
+        consume(consumer, source, progress).await
+    }
 }
 
 async fn consume<S, H, Src>(
