@@ -4,7 +4,7 @@
 use crate::ledger::{Db, db_err, parse_payload};
 use crate::workload::Workload;
 use oncely_core::Result;
-use oncely_sql::sqlx::AssertSqlSafe;
+use oncely_sql::{Column, SqlTx};
 use std::collections::{HashMap, HashSet};
 
 /// What the database holds, compared with what was published.
@@ -72,17 +72,21 @@ impl Report {
             "SELECT message_id, reason, payload FROM {}",
             db.dead_letters()
         );
-        let pool = db.store().pool();
-        let (ledger, dead): (Vec<(String, i64)>, Vec<DeadRow>) = oncely_sql::with_autocommit!(&pool, c => (
-            oncely_sql::query_as(AssertSqlSafe(ledger_q))
-                .fetch_all(&mut *c)
-                .await
-                .map_err(db_err)?,
-            oncely_sql::query_as(AssertSqlSafe(dl_q))
-                .fetch_all(&mut *c)
-                .await
-                .map_err(db_err)?,
-        ))?;
+        let mut pool = db.store().pool();
+        let ledger: Vec<(String, i64)> = pool
+            .fetch(&ledger_q, &[], &[Column::Text, Column::I64])
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(|r| (r[0].text(), r[1].i64()))
+            .collect();
+        let dead: Vec<DeadRow> = pool
+            .fetch(&dl_q, &[], &[Column::OptText, Column::Text, Column::Bytes])
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(|r| (r[0].opt_text(), r[1].text(), r[2].bytes()))
+            .collect();
         Ok(Self::judge(workload, &ledger, &dead, None))
     }
 

@@ -2,8 +2,7 @@
 //! handler that writes one ledger row per applied message.
 
 use oncely_core::{Envelope, Error, Handled, Handler, Result};
-use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Dialect, Tables};
+use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Dialect, SqlTx, Tables};
 
 /// A store for tests: SQLite file, PostgreSQL schema or MySQL/MariaDB database, migrated,
 /// with a ledger table.
@@ -40,11 +39,10 @@ impl Db {
             text = dialect.key_text(255),
         );
         let mut tx = store.pool().begin().await?;
-        // PostgreSQL: two concurrent `CREATE TABLE IF NOT EXISTS` of one table can fail on the
-        // catalog's unique index; a transaction-scoped advisory lock serializes them.
-        if dialect == oncely_sql::Dialect::Postgres {
-            tx.execute("SELECT pg_advisory_xact_lock(4242)", &[])
-                .await?;
+        // Two concurrent `CREATE TABLE IF NOT EXISTS` of one table can collide (PostgreSQL's
+        // catalog): where they can, a transaction-scoped lock serializes them.
+        if let Some(lock) = dialect.ddl_lock_sql(4242) {
+            tx.execute(&lock, &[]).await?;
         }
         tx.script(&ddl).await?;
         tx.commit().await?;
@@ -79,15 +77,14 @@ impl Db {
     pub async fn counts(&self) -> Result<(i64, i64)> {
         let q1 = format!("SELECT COUNT(*) FROM {}", self.ledger());
         let q2 = format!("SELECT COUNT(*) FROM {}", self.dead_letters());
-        let pool = self.store.pool();
-        oncely_sql::with_autocommit!(&pool, c => (
-            oncely_sql::query_scalar(AssertSqlSafe(q1)).fetch_one(&mut *c).await.map_err(db_err)?,
-            oncely_sql::query_scalar(AssertSqlSafe(q2)).fetch_one(&mut *c).await.map_err(db_err)?,
-        ))
+        let mut pool = self.store.pool();
+        let ledger = pool.fetch_i64(&q1, &[]).await.map_err(db_err)?;
+        let dead = pool.fetch_i64(&q2, &[]).await.map_err(db_err)?;
+        Ok((ledger.unwrap_or(0), dead.unwrap_or(0)))
     }
 }
 
-pub(crate) fn db_err(e: sqlx::Error) -> Error {
+pub(crate) fn db_err(e: Error) -> Error {
     Error::transient("test database").with_source(e)
 }
 

@@ -173,7 +173,7 @@ async fn enqueue(
     incoming: &MessageId,
     event: &Outgoing,
 ) -> Result<MessageId> {
-    oncely_sql::with_tx!(tx, t => outbox.enqueue(t, incoming, 0, event).await)
+    outbox.enqueue(tx, incoming, 0, event).await
 }
 
 async fn show(

@@ -2,11 +2,10 @@
 //! rows still `pending`, per consumer. Both tables exist only where oncely-effects is
 //! installed; without them the answer says so (`None`), it is not an error.
 
-use crate::db::Ops;
+use crate::db::{Ops, doing, unless_missing};
 use oncely_core::{ConsumerName, MessageId, Result};
 use oncely_effects::EffectTables;
-use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use oncely_sql::{db, is_missing_table, with_autocommit};
+use oncely_sql::{Column, SqlTx};
 
 /// Outbox rows not dispatched yet, for one destination.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -61,21 +60,20 @@ async fn outbox(ops: &Ops) -> Result<Option<Vec<OutboxBacklog>>> {
         n = d.cast_i64("COUNT(*)"),
         oldest = d.cast_i64("MIN(created_at)"),
     );
-    let rows = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql))
-        .fetch_all(&mut *c)
+    let rows = ops
+        .autocommit()
+        .fetch(&sql, &[], &[Column::Text, Column::I64, Column::I64])
         .await
-        .map(|rows| rows.iter().map(|r| Ok(OutboxBacklog {
-            destination: r.try_get("destination")?,
-            rows: r.try_get("n")?,
-            oldest_ms: r.try_get("oldest")?,
-        })).collect::<std::result::Result<Vec<_>, sqlx::Error>>()))?;
-    match rows {
-        Ok(decoded) => decoded
-            .map(Some)
-            .map_err(|e| db("decoding the outbox backlog", e)),
-        Err(e) if is_missing_table(&e) => Ok(None),
-        Err(e) => Err(db("reading the outbox backlog", e)),
-    }
+        .map_err(doing("reading the outbox backlog"));
+    Ok(unless_missing(rows)?.map(|rows| {
+        rows.iter()
+            .map(|r| OutboxBacklog {
+                destination: r[0].text(),
+                rows: r[1].i64(),
+                oldest_ms: r[2].i64(),
+            })
+            .collect()
+    }))
 }
 
 /// The consumer part oncely-effects writes at the start of `consumer`'s keys.
@@ -101,18 +99,13 @@ async fn journal(ops: &Ops, consumers: &[String]) -> Result<Option<Vec<JournalPe
         n = d.cast_i64("COUNT(*)"),
         oldest = d.cast_i64("MIN(updated_at)"),
     );
-    let rows = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql))
-        .fetch_all(&mut *c)
+    let rows = ops
+        .autocommit()
+        .fetch(&sql, &[], &[Column::Text, Column::I64, Column::I64])
         .await
-        .map(|rows| rows.iter().map(|r| Ok((
-            r.try_get::<String, _>("part")?,
-            r.try_get::<i64, _>("n")?,
-            r.try_get::<i64, _>("oldest")?,
-        ))).collect::<std::result::Result<Vec<_>, sqlx::Error>>()))?;
-    let rows = match rows {
-        Ok(decoded) => decoded.map_err(|e| db("decoding the journal backlog", e))?,
-        Err(e) if is_missing_table(&e) => return Ok(None),
-        Err(e) => return Err(db("reading the journal backlog", e)),
+        .map_err(doing("reading the journal backlog"));
+    let Some(rows) = unless_missing(rows)? else {
+        return Ok(None);
     };
     let names: Vec<(String, &String)> = consumers
         .iter()
@@ -120,14 +113,17 @@ async fn journal(ops: &Ops, consumers: &[String]) -> Result<Option<Vec<JournalPe
         .collect();
     Ok(Some(
         rows.into_iter()
-            .map(|(part, rows, oldest_ms)| JournalPending {
-                consumer: names
-                    .iter()
-                    .find(|(p, _)| *p == part)
-                    .map(|(_, c)| (*c).clone()),
-                key_part: part,
-                rows,
-                oldest_ms,
+            .map(|r| {
+                let part = r[0].text();
+                JournalPending {
+                    consumer: names
+                        .iter()
+                        .find(|(p, _)| *p == part)
+                        .map(|(_, c)| (*c).clone()),
+                    key_part: part,
+                    rows: r[1].i64(),
+                    oldest_ms: r[2].i64(),
+                }
             })
             .collect(),
     ))

@@ -9,10 +9,9 @@
 //! 1,000 costs what page 1 costs, at any table size. Totals and groups are one `COUNT(*)` /
 //! `GROUP BY` over the rows matching the filter.
 
-use crate::db::Ops;
+use crate::db::{Ops, doing};
 use oncely_core::Result;
-use oncely_sql::sqlx::{AssertSqlSafe, Row};
-use oncely_sql::{Value, db, with_autocommit};
+use oncely_sql::{Column, SqlTx, Value};
 
 /// How many characters of a message id or detail a listing returns.
 pub const CUT: usize = 200;
@@ -112,22 +111,6 @@ fn condition(ops: &Ops, q: &Query) -> (String, Vec<Value>) {
     (clauses.join(" AND "), binds)
 }
 
-macro_rules! bind_values {
-    ($q:expr, $binds:expr) => {{
-        let mut q = $q;
-        for b in $binds {
-            q = match b {
-                Value::I64(v) => q.bind(*v),
-                Value::Text(v) => q.bind(v.clone()),
-                Value::Bytes(v) => q.bind(v.clone()),
-                Value::NullI64 => q.bind(None::<i64>),
-                Value::NullText => q.bind(None::<String>),
-            };
-        }
-        q
-    }};
-}
-
 /// One page of rows matching `q`, newest first: the `limit` rows with an id below `before_id`
 /// (all rows when `None`). The next page starts before the last row's id.
 pub async fn page(
@@ -153,29 +136,35 @@ pub async fn page(
         len = d.cast_i64("LENGTH(payload)"),
         table = ops.tables().dead_letters(),
     );
-    with_autocommit!(ops.pool(), c => {
-        let rows = bind_values!(oncely_sql::query(AssertSqlSafe(sql)), &binds)
-            .fetch_all(&mut *c)
-            .await
-            .map_err(|e| db("listing dead letters", e))?;
-        rows.iter()
-            .map(|r| {
-                Ok(Summary {
-                    id: r.try_get("id")?,
-                    consumer: r.try_get("consumer")?,
-                    message_id: r.try_get("message_id")?,
-                    reason: r.try_get("reason")?,
-                    detail: r.try_get("detail")?,
-                    attempts: r.try_get("attempts")?,
-                    dead_lettered_at: r.try_get("dead_lettered_at")?,
-                    last_seen: r.try_get("last_seen")?,
-                    deliveries: r.try_get("deliveries")?,
-                    payload_len: r.try_get("payload_len")?,
-                })
-            })
-            .collect::<std::result::Result<Vec<_>, oncely_sql::sqlx::Error>>()
-            .map_err(|e| db("decoding dead letters", e))
-    })?
+    let cols = [
+        Column::I64,
+        Column::Text,
+        Column::OptText,
+        Column::Text,
+        Column::Text,
+        Column::I64,
+        Column::I64,
+        Column::I64,
+        Column::I64,
+        Column::I64,
+    ];
+    let rows = ops.autocommit().fetch(&sql, &binds, &cols).await;
+    Ok(rows
+        .map_err(doing("listing dead letters"))?
+        .iter()
+        .map(|r| Summary {
+            id: r[0].i64(),
+            consumer: r[1].text(),
+            message_id: r[2].opt_text(),
+            reason: r[3].text(),
+            detail: r[4].text(),
+            attempts: r[5].i64(),
+            dead_lettered_at: r[6].i64(),
+            last_seen: r[7].i64(),
+            deliveries: r[8].i64(),
+            payload_len: r[9].i64(),
+        })
+        .collect())
 }
 
 /// How many rows match `q`.
@@ -186,12 +175,8 @@ pub async fn count(ops: &Ops, q: &Query) -> Result<i64> {
         ops.dialect().cast_i64("COUNT(*)"),
         ops.tables().dead_letters()
     );
-    with_autocommit!(ops.pool(), c => {
-        bind_values!(oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql)), &binds)
-            .fetch_one(&mut *c)
-            .await
-            .map_err(|e| db("counting dead letters", e))
-    })?
+    let n = ops.autocommit().fetch_i64(&sql, &binds).await;
+    Ok(n.map_err(doing("counting dead letters"))?.unwrap_or(0))
 }
 
 /// The ids of the rows matching `q`, oldest first, at most `limit`.
@@ -201,12 +186,12 @@ pub async fn ids(ops: &Ops, q: &Query, limit: u32) -> Result<Vec<i64>> {
         "SELECT id FROM {} WHERE {cond} ORDER BY id LIMIT {limit}",
         ops.tables().dead_letters()
     );
-    with_autocommit!(ops.pool(), c => {
-        bind_values!(oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql)), &binds)
-            .fetch_all(&mut *c)
-            .await
-            .map_err(|e| db("listing dead letters", e))
-    })?
+    let rows = ops.autocommit().fetch(&sql, &binds, &[Column::I64]).await;
+    Ok(rows
+        .map_err(doing("listing dead letters"))?
+        .iter()
+        .map(|r| r[0].i64())
+        .collect())
 }
 
 /// Longest error class [`groups`] returns, in characters.
@@ -247,26 +232,29 @@ pub async fn groups(ops: &Ops, q: &Query) -> Result<Vec<Group>> {
         last = d.cast_i64("MAX(last_seen)"),
         table = ops.tables().dead_letters(),
     );
-    with_autocommit!(ops.pool(), c => {
-        let rows = bind_values!(oncely_sql::query(AssertSqlSafe(sql)), &binds)
-            .fetch_all(&mut *c)
-            .await
-            .map_err(|e| db("grouping dead letters", e))?;
-        rows.iter()
-            .map(|r| {
-                Ok(Group {
-                    consumer: r.try_get("consumer")?,
-                    reason: r.try_get("reason")?,
-                    error_class: r.try_get("error_class")?,
-                    rows: r.try_get("n")?,
-                    deliveries: r.try_get("deliveries")?,
-                    first_seen: r.try_get("first_seen")?,
-                    last_seen: r.try_get("last_seen")?,
-                })
-            })
-            .collect::<std::result::Result<Vec<_>, oncely_sql::sqlx::Error>>()
-            .map_err(|e| db("decoding dead-letter groups", e))
-    })?
+    let cols = [
+        Column::Text,
+        Column::Text,
+        Column::Text,
+        Column::I64,
+        Column::I64,
+        Column::I64,
+        Column::I64,
+    ];
+    let rows = ops.autocommit().fetch(&sql, &binds, &cols).await;
+    Ok(rows
+        .map_err(doing("grouping dead letters"))?
+        .iter()
+        .map(|r| Group {
+            consumer: r[0].text(),
+            reason: r[1].text(),
+            error_class: r[2].text(),
+            rows: r[3].i64(),
+            deliveries: r[4].i64(),
+            first_seen: r[5].i64(),
+            last_seen: r[6].i64(),
+        })
+        .collect())
 }
 
 /// Rows per hour since `since_ms` ([`per_bucket`] with hours).
@@ -302,17 +290,15 @@ pub async fn per_bucket(
         n = d.cast_i64("COUNT(*)"),
         p = d.param(1),
     );
-    with_autocommit!(ops.pool(), c => {
-        let rows = oncely_sql::query(AssertSqlSafe(sql))
-            .bind(since_ms)
-            .fetch_all(&mut *c)
-            .await
-            .map_err(|e| db("counting rows over time", e))?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("bucket")?, r.try_get("n")?)))
-            .collect::<std::result::Result<Vec<_>, oncely_sql::sqlx::Error>>()
-            .map_err(|e| db("decoding rows over time", e))
-    })?
+    let rows = ops
+        .autocommit()
+        .fetch(&sql, &[since_ms.into()], &[Column::I64, Column::I64])
+        .await;
+    Ok(rows
+        .map_err(doing("counting rows over time"))?
+        .iter()
+        .map(|r| (r[0].i64(), r[1].i64()))
+        .collect())
 }
 
 /// Which timestamps [`per_bucket`] counts.

@@ -1,5 +1,7 @@
 //! [`Ops`]: an oncely-sql pool of any database plus its table naming.
 
+use oncely_core::{Error, Result};
+use oncely_sql::is_missing_table;
 use oncely_sql::sqlx::Pool;
 use oncely_sql::{AnyPool, AnyStore, AnyTx, Dialect, SqlDatabase, SqlStore, Tables};
 
@@ -48,8 +50,29 @@ impl Ops {
 
     /// A transaction on the pool: operations run their statements through it, with the same
     /// [`SqlTx`](oncely_sql::SqlTx) seam a handler's transaction offers.
-    pub async fn begin(&self) -> oncely_core::Result<AnyTx> {
+    pub async fn begin(&self) -> Result<AnyTx> {
         self.pool.begin().await
+    }
+
+    /// The pool as a [`SqlTx`](oncely_sql::SqlTx) that runs each statement on its own
+    /// (autocommit): for reads and single writes that need no transaction.
+    pub(crate) fn autocommit(&self) -> AnyPool {
+        self.pool.clone()
+    }
+}
+
+/// Names what failed (`reading the inbox: …`), keeping the error's kind and cause.
+pub(crate) fn doing(what: &str) -> impl FnOnce(Error) -> Error + '_ {
+    move |e| Error::new(e.kind(), what).with_source(e)
+}
+
+/// `Ok(None)` for a table that does not exist (oncely-effects' tables, where it is not
+/// installed); other errors as they are.
+pub(crate) fn unless_missing<T>(result: Result<T>) -> Result<Option<T>> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if is_missing_table(&e) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -4,11 +4,10 @@
 //! [`oncely_core::Inspect::dead_letters`] returns, with its row id). [`DeadLetterJson`] is how
 //! it is printed (`oncely dlq list/show --json`, `oncely inspect --json`).
 
-use crate::db::Ops;
+use crate::db::{Ops, doing};
 use oncely_core::{RawEnvelope, Result, StoredDeadLetter};
-use oncely_sql::sqlx::AssertSqlSafe;
-use oncely_sql::with_autocommit;
-use oncely_sql::{db, dead_letter_columns, decode_dead_letter, now_ms, to_ms};
+use oncely_sql::{Column, DEAD_LETTER_TYPES, SqlTx, Value};
+use oncely_sql::{dead_letter_columns, decode_dead_letter, now_ms, to_ms};
 use std::time::Duration;
 
 /// A [`StoredDeadLetter`] as JSON: times in unix ms, the raw id in hex, the payload as
@@ -136,12 +135,11 @@ pub struct Filter {
     pub limit: Option<u32>,
 }
 
-/// Rows matching a condition from [`conditions`] (its text binds, then its integer bind),
-/// oldest first.
+/// Rows matching a condition from [`conditions`], oldest first.
 async fn select(
     ops: &Ops,
     what: &str,
-    (condition, binds, before): (String, Vec<String>, Option<i64>),
+    (condition, args): (String, Vec<Value>),
     limit: Option<u32>,
 ) -> Result<Vec<StoredDeadLetter>> {
     let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
@@ -150,60 +148,46 @@ async fn select(
         dead_letter_columns(ops.dialect()),
         ops.tables().dead_letters()
     );
-    with_autocommit!(ops.pool(), c => {
-        let mut q = oncely_sql::query(AssertSqlSafe(sql));
-        for b in &binds {
-            q = q.bind(b.clone());
-        }
-        if let Some(ms) = before {
-            q = q.bind(ms);
-        }
-        q.fetch_all(&mut *c)
-            .await
-            .map_err(|e| db(what, e))?
-            .iter()
-            .map(decode_dead_letter)
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| db("decoding dead letters", e))
-    })?
+    let rows = ops.autocommit().fetch(&sql, &args, DEAD_LETTER_TYPES).await;
+    Ok(rows
+        .map_err(doing(what))?
+        .iter()
+        .map(|r| decode_dead_letter(r))
+        .collect())
 }
 
 /// The ids of the rows matching `filter`, oldest first (no payloads read).
 pub async fn ids(ops: &Ops, filter: &Filter) -> Result<Vec<i64>> {
-    let (condition, binds, before) = conditions(ops, filter);
+    let (condition, args) = conditions(ops, filter);
     let sql = format!(
         "SELECT id FROM {} WHERE {condition} ORDER BY id",
         ops.tables().dead_letters()
     );
-    with_autocommit!(ops.pool(), c => {
-        let mut q = oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql));
-        for b in &binds {
-            q = q.bind(b.clone());
-        }
-        if let Some(ms) = before {
-            q = q.bind(ms);
-        }
-        q.fetch_all(&mut *c).await.map_err(|e| db("listing dead letters", e))
-    })?
+    let rows = ops.autocommit().fetch(&sql, &args, &[Column::I64]).await;
+    Ok(rows
+        .map_err(doing("listing dead letters"))?
+        .iter()
+        .map(|r| r[0].i64())
+        .collect())
 }
 
-/// The WHERE clause and its string binds for a filter.
-fn conditions(ops: &Ops, f: &Filter) -> (String, Vec<String>, Option<i64>) {
+/// The WHERE clause of a filter and its arguments, in placeholder order.
+fn conditions(ops: &Ops, f: &Filter) -> (String, Vec<Value>) {
     let mut clauses = vec!["1 = 1".to_owned()];
-    let mut binds = Vec::new();
+    let mut args: Vec<Value> = Vec::new();
+    let mut param = |value: Value| {
+        args.push(value);
+        ops.dialect().param(args.len())
+    };
     for (column, value) in [("consumer", &f.consumer), ("reason", &f.reason)] {
         if let Some(v) = value {
-            binds.push(v.clone());
-            clauses.push(format!("{column} = {}", ops.dialect().param(binds.len())));
+            clauses.push(format!("{column} = {}", param(v.into())));
         }
     }
-    if f.before_ms.is_some() {
-        clauses.push(format!(
-            "dead_lettered_at < {}",
-            ops.dialect().param(binds.len() + 1)
-        ));
+    if let Some(ms) = f.before_ms {
+        clauses.push(format!("dead_lettered_at < {}", param(ms.into())));
     }
-    (clauses.join(" AND "), binds, f.before_ms)
+    (clauses.join(" AND "), args)
 }
 
 /// Lists dead letters matching `filter`, oldest first, at most `filter.limit`.
@@ -220,18 +204,17 @@ pub async fn list(ops: &Ops, filter: &Filter) -> Result<Vec<StoredDeadLetter>> {
 /// The dead letters of one message id (any consumer), oldest first.
 pub async fn of_message(ops: &Ops, message_id: &str) -> Result<Vec<StoredDeadLetter>> {
     let condition = format!("message_id = {}", ops.dialect().param(1));
-    let binds = vec![message_id.to_owned()];
-    select(ops, "reading dead letters", (condition, binds, None), None).await
+    let args = vec![message_id.into()];
+    select(ops, "reading dead letters", (condition, args), None).await
 }
 
 /// One dead letter, if the row exists.
 pub async fn show(ops: &Ops, id: i64) -> Result<Option<StoredDeadLetter>> {
     let condition = format!("id = {}", ops.dialect().param(1));
-    // The id is the one integer bind, which `select` binds after the (no) text binds.
     let rows = select(
         ops,
         "reading a dead letter",
-        (condition, vec![], Some(id)),
+        (condition, vec![id.into()]),
         None,
     )
     .await?;
@@ -245,9 +228,8 @@ pub async fn delete(ops: &Ops, id: i64) -> Result<bool> {
         ops.tables().dead_letters(),
         ops.dialect().param(1)
     );
-    let n = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql)).bind(id).execute(&mut *c).await
-        .map_err(|e| db("deleting a dead letter", e))?.rows_affected())?;
-    Ok(n == 1)
+    let done = ops.autocommit().execute(&sql, &[id.into()]).await;
+    Ok(done.map_err(doing("deleting a dead letter"))?.rows == 1)
 }
 
 /// Deletes dead letters stored longer ago than `older_than` (and matching `filter`'s consumer
@@ -262,18 +244,14 @@ pub async fn purge(
         before_ms: Some(now_ms() - older_than.as_millis() as i64),
         ..filter.clone()
     };
-    let (condition, binds, before) = conditions(ops, &filter);
+    let (condition, args) = conditions(ops, &filter);
     let dl = ops.tables().dead_letters();
     let sql = ops.dialect().delete_batch(&dl, "id", &condition, "1000");
     let mut total = 0;
+    let mut pool = ops.autocommit();
     loop {
-        let n = with_autocommit!(ops.pool(), c => {
-            let mut q = oncely_sql::query(AssertSqlSafe(sql.clone()));
-            for b in &binds {
-                q = q.bind(b.clone());
-            }
-            q.bind(before).execute(&mut *c).await.map_err(|e| db("purging dead letters", e))?.rows_affected()
-        })?;
+        let done = pool.execute(&sql, &args).await;
+        let n = done.map_err(doing("purging dead letters"))?.rows;
         total += n;
         progress(total);
         if n < 1000 {

@@ -1,14 +1,12 @@
 //! Where one message id is: claimed by which consumers and when, dead letters, and — when
 //! oncely-effects' tables exist — effect-journal and outbox rows.
 
-use crate::db::Ops;
+use crate::db::{Ops, doing, unless_missing};
 use crate::dlq::{self, serialize_rows};
 use oncely_core::{ConsumerName, MessageId};
 use oncely_core::{Result, StoredDeadLetter};
 use oncely_effects::EffectTables;
-use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use oncely_sql::with_autocommit;
-use oncely_sql::{db, is_missing_table};
+use oncely_sql::{Column, SqlTx, Value};
 
 /// One inbox row.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -71,19 +69,22 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
         ops.tables().inbox(),
         ops.dialect().param(1)
     );
-    let claimed = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(inbox_sql))
-        .bind(message_id)
-        .fetch_all(&mut *c)
+    let claimed: Vec<Claimed> = ops
+        .autocommit()
+        .fetch(
+            &inbox_sql,
+            &[message_id.into()],
+            &[Column::Text, Column::Text, Column::I64],
+        )
         .await
-        .map_err(|e| db("reading the inbox", e))?
+        .map_err(doing("reading the inbox"))?
         .iter()
-        .map(|r| Ok(Claimed {
-            consumer: r.try_get("consumer")?,
-            payload_hash: r.try_get("payload_hash")?,
-            received_at: r.try_get("received_at")?,
-        }))
-        .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
-        .map_err(|e| db("decoding inbox rows", e))?)?;
+        .map(|r| Claimed {
+            consumer: r[0].text(),
+            payload_hash: r[1].text(),
+            received_at: r[2].i64(),
+        })
+        .collect();
     let dead_letters = dlq::of_message(ops, message_id).await?;
     let consumers: Vec<String> = claimed
         .iter()
@@ -140,27 +141,26 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
         state = ops.dialect().text("state"),
     );
     let end = |p: &str| format!("{};", &p[..p.len() - 1]);
-    let rows = with_autocommit!(ops.pool(), c => {
-        let mut q = oncely_sql::query(AssertSqlSafe(sql));
-        for prefix in &prefixes {
-            q = q.bind(prefix.clone()).bind(end(prefix));
-        }
-        q.fetch_all(&mut *c)
+    let args: Vec<Value> = prefixes
+        .iter()
+        .flat_map(|p| [p.into(), end(p).into()])
+        .collect();
+    let cols = [Column::Text, Column::Text, Column::Text, Column::I64];
+    let rows = ops
+        .autocommit()
+        .fetch(&sql, &args, &cols)
         .await
-        .map(|rows| rows.iter().map(|r| Ok(JournalRow {
-            effect_key: r.try_get("effect_key")?,
-            kind: r.try_get("kind")?,
-            state: r.try_get("state")?,
-            updated_at: r.try_get("updated_at")?,
-        })).collect::<std::result::Result<Vec<_>, sqlx::Error>>())
-    })?;
-    match rows {
-        Ok(decoded) => decoded
-            .map(Some)
-            .map_err(|e| db("decoding journal rows", e)),
-        Err(e) if is_missing_table(&e) => Ok(None),
-        Err(e) => Err(db("reading the effect journal", e)),
-    }
+        .map_err(doing("reading the effect journal"));
+    Ok(unless_missing(rows)?.map(|rows| {
+        rows.iter()
+            .map(|r| JournalRow {
+                effect_key: r[0].text(),
+                kind: r[1].text(),
+                state: r[2].text(),
+                updated_at: r[3].i64(),
+            })
+            .collect()
+    }))
 }
 
 async fn outbox(ops: &Ops, id: &str) -> Result<Option<Vec<OutboxRow>>> {
@@ -170,19 +170,20 @@ async fn outbox(ops: &Ops, id: &str) -> Result<Option<Vec<OutboxRow>>> {
         ops.tables().outbox(),
         ops.dialect().param(1)
     );
-    let rows = with_autocommit!(ops.pool(), c => oncely_sql::query(AssertSqlSafe(sql))
-        .bind(id)
-        .fetch_all(&mut *c)
+    let cols = [Column::I64, Column::Text, Column::I64, Column::OptI64];
+    let rows = ops
+        .autocommit()
+        .fetch(&sql, &[id.into()], &cols)
         .await
-        .map(|rows| rows.iter().map(|r| Ok(OutboxRow {
-            id: r.try_get("id")?,
-            destination: r.try_get("destination")?,
-            created_at: r.try_get("created_at")?,
-            dispatched_at: r.try_get("dispatched_at")?,
-        })).collect::<std::result::Result<Vec<_>, sqlx::Error>>()))?;
-    match rows {
-        Ok(decoded) => decoded.map(Some).map_err(|e| db("decoding outbox rows", e)),
-        Err(e) if is_missing_table(&e) => Ok(None),
-        Err(e) => Err(db("reading the outbox", e)),
-    }
+        .map_err(doing("reading the outbox"));
+    Ok(unless_missing(rows)?.map(|rows| {
+        rows.iter()
+            .map(|r| OutboxRow {
+                id: r[0].i64(),
+                destination: r[1].text(),
+                created_at: r[2].i64(),
+                dispatched_at: r[3].opt_i64(),
+            })
+            .collect()
+    }))
 }

@@ -12,12 +12,10 @@
 //! Existing inboxes are not converted in place: start the partitioned layout under a new
 //! schema/prefix and let the old table age out (prune it as usual), or copy it in a quiet window.
 
-use crate::db::Ops;
+use crate::db::{Ops, doing};
 use oncely_core::{Error, Result};
-use oncely_sql::Autocommit;
-use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool};
-use oncely_sql::{Adopt, Dialect, Migration, MigrationSet, PgStore, Tables};
-use oncely_sql::{db, now_ms};
+use oncely_sql::now_ms;
+use oncely_sql::{Adopt, AnyStore, Column, Dialect, Migration, MigrationSet, SqlTx, Tables};
 use tracing::{info, warn};
 
 /// Milliseconds in a day.
@@ -60,12 +58,14 @@ pub struct Partition {
     pub to_ms: i64,
 }
 
-fn pg(ops: &Ops) -> Result<&PgPool> {
-    ops.pool().as_postgres().ok_or_else(|| {
-        Error::config(
-            "the partitioned inbox exists on PostgreSQL only; other databases prune in batches",
-        )
-    })
+/// Fails unless the database has the partitioned inbox ([`Dialect::has_partitions`]).
+fn partitions(ops: &Ops) -> Result<()> {
+    if ops.dialect().has_partitions() {
+        return Ok(());
+    }
+    Err(Error::config(
+        "the partitioned inbox exists on PostgreSQL only; other databases prune in batches",
+    ))
 }
 
 /// Civil date (year, month, day) of a day number since 1970-01-01 (H. Hinnant's algorithm).
@@ -124,42 +124,33 @@ fn day_of_suffix(name: &str, prefix: &str) -> Option<i64> {
 
 /// True when the inbox of `ops` is the partitioned layout.
 pub async fn is_partitioned(ops: &Ops) -> Result<bool> {
-    let Some(pool) = ops.pool().as_postgres() else {
+    if !ops.dialect().has_partitions() {
         return Ok(false);
-    };
-    let mut conn = Autocommit::begin(pool, ops.pool().engine())
-        .await
-        .map_err(|e| db("checking the inbox layout", e))?;
-    let found = oncely_sql::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))",
-    )
-    .bind(ops.tables().inbox())
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(|e| db("checking the inbox layout", e))?;
-    conn.commit()
-        .await
-        .map_err(|e| db("checking the inbox layout", e))?;
-    Ok(found)
+    }
+    let sql = "SELECT COUNT(*) FROM pg_partitioned_table WHERE partrelid = to_regclass($1)";
+    let n = ops
+        .autocommit()
+        .fetch_i64(sql, &[ops.tables().inbox().into()])
+        .await;
+    Ok(n.map_err(doing("checking the inbox layout"))?.unwrap_or(0) > 0)
 }
 
 /// Creates the partitioned inbox (and partitions from today to `days_ahead` days ahead).
 /// Run it before the store's `migrate()`. A no-op (apart from creating partitions) when the
 /// partitioned inbox exists; an error when a regular inbox exists under these names.
 pub async fn install(ops: &Ops, days_ahead: u32) -> Result<Vec<String>> {
-    let pool = pg(ops)?;
-    if let Some(schema) = ops.tables().schema() {
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "CREATE SCHEMA IF NOT EXISTS {schema}"
-        )))
-        .execute(pool)
-        .await
-        .map_err(|e| db("creating the schema", e))?;
+    partitions(ops)?;
+    if let Some(create) = ops
+        .tables()
+        .schema()
+        .and_then(|schema| ops.dialect().create_schema_sql(schema))
+    {
+        let done = ops.autocommit().script(&create).await;
+        done.map_err(doing("creating the schema"))?;
     }
     check_installable(ops).await?;
     // Under the migration lock; records (or adopts) the set in the ledger.
-    let store =
-        PgStore::with_tables(pool.clone(), ops.tables().clone()).with_engine(ops.pool().engine());
+    let store = AnyStore::with_tables(ops.pool().clone(), ops.tables().clone());
     if store.migrate_with(&[&MIGRATIONS]).await? > 0 {
         info!(table = %ops.tables().inbox(), "partitioned inbox installed");
     }
@@ -170,21 +161,16 @@ pub async fn install(ops: &Ops, days_ahead: u32) -> Result<Vec<String>> {
 /// inbox already exists under these names: the partitioned layout replaces the inbox table
 /// and cannot be created over it. `Ok` when there is no inbox yet or it is partitioned.
 pub async fn check_installable(ops: &Ops) -> Result<()> {
-    let pool = pg(ops)?;
+    partitions(ops)?;
     if is_partitioned(ops).await? {
         return Ok(());
     }
-    let failed = |e| db("looking for the inbox", e);
-    let mut conn = Autocommit::begin(pool, ops.pool().engine())
-        .await
-        .map_err(failed)?;
-    let exists: bool = oncely_sql::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-        .bind(ops.tables().inbox())
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(failed)?;
-    conn.commit().await.map_err(failed)?;
-    if exists {
+    let sql = "SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass($1)";
+    let n = ops
+        .autocommit()
+        .fetch_i64(sql, &[ops.tables().inbox().into()])
+        .await;
+    if n.map_err(doing("looking for the inbox"))?.unwrap_or(0) > 0 {
         return Err(Error::config(format!(
             "{} already exists as a regular table; the partitioned inbox replaces it and cannot \
              be created over it: install it under a new schema or prefix and switch consumers \
@@ -199,31 +185,29 @@ pub async fn check_installable(ops: &Ops) -> Result<()> {
 /// today. Rows that fell into the default partition for such a day are moved into it.
 /// Returns the partitions created.
 pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<String>> {
-    let pool = pg(ops)?;
+    partitions(ops)?;
     let existing: Vec<String> = list(ops).await?.into_iter().map(|p| p.name).collect();
     let inbox = ops.tables().inbox();
     let default = ops.tables().inbox_default();
     let mut created = Vec::new();
     let last = now_ms().div_euclid(DAY_MS) + i64::from(days_ahead);
+    let stray_sql = format!(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM {default} WHERE received_at >= $1 AND received_at < $2 LIMIT 1) AS stray"
+    );
     for day in from_ms.div_euclid(DAY_MS)..=last {
         let name = ops.tables().table(&suffix(day));
         if existing.contains(&name) {
             continue;
         }
         let (lo, hi) = (day * DAY_MS, (day + 1) * DAY_MS);
-        let failed = |e| db("checking the default partition", e);
-        let mut conn = Autocommit::begin(pool, ops.pool().engine())
-            .await
-            .map_err(failed)?;
-        let stray: bool = oncely_sql::query_scalar(AssertSqlSafe(format!(
-            "SELECT EXISTS (SELECT 1 FROM {default} WHERE received_at >= $1 AND received_at < $2)"
-        )))
-        .bind(lo)
-        .bind(hi)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(failed)?;
-        conn.commit().await.map_err(failed)?;
+        let stray = ops
+            .autocommit()
+            .fetch_i64(&stray_sql, &[lo.into(), hi.into()])
+            .await;
+        let stray = stray
+            .map_err(doing("checking the default partition"))?
+            .unwrap_or(0)
+            > 0;
         let sql = if stray {
             warn!(partition = %name, "moving rows out of the default partition");
             format!(
@@ -237,14 +221,11 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
                 "CREATE TABLE IF NOT EXISTS {name} PARTITION OF {inbox} FOR VALUES FROM ({lo}) TO ({hi})"
             )
         };
-        let mut tx = pool.begin().await.map_err(|e| db("begin", e))?;
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "SET LOCAL lock_timeout = '5s'; {sql}"
-        )))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| db(&format!("creating partition {name}"), e))?;
-        tx.commit().await.map_err(|e| db("commit", e))?;
+        let mut tx = ops.begin().await?;
+        tx.script(&format!("SET LOCAL lock_timeout = '5s'; {sql}"))
+            .await
+            .map_err(doing(&format!("creating partition {name}")))?;
+        tx.commit().await?;
         created.push(name);
     }
     Ok(created)
@@ -252,20 +233,18 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
 
 /// The daily partitions, oldest first (the default partition is not listed).
 pub async fn list(ops: &Ops) -> Result<Vec<Partition>> {
-    let pool = pg(ops)?;
-    let failed = |e| db("listing partitions", e);
-    let mut conn = Autocommit::begin(pool, ops.pool().engine())
-        .await
-        .map_err(failed)?;
-    let names: Vec<String> = oncely_sql::query_scalar(
-        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-         WHERE i.inhparent = to_regclass($1)",
-    )
-    .bind(ops.tables().inbox())
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(failed)?;
-    conn.commit().await.map_err(failed)?;
+    partitions(ops)?;
+    let sql = "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = to_regclass($1)";
+    let rows = ops
+        .autocommit()
+        .fetch(sql, &[ops.tables().inbox().into()], &[Column::Text])
+        .await;
+    let names: Vec<String> = rows
+        .map_err(doing("listing partitions"))?
+        .iter()
+        .map(|r| r[0].text())
+        .collect();
     let prefix = ops.tables().prefix();
     let mut parts: Vec<Partition> = names
         .iter()
@@ -286,27 +265,29 @@ pub async fn list(ops: &Ops) -> Result<Vec<Partition>> {
 /// 5 s for its lock (a long transaction on the inbox makes it skip, not queue everyone behind
 /// it); skipped partitions are dropped on the next run. Returns the partitions dropped.
 pub async fn drop_expired(ops: &Ops, cutoff_ms: i64) -> Result<Vec<String>> {
-    let pool = pg(ops)?;
+    partitions(ops)?;
     let mut dropped = Vec::new();
     for p in list(ops).await? {
         if p.to_ms > cutoff_ms {
             break;
         }
-        let mut tx = pool.begin().await.map_err(|e| db("begin", e))?;
-        let result = sqlx::raw_sql(AssertSqlSafe(format!(
-            "SET LOCAL lock_timeout = '5s'; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE; DROP TABLE IF EXISTS {}",
-            ops.tables().inbox(),
-            p.name
-        )))
-        .execute(&mut *tx)
-        .await;
+        let mut tx = ops.begin().await?;
+        let result = tx
+            .script(&format!(
+                "SET LOCAL lock_timeout = '5s'; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE; DROP TABLE IF EXISTS {}",
+                ops.tables().inbox(),
+                p.name
+            ))
+            .await;
         match result {
-            Ok(_) => {
-                tx.commit().await.map_err(|e| db("commit", e))?;
+            Ok(()) => {
+                tx.commit().await?;
                 dropped.push(p.name);
             }
             Err(e) => {
                 warn!(partition = %p.name, error = %e, "could not drop partition now; will retry next run");
+                // Rolled back; the error that made the drop wait too long is reported above.
+                let _ = tx.rollback().await;
             }
         }
     }

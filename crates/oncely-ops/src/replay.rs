@@ -17,16 +17,14 @@
 //! A successful replay deletes the row; a replay that fails again leaves exactly one row
 //! for the message (the store's own upsert, or the new row replacing the old one).
 
-use crate::db::Ops;
+use crate::db::{Ops, doing};
 use crate::dlq::{Filter, delete, envelope, ids, show};
 use crate::events;
 use oncely_core::{
     Acker, Consumer, ConsumerName, Delivery, Error, Handler, Inspect, MessageId, Outcome,
     PayloadHash, Result, StoredDeadLetter,
 };
-use oncely_sql::sqlx::AssertSqlSafe;
-use oncely_sql::with_autocommit;
-use oncely_sql::{db, now_ms, to_ms};
+use oncely_sql::{SqlTx, now_ms, to_ms};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -264,8 +262,8 @@ async fn newest_id(ops: &Ops) -> Result<i64> {
         "SELECT COALESCE(MAX(id), 0) FROM {}",
         ops.tables().dead_letters()
     );
-    with_autocommit!(ops.pool(), c => oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql)).fetch_one(&mut *c).await
-        .map_err(|e| db("reading dead letters", e)))?
+    let newest = ops.autocommit().fetch_i64(&sql, &[]).await;
+    Ok(newest.map_err(doing("reading dead letters"))?.unwrap_or(0))
 }
 
 /// True when a row newer than `newest_before` holds the same consumer, id and payload.
@@ -278,15 +276,14 @@ async fn superseded(ops: &Ops, row: &StoredDeadLetter, newest_before: i64) -> Re
         ops.dialect().param(3),
         ops.dialect().param(4)
     );
-    let n: i64 = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql))
-        .bind(newest_before)
-        .bind(row.consumer.clone())
-        .bind(row.raw_id.clone())
-        .bind(row.payload_hash.clone())
-        .fetch_one(&mut *c)
-        .await
-        .map_err(|e| db("reading dead letters", e))?)?;
-    Ok(n > 0)
+    let args = [
+        newest_before.into(),
+        (&row.consumer).into(),
+        row.raw_id.clone().into(),
+        (&row.payload_hash).into(),
+    ];
+    let n = ops.autocommit().fetch_i64(&sql, &args).await;
+    Ok(n.map_err(doing("reading dead letters"))?.unwrap_or(0) > 0)
 }
 
 /// Replays every dead letter matching `filter` (rows taken at the start, oldest first, so

@@ -1,10 +1,8 @@
 //! Per-consumer numbers read from the inbox and dead-letter tables.
 
-use crate::db::Ops;
+use crate::db::{Ops, doing};
 use oncely_core::Result;
-use oncely_sql::db;
-use oncely_sql::sqlx::{self, AssertSqlSafe, Row};
-use oncely_sql::with_autocommit;
+use oncely_sql::{Column, SqlTx};
 use std::collections::BTreeMap;
 
 /// One consumer's numbers.
@@ -61,34 +59,32 @@ pub async fn stats(ops: &Ops) -> Result<InboxStats> {
         "SELECT {consumer} AS consumer, reason, COUNT(*) AS n FROM {dl} GROUP BY consumer, reason"
     );
     let mut by_name: BTreeMap<String, ConsumerStats> = BTreeMap::new();
-    let (held, letters) = with_autocommit!(ops.pool(), c => {
-        let held = oncely_sql::query(AssertSqlSafe(inbox_sql)).fetch_all(&mut *c).await
-            .map_err(|e| db("reading the inbox", e))?
-            .iter()
-            .map(|r| Ok((r.try_get::<String, _>("consumer")?, r.try_get::<i64, _>("n")?,
-                r.try_get::<Option<i64>, _>("oldest")?, r.try_get::<Option<i64>, _>("newest")?)))
-            .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
-            .map_err(|e| db("decoding inbox stats", e))?;
-        let letters = oncely_sql::query(AssertSqlSafe(dl_sql)).fetch_all(&mut *c).await
-            .map_err(|e| db("reading dead letters", e))?
-            .iter()
-            .map(|r| Ok((r.try_get::<String, _>("consumer")?, r.try_get::<String, _>("reason")?,
-                r.try_get::<i64, _>("n")?)))
-            .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
-            .map_err(|e| db("decoding dead-letter stats", e))?;
-        (held, letters)
-    })?;
-    for (name, n, oldest, newest) in held {
+    let mut pool = ops.autocommit();
+    let held = pool
+        .fetch(
+            &inbox_sql,
+            &[],
+            &[Column::Text, Column::I64, Column::OptI64, Column::OptI64],
+        )
+        .await
+        .map_err(doing("reading the inbox"))?;
+    let letters = pool
+        .fetch(&dl_sql, &[], &[Column::Text, Column::Text, Column::I64])
+        .await
+        .map_err(doing("reading dead letters"))?;
+    for row in held {
+        let name = row[0].text();
         let s = by_name.entry(name.clone()).or_default();
         s.consumer = name;
-        s.ids_held = n.max(0) as u64;
-        s.oldest_ms = oldest;
-        s.newest_ms = newest;
+        s.ids_held = row[1].i64().max(0) as u64;
+        s.oldest_ms = row[2].opt_i64();
+        s.newest_ms = row[3].opt_i64();
     }
-    for (name, reason, n) in letters {
+    for row in letters {
+        let (name, reason) = (row[0].text(), row[1].text());
         let s = by_name.entry(name.clone()).or_default();
         s.consumer = name;
-        let n = n.max(0) as u64;
+        let n = row[2].i64().max(0) as u64;
         s.dead_letters += n;
         match reason.as_str() {
             "conflict" => s.conflicts += n,
@@ -129,7 +125,6 @@ pub async fn inbox_rows_estimate(ops: &Ops) -> Result<u64> {
         return Ok(n as u64);
     }
     let sql = format!("SELECT COUNT(*) FROM {inbox}");
-    let n: i64 = with_autocommit!(ops.pool(), c => oncely_sql::query_scalar(AssertSqlSafe(sql)).fetch_one(&mut *c).await
-        .map_err(|e| db("counting the inbox", e))?)?;
-    Ok(n.max(0) as u64)
+    let n = (ops.autocommit().fetch_i64(&sql, &[]).await).map_err(doing("counting the inbox"))?;
+    Ok(n.unwrap_or(0).max(0) as u64)
 }

@@ -6,7 +6,7 @@ mod common;
 use oncely_ops::Ops;
 use oncely_ops::prune::{PruneOptions, prune};
 use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{now_ms, with_pool};
+use oncely_sql::{Column, SqlTx, now_ms};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -41,17 +41,13 @@ async fn fill(ops: &Ops) {
             "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}",
             values.join(", ")
         );
-        with_pool!(ops.pool(), p => {
-            sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
-        });
+        ops.pool().clone().script(&sql).await.unwrap();
     }
 }
 
 async fn count(ops: &Ops, sql: String) -> i64 {
-    with_pool!(ops.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
-        .fetch_one(p)
-        .await
-        .unwrap())
+    let n = ops.pool().clone().fetch_i64(&sql, &[]).await.unwrap();
+    n.unwrap_or(0)
 }
 
 async fn old_keys(ops: &Ops) -> BTreeSet<(String, String)> {
@@ -63,11 +59,10 @@ async fn old_keys(ops: &Ops) -> BTreeSet<(String, String)> {
         ops.tables().inbox(),
         now_ms() - DAY
     );
-    let rows: Vec<(String, String)> = with_pool!(ops.pool(), p => sqlx::query_as(AssertSqlSafe(sql))
-        .fetch_all(p)
-        .await
-        .unwrap());
-    rows.into_iter().collect()
+    let mut pool = ops.pool().clone();
+    let rows = pool.fetch(&sql, &[], &[Column::Text, Column::Text]).await;
+    let rows = rows.unwrap();
+    rows.iter().map(|r| (r[0].text(), r[1].text())).collect()
 }
 
 async fn check(ops: &Ops) {

@@ -229,6 +229,35 @@ impl AnyStore {
         })
     }
 
+    /// The store over `pool` for the tables `tables`, with the pool's [`Engine`]: for tools
+    /// that hold a pool and a table naming (operations) and need the store's own work, e.g.
+    /// [`AnyStore::migrate_with`], without a typed pool.
+    ///
+    /// ```no_run
+    /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+    /// use oncely_sql::{AnyStore, INBOX, Tables};
+    /// let store = AnyStore::with_tables(pool, Tables::default().with_prefix("app_")?);
+    /// store.migrate_with(&[&INBOX]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_tables(pool: AnyPool, tables: Tables) -> Self {
+        let engine = pool.engine();
+        match pool.pool {
+            #[cfg(feature = "sqlite")]
+            PoolKind::Sqlite(p) => {
+                Self::Sqlite(SqliteStore::with_engine_and_tables(p, tables, engine))
+            }
+            #[cfg(feature = "postgres")]
+            PoolKind::Postgres(p) => {
+                Self::Postgres(PgStore::with_engine_and_tables(p, tables, engine))
+            }
+            #[cfg(feature = "mysql")]
+            PoolKind::MySql(p) => {
+                Self::MySql(MySqlStore::with_engine_and_tables(p, tables, engine))
+            }
+        }
+    }
+
     /// The database.
     pub fn dialect(&self) -> Dialect {
         match self {

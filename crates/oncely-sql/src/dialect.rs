@@ -189,6 +189,34 @@ impl Dialect {
         self != Self::Sqlite
     }
 
+    /// Whether oncely's time-partitioned inbox exists on this database (declarative
+    /// partitioning, dropped by whole daily partitions): PostgreSQL only. Elsewhere the inbox
+    /// is one table, pruned in batches.
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert!(Dialect::Postgres.has_partitions());
+    /// assert!(!Dialect::MySql.has_partitions() && !Dialect::Sqlite.has_partitions());
+    /// ```
+    pub fn has_partitions(self) -> bool {
+        self == Self::Postgres
+    }
+
+    /// A statement that, run first in a transaction, serializes it with every other
+    /// transaction running it with the same `key` until it ends, so that concurrent
+    /// `CREATE TABLE IF NOT EXISTS` of one table cannot collide: PostgreSQL's can fail on the
+    /// catalog's unique index (`pg_advisory_xact_lock`). `None` where nothing is needed
+    /// (SQLite serializes writers; MySQL's `IF NOT EXISTS` does not collide).
+    ///
+    /// ```
+    /// use oncely_sql::Dialect;
+    /// assert_eq!(Dialect::Postgres.ddl_lock_sql(42).unwrap(), "SELECT pg_advisory_xact_lock(42)");
+    /// assert!(Dialect::MySql.ddl_lock_sql(42).is_none());
+    /// ```
+    pub fn ddl_lock_sql(self, key: i64) -> Option<String> {
+        (self == Self::Postgres).then(|| format!("SELECT pg_advisory_xact_lock({key})"))
+    }
+
     /// `column` read as text. MySQL keeps oncely's byte-exact keys (consumer, message id) in
     /// `VARBINARY` columns; there it is `CAST(column AS CHAR)`, elsewhere the column itself.
     ///

@@ -15,8 +15,8 @@
 
 use crate::clock::{from_ms, to_ms};
 use crate::dialect::Dialect;
+use crate::query::{Column, Value};
 use oncely_core::{DeadLetter, DeadLetterReason, Meta, PayloadHash, StoredDeadLetter};
-use sqlx::Row;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -224,67 +224,85 @@ impl<'a> LetterRow<'a> {
     }
 }
 
-/// The columns of a [`StoredDeadLetter`], for a `SELECT … FROM {prefix}dead_letters` that
-/// [`decode_dead_letter`] reads (the consumer as text: MySQL stores it as `VARBINARY`).
+/// The columns of a [`StoredDeadLetter`], for a `SELECT … FROM {prefix}dead_letters` whose
+/// rows are fetched as [`DEAD_LETTER_TYPES`] and read by [`decode_dead_letter`] (the consumer
+/// as text, as MySQL stores it as `VARBINARY`; the counters widened to 64 bits).
 ///
 /// ```
 /// let cols = oncely_sql::dead_letter_columns(oncely_sql::Dialect::MySql);
 /// assert!(cols.starts_with("id, CAST(consumer AS CHAR) AS consumer, message_id"));
+/// assert!(cols.contains("CAST(attempts AS SIGNED) AS attempts"));
 /// ```
 pub fn dead_letter_columns(dialect: Dialect) -> String {
     format!(
-        "id, {} AS consumer, message_id, raw_id, payload, payload_hash, stored_hash, reason, detail, attempts, entity_key, version, source_time, headers, dead_lettered_at, last_seen, deliveries",
-        dialect.text("consumer")
+        "id, {} AS consumer, message_id, raw_id, payload, payload_hash, stored_hash, reason, detail, {} AS attempts, entity_key, version, source_time, headers, dead_lettered_at, last_seen, {} AS deliveries",
+        dialect.text("consumer"),
+        dialect.cast_i64("attempts"),
+        dialect.cast_i64("deliveries"),
     )
 }
 
-/// Decodes a row selected with [`dead_letter_columns`] (the one decoder of the dead-letter
-/// row: the stores' [`Inspect::dead_letters`](oncely_core::Inspect::dead_letters) and
-/// oncely-ops use it).
+/// How to decode the columns of [`dead_letter_columns`], in order.
+pub const DEAD_LETTER_TYPES: &[Column] = &[
+    Column::I64,      // id
+    Column::Text,     // consumer
+    Column::OptText,  // message_id
+    Column::OptBytes, // raw_id
+    Column::Bytes,    // payload
+    Column::Text,     // payload_hash
+    Column::OptText,  // stored_hash
+    Column::Text,     // reason
+    Column::Text,     // detail
+    Column::I64,      // attempts
+    Column::OptText,  // entity_key
+    Column::OptI64,   // version
+    Column::OptI64,   // source_time
+    Column::Text,     // headers
+    Column::I64,      // dead_lettered_at
+    Column::I64,      // last_seen
+    Column::I64,      // deliveries
+];
+
+/// Decodes a row selected with [`dead_letter_columns`] and fetched as [`DEAD_LETTER_TYPES`]
+/// (the one decoder of the dead-letter row: the stores'
+/// [`Inspect::dead_letters`](oncely_core::Inspect::dead_letters) and oncely-ops use it).
+/// Missing columns read as empty / NULL.
 ///
 /// ```no_run
-/// # async fn f(pool: sqlx::SqlitePool) -> Result<(), sqlx::Error> {
-/// use oncely_sql::{Dialect, Tables, dead_letter_columns, decode_dead_letter, sqlx};
-/// let sql = format!("SELECT {} FROM {}", dead_letter_columns(Dialect::Sqlite), Tables::default().dead_letters());
-/// for row in sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&pool).await? {
-///     println!("{}", decode_dead_letter(&row)?.reason);
+/// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
+/// use oncely_sql::{DEAD_LETTER_TYPES, SqlTx, Tables, dead_letter_columns, decode_dead_letter};
+/// let mut pool = pool;
+/// let sql = format!("SELECT {} FROM {}", dead_letter_columns(pool.dialect()), Tables::default().dead_letters());
+/// for row in pool.fetch(&sql, &[], DEAD_LETTER_TYPES).await? {
+///     println!("{}", decode_dead_letter(&row).reason);
 /// }
 /// # Ok(()) }
 /// ```
-pub fn decode_dead_letter<R: Row>(r: &R) -> Result<StoredDeadLetter, sqlx::Error>
-where
-    for<'a> &'a str: sqlx::ColumnIndex<R>,
-    i64: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    i32: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Vec<u8>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Option<i64>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Option<Vec<u8>>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-{
-    let count = |c: &str| -> Result<u32, sqlx::Error> { Ok(r.try_get::<i32, _>(c)?.max(0) as u32) };
-    let headers: String = r.try_get("headers")?;
-    Ok(StoredDeadLetter {
-        id: r.try_get("id")?,
-        consumer: r.try_get("consumer")?,
-        message_id: r.try_get("message_id")?,
-        raw_id: r.try_get("raw_id")?,
-        payload: r.try_get("payload")?,
-        payload_hash: r.try_get("payload_hash")?,
-        stored_hash: r.try_get("stored_hash")?,
-        reason: r.try_get("reason")?,
-        detail: r.try_get("detail")?,
-        attempts: count("attempts")?,
-        dead_lettered_at: from_ms(r.try_get("dead_lettered_at")?),
-        last_seen: from_ms(r.try_get("last_seen")?),
-        deliveries: count("deliveries")?,
+pub fn decode_dead_letter(row: &[Value]) -> StoredDeadLetter {
+    const NULL: Value = Value::NullText;
+    let col = |i: usize| row.get(i).unwrap_or(&NULL);
+    let count = |i: usize| u32::try_from(col(i).i64().max(0)).unwrap_or(u32::MAX);
+    StoredDeadLetter {
+        id: col(0).i64(),
+        consumer: col(1).text(),
+        message_id: col(2).opt_text(),
+        raw_id: col(3).opt_bytes(),
+        payload: col(4).bytes(),
+        payload_hash: col(5).text(),
+        stored_hash: col(6).opt_text(),
+        reason: col(7).text(),
+        detail: col(8).text(),
+        attempts: count(9),
+        dead_lettered_at: from_ms(col(14).i64()),
+        last_seen: from_ms(col(15).i64()),
+        deliveries: count(16),
         meta: Meta {
-            entity_key: r.try_get("entity_key")?,
-            version: r.try_get("version")?,
-            source_time: r.try_get::<Option<i64>, _>("source_time")?.map(from_ms),
-            headers: serde_json::from_str(&headers).unwrap_or_default(),
+            entity_key: col(10).opt_text(),
+            version: col(11).opt_i64(),
+            source_time: col(12).opt_i64().map(from_ms),
+            headers: serde_json::from_str(&col(13).text()).unwrap_or_default(),
         },
-    })
+    }
 }
 
 #[cfg(test)]

@@ -72,7 +72,7 @@ pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
 pub use engine::{Engine, engine_of_version};
 pub use error::{db, db as db_error, error_kind, is_missing_table};
-pub use letter::{dead_letter_columns, decode_dead_letter};
+pub use letter::{DEAD_LETTER_TYPES, dead_letter_columns, decode_dead_letter};
 pub use lock::{DbLock, LEASE_TTL};
 pub use migrate::{
     Adopt, INBOX, MigrateDb, Migration, MigrationSet, print_migration_sets, reset_sql,

@@ -42,6 +42,8 @@ pub enum Value {
     NullI64,
     /// A NULL text.
     NullText,
+    /// A NULL byte string (binds as the bytes type: `BYTEA`, `BLOB`).
+    NullBytes,
 }
 
 impl Value {
@@ -88,17 +90,27 @@ impl Value {
         }
     }
 
+    /// The bytes (text as UTF-8), `None` for anything else (NULL included).
+    ///
+    /// ```
+    /// assert_eq!(oncely_sql::Value::NullBytes.opt_bytes(), None);
+    /// assert_eq!(oncely_sql::Value::Bytes(vec![1]).opt_bytes(), Some(vec![1]));
+    /// ```
+    pub fn opt_bytes(&self) -> Option<Vec<u8>> {
+        match self {
+            Self::Bytes(b) => Some(b.clone()),
+            Self::Text(s) => Some(s.clone().into_bytes()),
+            _ => None,
+        }
+    }
+
     /// The bytes (text as UTF-8), empty for anything else.
     ///
     /// ```
     /// assert_eq!(oncely_sql::Value::Text("ab".into()).bytes(), b"ab");
     /// ```
     pub fn bytes(&self) -> Vec<u8> {
-        match self {
-            Self::Bytes(b) => b.clone(),
-            Self::Text(s) => s.clone().into_bytes(),
-            _ => Vec::new(),
-        }
+        self.opt_bytes().unwrap_or_default()
     }
 }
 
@@ -137,6 +149,11 @@ impl From<Option<String>> for Value {
         v.map_or(Self::NullText, Self::Text)
     }
 }
+impl From<Option<Vec<u8>>> for Value {
+    fn from(v: Option<Vec<u8>>) -> Self {
+        v.map_or(Self::NullBytes, Self::Bytes)
+    }
+}
 impl From<Option<i64>> for Value {
     fn from(v: Option<i64>) -> Self {
         v.map_or(Self::NullI64, Self::I64)
@@ -163,6 +180,8 @@ pub enum Column {
     OptText,
     /// Bytes `NOT NULL` ([`Value::Bytes`]).
     Bytes,
+    /// Bytes `NULL` ([`Value::Bytes`] or [`Value::NullBytes`]).
+    OptBytes,
 }
 
 /// What an executed statement reports.
@@ -251,6 +270,7 @@ macro_rules! bind_all {
                 Value::Bytes(v) => q.bind(v.as_slice()),
                 Value::NullI64 => q.bind(None::<i64>),
                 Value::NullText => q.bind(None::<String>),
+                Value::NullBytes => q.bind(None::<Vec<u8>>),
             };
         }
         q
@@ -332,6 +352,9 @@ macro_rules! sql_database {
                                         }
                                         Column::Bytes => {
                                             Value::Bytes(row.try_get::<Vec<u8>, _>(i)?)
+                                        }
+                                        Column::OptBytes => {
+                                            row.try_get::<Option<Vec<u8>>, _>(i)?.into()
                                         }
                                     })
                                 })

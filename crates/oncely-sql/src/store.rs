@@ -573,27 +573,25 @@ macro_rules! sql_store {
                 let mut conn = Autocommit::begin(&self.pool, self.engine)
                     .await
                     .map_err(failed)?;
-                let rows = match consumer {
-                    Some(c) => {
-                        self.engine
-                            .query(self.queries.dead_letters_of.clone())
-                            .bind(c.as_str())
-                            .fetch_all(&mut *conn)
-                            .await
-                    }
-                    None => {
-                        self.engine
-                            .query(self.queries.dead_letters.clone())
-                            .fetch_all(&mut *conn)
-                            .await
-                    }
-                }
+                let (sql, args) = match consumer {
+                    Some(c) => (&self.queries.dead_letters_of, vec![c.as_str().into()]),
+                    None => (&self.queries.dead_letters, vec![]),
+                };
+                let types = crate::letter::DEAD_LETTER_TYPES;
+                let rows = <$db as SqlDatabase>::fetch(
+                    &mut *conn,
+                    self.engine,
+                    sql.as_str(),
+                    &args,
+                    types,
+                )
+                .await
                 .map_err(failed)?;
                 conn.commit().await.map_err(failed)?;
-                rows.iter()
-                    .map(crate::letter::decode_dead_letter)
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(|e| db("decoding a dead letter", e))
+                Ok(rows
+                    .iter()
+                    .map(|r| crate::letter::decode_dead_letter(r))
+                    .collect())
             }
         }
     };

@@ -182,25 +182,19 @@ impl Target {
 
     /// Runs one scalar SQL query (an i64) against the target.
     pub async fn scalar(&self, sql: &str) -> i64 {
-        use oncely_sql::sqlx::AssertSqlSafe;
-        let (pool, sql) = (self.pool().await, sql.to_owned());
+        use oncely_sql::SqlTx;
+        let mut pool = self.pool().await;
         // An unnamed statement in a transaction of its own behind a pooler.
-        let n = oncely_sql::with_autocommit!(&pool, c => oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql))
-            .fetch_one(&mut *c)
-            .await
-            .unwrap())
-        .unwrap();
+        let n = pool.fetch_i64(sql, &[]).await.unwrap();
         pool.close().await;
-        n
+        n.unwrap_or(0)
     }
 
     /// Runs one statement against the target.
     pub async fn exec(&self, sql: &str) {
-        use oncely_sql::sqlx::{self, AssertSqlSafe};
-        let (pool, sql) = (self.pool().await, sql.to_owned());
-        oncely_sql::with_pool!(&pool, p => {
-            sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
-        });
+        use oncely_sql::SqlTx;
+        let mut pool = self.pool().await;
+        pool.script(sql).await.unwrap();
         pool.close().await;
     }
 

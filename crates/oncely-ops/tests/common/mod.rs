@@ -3,8 +3,7 @@
 #![allow(dead_code)]
 
 use oncely_ops::Ops;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables};
+use oncely_sql::{ConnectOptions, MySqlStore, PgStore, SqlTx, SqliteStore, Tables};
 use oncely_testkit::services;
 
 /// A unique schema name for this test.
@@ -87,8 +86,6 @@ pub async fn fill(ops: &Ops, tag: &str, count: usize, age_ms: i64) {
             "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}",
             values.join(", ")
         );
-        oncely_sql::with_pool!(ops.pool(), p => {
-            sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await.unwrap();
-        });
+        ops.pool().clone().script(&sql).await.unwrap();
     }
 }
