@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{missing, mysql_url, pg_url, probe, unique};
+use common::{from_ms_text, missing, mysql_url, now_sql, pg_url, probe, sql_limits, unique};
 use oncely_core::Result;
 use oncely_sql::{AnyStore, AnyTx, Column, ConnectOptions, Dialect, SqlTx};
 use oncely_testkit::{ExerciseOptions, StoreHarness};
@@ -128,6 +128,17 @@ impl StoreHarness for AnyHarness {
         )
         .await?;
         Ok(())
+    }
+
+    async fn clock(store: &AnyStore) -> Result<std::time::SystemTime> {
+        let mut tx = store.pool().begin().await?;
+        let rows = SqlTx::fetch(&mut tx, &now_sql(store.dialect()), &[], &[Column::Text]).await?;
+        tx.commit().await?;
+        from_ms_text(&rows[0][0].text())
+    }
+
+    fn dead_letter_limits(&self) -> oncely_testkit::DeadLetterLimits {
+        sql_limits(self.dialect)
     }
 
     async fn effects(store: &AnyStore) -> Result<Vec<(String, i64)>> {

@@ -93,6 +93,14 @@ impl StoreHarness for MySqlHarness {
         Ok(())
     }
 
+    async fn clock(store: &MySqlStore) -> Result<std::time::SystemTime> {
+        common::db_clock(store).await
+    }
+
+    fn dead_letter_limits(&self) -> oncely_testkit::DeadLetterLimits {
+        common::sql_limits(oncely_sql::Dialect::MySql)
+    }
+
     async fn effects(store: &MySqlStore) -> Result<Vec<(String, i64)>> {
         sqlx::query_as("SELECT message_id, amount FROM ledger ORDER BY seq")
             .fetch_all(store.pool())

@@ -74,6 +74,14 @@ impl StoreHarness for PgHarness {
         Ok(())
     }
 
+    async fn clock(store: &PgStore) -> Result<std::time::SystemTime> {
+        common::db_clock(store).await
+    }
+
+    fn dead_letter_limits(&self) -> oncely_testkit::DeadLetterLimits {
+        common::sql_limits(oncely_sql::Dialect::Postgres)
+    }
+
     async fn effects(store: &PgStore) -> Result<Vec<(String, i64)>> {
         sqlx::query_as("SELECT message_id, amount FROM ledger ORDER BY seq")
             .fetch_all(store.pool())

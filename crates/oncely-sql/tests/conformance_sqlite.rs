@@ -1,5 +1,7 @@
 //! The store conformance suite on SQLite (a temporary file per case).
 
+mod common;
+
 use oncely_core::{Error, Result};
 use oncely_sql::SqliteStore;
 use oncely_sql::sqlx::{self, Sqlite, Transaction};
@@ -44,6 +46,14 @@ impl StoreHarness for SqliteHarness {
             .await
             .map_err(db)?;
         Ok(())
+    }
+
+    async fn clock(store: &SqliteStore) -> Result<std::time::SystemTime> {
+        common::db_clock(store).await
+    }
+
+    fn dead_letter_limits(&self) -> oncely_testkit::DeadLetterLimits {
+        common::sql_limits(oncely_sql::Dialect::Sqlite)
     }
 
     async fn effects(store: &SqliteStore) -> Result<Vec<(String, i64)>> {

@@ -1,27 +1,17 @@
-//! Dead letters on SQLite, PostgreSQL and MariaDB: the worst messages are stored, repeats are
-//! one row, migration 0002 folds an existing table; times come from the database clock.
+//! What only the SQL stores have, on SQLite, PostgreSQL and MariaDB: migration 0002 folds the
+//! repeated dead letters of an existing table, and a claim's `received_at` comes from the
+//! database clock. (The worst dead letters and the repeats of one dead letter are cases of the
+//! testkit's store suite: `worst_dead_letters_are_stored`, `repeated_dead_letter_is_one_row`.)
 
 mod common;
 
-use common::dead_letter_suite::{self as suite, text};
-use common::{TestStore, mysql, pg, sqlite};
+use common::dead_letter_suite as suite;
+use common::{TestStore, db_clock, mysql, pg, sqlite, text};
 use oncely_core::{Claim, ConsumerName, MessageId, PayloadHash, Store};
 use oncely_sql::sqlx;
 
-macro_rules! dead_letter_tests {
-    ($($setup:ident => $worst:ident, $repeats:ident, $upgrade:ident;)*) => {$(
-        #[tokio::test]
-        async fn $worst() {
-            let Some(fx) = $setup(stringify!($worst)).await else { return };
-            suite::worst_cases_are_stored(fx).await;
-        }
-
-        #[tokio::test]
-        async fn $repeats() {
-            let Some(fx) = $setup(stringify!($repeats)).await else { return };
-            suite::repeats_are_one_row(fx).await;
-        }
-
+macro_rules! upgrade_tests {
+    ($($setup:ident => $upgrade:ident;)*) => {$(
         #[tokio::test]
         async fn $upgrade() {
             let Some(fx) = $setup(stringify!($upgrade)).await else { return };
@@ -30,10 +20,10 @@ macro_rules! dead_letter_tests {
     )*};
 }
 
-dead_letter_tests! {
-    sqlite => sqlite_worst_dead_letters_are_stored, sqlite_repeated_dead_letter_is_one_row, sqlite_upgrade_folds_repeated_dead_letters;
-    pg => pg_worst_dead_letters_are_stored, pg_repeated_dead_letter_is_one_row, pg_upgrade_folds_repeated_dead_letters;
-    mysql => mysql_worst_dead_letters_are_stored, mysql_repeated_dead_letter_is_one_row, mysql_upgrade_folds_repeated_dead_letters;
+upgrade_tests! {
+    sqlite => sqlite_upgrade_folds_repeated_dead_letters;
+    pg => pg_upgrade_folds_repeated_dead_letters;
+    mysql => mysql_upgrade_folds_repeated_dead_letters;
 }
 
 /// MariaDB lets a session set its clock (`SET timestamp`): the claims then carry that time,
@@ -82,19 +72,23 @@ async fn mysql_received_at_is_the_database_clock() {
     fx.cleanup().await;
 }
 
+fn ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
 /// On every store the claim's `received_at` is "now" by the database's clock expression.
 async fn received_at_is_now<S: TestStore>(fx: common::Fx<S>) {
     let s = &fx.store;
     let c = ConsumerName::new("c").unwrap();
     let h = PayloadHash::of(b"p");
-    let before = suite::db_now(&fx).await;
+    let before = ms(db_clock(s).await.unwrap());
     let mut tx = s.begin().await.unwrap();
     let one = MessageId::new("one").unwrap();
     assert_eq!(s.claim(&mut tx, &c, &one, h).await.unwrap(), Claim::Fresh);
     let batch = [(MessageId::new("b1").unwrap(), h)];
     s.claim_batch(&mut tx, &c, &batch).await.unwrap();
     s.commit(tx).await.unwrap();
-    let after = suite::db_now(&fx).await;
+    let after = ms(db_clock(s).await.unwrap());
     let t = text(S::DIALECT);
     let rows = s
         .rows(format!(

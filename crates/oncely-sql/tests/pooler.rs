@@ -133,6 +133,14 @@ impl StoreHarness for BouncedHarness {
         Ok(())
     }
 
+    async fn clock(store: &PgStore) -> Result<std::time::SystemTime> {
+        common::db_clock(store).await
+    }
+
+    fn dead_letter_limits(&self) -> oncely_testkit::DeadLetterLimits {
+        common::sql_limits(oncely_sql::Dialect::Postgres)
+    }
+
     async fn effects(store: &PgStore) -> Result<Vec<(String, i64)>> {
         let mut conn = store.pool().acquire().await.map_err(db)?;
         let rows = Postgres::fetch(

@@ -30,6 +30,7 @@
 pub mod chaos;
 mod check;
 pub mod cluster;
+pub mod dead_letter_cases;
 mod fault_proxy;
 mod faulty_source;
 mod harness;
@@ -45,7 +46,7 @@ pub mod store_suite;
 pub use check::{Tally, tally};
 pub use fault_proxy::{Fault, FaultProxy, ProxyStats};
 pub use faulty_source::{FaultStats, FaultySource, SourceFaults};
-pub use harness::StoreHarness;
+pub use harness::{DEAD_LETTER_PAYLOAD, DeadLetterLimits, StoreHarness};
 pub use ledger::{LedgerHandler, Script};
 pub use memory_store::{MemoryHarness, MemoryStore, MemoryTx};
 pub use source_suite::{SourceHarness, SourceTraits, exercise_source};
@@ -84,6 +85,7 @@ type Case<'a> = (
 
 /// [`exercise`] with a custom crash matrix size.
 pub async fn exercise_with<H: StoreHarness>(harness: &H, options: ExerciseOptions) {
+    use dead_letter_cases::*;
     use store_cases::*;
     use store_suite::*;
     let cases: Vec<Case<'_>> = vec![
@@ -113,6 +115,14 @@ pub async fn exercise_with<H: StoreHarness>(harness: &H, options: ExerciseOption
         (
             "dead_letters_are_deduplicated",
             Box::pin(dead_letters_are_deduplicated(harness)),
+        ),
+        (
+            "worst_dead_letters_are_stored",
+            Box::pin(worst_dead_letters_are_stored(harness)),
+        ),
+        (
+            "repeated_dead_letter_is_one_row",
+            Box::pin(repeated_dead_letter_is_one_row(harness)),
         ),
         ("claim_batch_rules", Box::pin(claim_batch_rules(harness))),
         (

@@ -14,7 +14,7 @@ use oncely_sql::{AnyStore, ConnectOptions, Dialect, MySqlStore, PgStore, SqliteS
 use oncely_testkit::services;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// PostgreSQL URL for tests ([`services::pg_url`]: `ONCELY_TEST_PG_URL`).
 pub fn pg_url() -> String {
@@ -49,6 +49,53 @@ pub fn unique(test: &str) -> String {
         .unwrap_or(0);
     let short: String = test.chars().take(20).collect();
     format!("t_{short}_{}_{n}_{:x}", std::process::id(), nanos % 0x10000).to_lowercase()
+}
+
+/// What every SQL store declares of the worst dead letters ([`oncely_testkit::DeadLetterLimits`]):
+/// text cut at 64 KiB with the marker (MySQL's `TEXT`), NUL dropped from PostgreSQL's text,
+/// and on MySQL a payload above 16 MB cut to fit the default `max_allowed_packet` (16 MiB,
+/// less the row's other columns).
+pub fn sql_limits(dialect: Dialect) -> oncely_testkit::DeadLetterLimits {
+    oncely_testkit::DeadLetterLimits {
+        payload_whole_max: (dialect == Dialect::MySql).then_some(16_000_000),
+        text_max: Some(64 * 1024),
+        text_keeps_nul: dialect != Dialect::Postgres,
+        ..Default::default()
+    }
+}
+
+/// The type to cast to for reading a value as text.
+pub fn text(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => "CHAR",
+        _ => "TEXT",
+    }
+}
+
+/// The SQL reading "now" by the database clock, in ms, as text.
+pub fn now_sql(d: Dialect) -> String {
+    format!("SELECT CAST({} AS {})", d.now_ms_sql(), text(d))
+}
+
+/// Milliseconds since the epoch, read as text, as a time.
+pub fn from_ms_text(ms: &str) -> Result<SystemTime> {
+    let ms: u64 = ms
+        .trim()
+        .parse()
+        .map_err(|e| oncely_core::Error::permanent(format!("clock {ms:?}: {e}")))?;
+    Ok(UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+/// "Now" by the store's database clock.
+pub async fn db_clock<S: TestStore>(store: &S) -> Result<SystemTime> {
+    let rows = store
+        .rows(format!(
+            "SELECT CAST({} AS {}), 'x', 'y'",
+            S::DIALECT.now_ms_sql(),
+            text(S::DIALECT)
+        ))
+        .await?;
+    from_ms_text(&rows[0].0)
 }
 
 /// What the generic tests need from each store type.
