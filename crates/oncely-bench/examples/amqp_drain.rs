@@ -1,6 +1,6 @@
 //! A bare lapin consumer: consume + ack `N` messages of an existing queue, nothing else, and
 //! print its rate (timed from `basic.consume` to the last ack). The reference beside
-//! `oncely demo --consume-only` in `scripts/amqp-existing-queue.sh`.
+//! `oncely demo --consume-only` and a bare pika consumer in `scripts/amqp-user-path.sh`.
 //!
 //! ```text
 //! amqp_drain URL QUEUE N [PREFETCH]     # PREFETCH defaults to oncely's read-ahead, 512

@@ -42,6 +42,12 @@ pub enum Mode {
     /// oncely with its defaults fed in process, run beside a broker's cells in each round
     /// (the in-process ceiling at the same moment).
     InProcess(Broker),
+    /// The user's path through RabbitMQ, on PostgreSQL: the `oncely` binary's
+    /// `demo --consume-only --crash-rate 0` at its defaults with a plain URL, on a quorum
+    /// queue filled before it starts (see `broker/demo.rs`).
+    AmqpDemo,
+    /// A bare lapin consumer of an equally full quorum queue, beside [`Mode::AmqpDemo`].
+    AmqpExistingBare,
 }
 
 impl Serialize for Mode {
@@ -66,12 +72,26 @@ impl Mode {
             Self::Bare(broker) => broker.bare_name(),
             Self::Through(broker) => broker.name(),
             Self::InProcess(broker) => broker.in_process_name(),
+            Self::AmqpDemo => "amqp_demo",
+            Self::AmqpExistingBare => "amqp_existing_bare",
         }
     }
 
     /// A cell of a broker's group (run with the broker rounds, see `plan.rs`).
     pub fn is_broker(self) -> bool {
-        matches!(self, Self::Bare(_) | Self::Through(_) | Self::InProcess(_))
+        matches!(
+            self,
+            Self::Bare(_)
+                | Self::Through(_)
+                | Self::InProcess(_)
+                | Self::AmqpDemo
+                | Self::AmqpExistingBare
+        )
+    }
+
+    /// A cell that runs on PostgreSQL only (the demo's, into its own schema).
+    pub fn postgres_only(self) -> bool {
+        matches!(self, Self::AmqpDemo | Self::AmqpExistingBare)
     }
 }
 
@@ -309,7 +329,13 @@ async fn consume<B: Ops>(
             group::oncely_group(bed, name, source, g, spec.concurrency).await?;
         }
         (
-            Mode::PkLookup | Mode::Latency | Mode::Bare(_) | Mode::Through(_) | Mode::InProcess(_),
+            Mode::PkLookup
+            | Mode::Latency
+            | Mode::Bare(_)
+            | Mode::Through(_)
+            | Mode::InProcess(_)
+            | Mode::AmqpDemo
+            | Mode::AmqpExistingBare,
             _,
         ) => {
             bail!("{:?} is not a consumer of the in-process source", spec.mode)
@@ -352,6 +378,7 @@ pub(crate) async fn run_cell<B: Ops>(
     let mut path = None;
     let mut cpu = None;
     let database = crate::broker::database_process(backend);
+    let mut demo_check = None;
     let elapsed = match spec.mode {
         Mode::Duplicate | Mode::DuplicateChecked | Mode::GroupDuplicate => {
             let t = consume(bed, &name, spec, &msgs).await?;
@@ -378,6 +405,16 @@ pub(crate) async fn run_cell<B: Ops>(
             cpu = c;
             t
         }
+        Mode::AmqpExistingBare => {
+            let (t, c) = crate::broker::bare(Broker::Amqp, database, &msgs).await?;
+            cpu = c;
+            t
+        }
+        Mode::AmqpDemo => {
+            let (t, check) = crate::broker::demo::run(&msgs, total).await?;
+            demo_check = Some(check);
+            t
+        }
         Mode::Through(broker) => {
             let (t, p, c) = crate::broker::oncely(broker, bed, database, &name, &msgs).await?;
             (path, cpu) = (Some(p), c);
@@ -391,7 +428,9 @@ pub(crate) async fn run_cell<B: Ops>(
         _ => consume(bed, &name, spec, &msgs).await?,
     };
     let counts = bed.counts().await?;
-    let check = if matches!(spec.mode, Mode::Bare(_)) {
+    let check = if let Some(check) = demo_check {
+        check
+    } else if matches!(spec.mode, Mode::Bare(_) | Mode::AmqpExistingBare) {
         Check::delivered(msgs.len() as u64)
     } else {
         Check::new(msgs.len() as u64, total, counts, spec.mode != Mode::Plain)

@@ -133,6 +133,11 @@ pub struct BenchArgs {
 /// Most deliveries per transaction in the group-commit cells: the library's default.
 pub(crate) const GROUP: usize = oncely_core::DEFAULT_GROUP_COMMIT;
 
+/// Messages per round of the user's path (`amqp_demo`, `amqp_existing_bare`) without
+/// `--messages` or `--quick`: the backlog of the issue that asked for it. The demo's wall time
+/// includes its start-up, so a small backlog would price the start-up, not the consuming.
+pub(crate) const DEMO_MESSAGES: usize = 20_000;
+
 /// The cells of the per-message API with group commit, on every database (MariaDB runs only
 /// these): group commit vs the plain consumer (and per-message oncely) at 1 and 16 consumers,
 /// redelivered duplicates vs primary-key lookups, and latency at one consumer.
@@ -174,6 +179,19 @@ pub(crate) fn group_matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
             spec(Mode::Through(b), GROUP, DEFAULT_CONCURRENCY, n),
         ]
     }));
+    // The user's path through RabbitMQ (PostgreSQL only, see `for_backend`): the oncely
+    // binary's demo on a full quorum queue, beside a bare lapin consumer of an equally full one.
+    if Broker::Amqp.enabled() && crate::broker::demo::enabled() {
+        let n = if args.messages.is_some() || quick {
+            many
+        } else {
+            DEMO_MESSAGES
+        };
+        groups.push(vec![
+            spec(Mode::AmqpExistingBare, 1, 1, n),
+            spec(Mode::AmqpDemo, GROUP, DEFAULT_CONCURRENCY, n),
+        ]);
+    }
     groups.extend([
         vec![
             spec(Mode::GroupDuplicate, GROUP, 1, many),
@@ -243,6 +261,20 @@ pub(crate) fn matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
     groups.push(dups);
     groups.extend(group_matrix(args));
     groups
+}
+
+/// The groups that run on `backend`: without the PostgreSQL-only cells elsewhere.
+pub(crate) fn for_backend(backend: &str, groups: &[Vec<Spec>]) -> Vec<Vec<Spec>> {
+    groups
+        .iter()
+        .map(|g| {
+            g.iter()
+                .filter(|s| backend == "postgres" || !s.mode.postgres_only())
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .filter(|g| !g.is_empty())
+        .collect()
 }
 
 fn max_concurrency(args: &BenchArgs) -> u32 {
@@ -479,6 +511,10 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
             }
         }
     }
+    let schema = format!("oncely_bench_{}", std::process::id());
+    if !args.no_postgres && Broker::Amqp.enabled() {
+        crate::broker::demo::enable(&args.postgres, &format!("{schema}_demo")).await;
+    }
     let groups = matrix(&args);
     let rounds = Rounds {
         rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1),
@@ -495,7 +531,6 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
     let mut cells = Vec::new();
     let mut backends = Vec::new();
     let mut pg = None;
-    let schema = format!("oncely_bench_{}", std::process::id());
     if !args.no_postgres {
         match postgres(&args, &schema).await {
             Ok(bed) => {
@@ -534,7 +569,7 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
             Err(e) => return Err(e.context("MariaDB is required (CI / ONCELY_REQUIRE_SERVICES)")),
         }
     }
-    let maria_groups: Vec<Vec<Spec>> = group_matrix(&args)
+    let maria_groups: Vec<Vec<Spec>> = for_backend("mariadb", &group_matrix(&args))
         .into_iter()
         .filter(|g| !args.brokers_only || is_broker_group(g))
         .collect();
@@ -542,7 +577,10 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
     if !args.no_sqlite {
         backends.extend(["sqlite_full", "sqlite_normal"]);
     }
-    let server_cells: usize = backends.iter().map(|b| rounds.cells(b, &groups)).sum();
+    let server_cells: usize = backends
+        .iter()
+        .map(|b| rounds.cells(b, &for_backend(b, &groups)))
+        .sum();
     let maria_cells = rounds.cells("mariadb", &maria_groups) * usize::from(maria.is_some());
     let bar = ProgressBar::new((server_cells + maria_cells) as u64);
     bar.set_style(
@@ -552,6 +590,7 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
     );
     if let Some(bed) = &pg {
         let result = sweep(bed, "postgres", &groups, rounds, &bar).await;
+        crate::broker::demo::finish().await;
         let _ = sqlx::query(AssertSqlSafe(format!(
             "DROP SCHEMA IF EXISTS {schema} CASCADE"
         )))
@@ -577,6 +616,7 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
                 .fetch_one(&bed.pool)
                 .await
                 .ok();
+            let groups = for_backend(name, &groups);
             cells.extend(sweep(&bed, name, &groups, rounds, &bar).await?);
             bed.pool.close().await;
         }

@@ -238,6 +238,21 @@ impl Report {
         round_ratios(&oncely, &ceiling)
     }
 
+    /// Each round's `amqp_demo` (the oncely binary's demo, the user's path) / the bare lapin
+    /// consumer of an equally full queue run beside it (`amqp_existing_bare`).
+    fn demo_rounds(&self, backend: &str) -> Option<Vec<f64>> {
+        let (g, lanes) = (crate::plan::GROUP, oncely_core::DEFAULT_CONCURRENCY);
+        let demo = self.find(backend, Mode::AmqpDemo, g, lanes)?;
+        let bare = self.find(backend, Mode::AmqpExistingBare, 1, 1)?;
+        round_ratios(&demo.round_msgs_per_sec, &bare.round_msgs_per_sec)
+    }
+
+    /// `amqp_pg_demo_vs_bare_consumer`: the median of [`Self::demo_rounds`] on PostgreSQL
+    /// (`None` when the demo's cells did not run: the key is then left out).
+    pub fn demo_ratio(&self) -> Option<f64> {
+        median(self.demo_rounds("postgres")?)
+    }
+
     /// The median of [`Self::broker_rounds`].
     fn broker_ratio(&self, broker: Broker, backend: &str) -> Option<f64> {
         median(self.broker_rounds(broker, backend)?)
@@ -459,6 +474,10 @@ impl Report {
                 json!(self.dup_speedup(backend, 100)),
             );
         }
+        m.insert(
+            "amqp_postgres_demo_vs_bare_consumer_rounds".into(),
+            json!(self.demo_rounds("postgres")),
+        );
         m.retain(|_, v| !v.is_null());
         m
     }
@@ -481,6 +500,10 @@ impl Report {
             .iter()
             .map(|c| (c.key(), json!(c.msgs_per_sec)))
             .collect();
+        // The user's path (the oncely binary's demo): only when its cells ran, never `null`.
+        if let Some(v) = self.demo_ratio() {
+            top.insert(DEMO_KEY.into(), json!(v));
+        }
         top.insert("msgs_per_sec".into(), Value::Object(rates));
         top.insert("targets".into(), json!(targets));
         top.insert("other_ratios".into(), Value::Object(self.extras()));
@@ -610,6 +633,12 @@ impl Report {
                 t.key, value, t.target
             );
         }
+        if let Some(v) = self.demo_ratio() {
+            let _ = writeln!(
+                out,
+                "{DEMO_KEY:<34} {v:>8.2}  (the user's path: `oncely demo --consume-only` on a full quorum queue / bare lapin, no target)"
+            );
+        }
         self.path_table(out);
     }
 
@@ -697,6 +726,9 @@ impl Report {
         Ok(())
     }
 }
+
+/// The key of the user's path through RabbitMQ into PostgreSQL (`--json`, top level).
+pub const DEMO_KEY: &str = "amqp_pg_demo_vs_bare_consumer";
 
 /// Each round's `a[i] / b[i]`, when both ran the same rounds (`None` if not, or none).
 fn round_ratios(a: &[f64], b: &[f64]) -> Option<Vec<f64>> {

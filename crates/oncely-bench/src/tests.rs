@@ -141,3 +141,66 @@ fn broker_keys_are_the_median_of_paired_rounds() {
     assert_eq!(rounds, 5);
     assert!(json["kafka_pg_vs_bare_consumer"].is_null());
 }
+
+/// The user's path key is the median of each round's demo / bare lapin ratio, on PostgreSQL;
+/// without the demo's cells (no oncely binary) the key is absent, not `null`.
+#[test]
+fn the_demo_key_is_the_median_of_its_rounds_and_absent_without_the_demo() {
+    let spec = |mode, batch, concurrency| Spec {
+        mode,
+        batch,
+        concurrency,
+        messages: 20_000,
+    };
+    let (g, lanes) = (crate::plan::GROUP, oncely_core::DEFAULT_CONCURRENCY);
+    let bare = Cell::with_rounds(
+        "postgres",
+        spec(Mode::AmqpExistingBare, 1, 1),
+        &[10_000.0, 12_000.0, 2_000.0],
+    );
+    let demo = Cell::with_rounds(
+        "postgres",
+        spec(Mode::AmqpDemo, g, lanes),
+        &[5_000.0, 3_000.0, 1_800.0],
+    );
+    // Rounds: 0.5, 0.25, 0.9: median 0.5 (over the totals it would be 0.42).
+    let report = Report::new(Machine::probe(), vec![bare.clone(), demo]);
+    let json = report.json();
+    let value = json[crate::report::DEMO_KEY].as_f64().expect("a value");
+    assert!((value - 0.5).abs() < 1e-9, "{value}");
+    assert_eq!(
+        json["other_ratios"]["amqp_postgres_demo_vs_bare_consumer_rounds"]
+            .as_array()
+            .map(Vec::len),
+        Some(3)
+    );
+    assert!(report.table().contains(crate::report::DEMO_KEY));
+
+    let skipped = Report::new(Machine::probe(), vec![bare]).json();
+    assert!(skipped.get(crate::report::DEMO_KEY).is_none(), "{skipped}");
+    assert!(
+        skipped["other_ratios"]
+            .get("amqp_postgres_demo_vs_bare_consumer_rounds")
+            .is_none()
+    );
+}
+
+/// The demo's cells run on PostgreSQL only; a group left empty elsewhere is dropped.
+#[test]
+fn the_demo_cells_run_on_postgres_only() {
+    let spec = |mode| Spec {
+        mode,
+        batch: 1,
+        concurrency: 1,
+        messages: 10,
+    };
+    let groups = vec![
+        vec![spec(Mode::AmqpExistingBare), spec(Mode::AmqpDemo)],
+        vec![spec(Mode::Bare(Broker::Amqp))],
+    ];
+    assert_eq!(crate::plan::for_backend("postgres", &groups), groups);
+    assert_eq!(
+        crate::plan::for_backend("sqlite_full", &groups),
+        vec![groups[1].clone()]
+    );
+}

@@ -15,9 +15,15 @@
 //! The three run back to back in each round, in reverse order every other round, and the
 //! key `<broker>_<db>_vs_bare_consumer` is the median over rounds of each round's ratio
 //! (see `report.rs`). oncely's two cells also record where the time went ([`watch`]).
+//!
+//! RabbitMQ has one more pair, on PostgreSQL ([`demo`]): the `oncely` binary's
+//! `demo --consume-only` on a full quorum queue as a user runs it (`amqp_demo`), beside a
+//! bare lapin consumer of an equally full queue (`amqp_existing_bare`), for the key
+//! `amqp_pg_demo_vs_bare_consumer`.
 
 mod amqp;
 mod cpu;
+pub(crate) mod demo;
 #[cfg(feature = "kafka")]
 mod kafka;
 #[cfg(not(feature = "kafka"))]
