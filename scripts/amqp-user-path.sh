@@ -85,6 +85,20 @@ print(total)
 PY
 }
 
+# Empties the queue before a runner publishes: a bare consumer closes its connection once it
+# has seen N, and deliveries it was pushed beyond them (or whose acks were still unsent) go
+# back to the queue; left there, the next runner would consume them too.
+purge() {
+  python3 - "$AMQP" "$Q" <<'PY'
+import sys, pika
+c = pika.BlockingConnection(pika.URLParameters(sys.argv[1]))
+left = c.channel().queue_purge(queue=sys.argv[2]).method.message_count
+c.close()
+if left:
+    print(f"  ({left} messages left in the queue by the previous consumer, purged)", file=sys.stderr)
+PY
+}
+
 cleanup() {
   python3 - "$AMQP" "$Q" <<'PY' || true
 import sys, pika
@@ -97,6 +111,7 @@ trap cleanup EXIT
 
 # Each runner publishes N, drains them, and appends its rate (msgs/s) to $WORK/<name>.
 run_pika() {
+  purge
   publish pika >/dev/null
   python3 - "$AMQP" "$Q" "$N" "$PIKA_PREFETCH" >>"$WORK/pika" <<'PY'
 import sys, time, pika
@@ -124,6 +139,7 @@ PY
 }
 
 run_lapin() {
+  purge
   publish lapin >/dev/null
   local line
   line=$("$DRAIN" "$AMQP" "$Q" "$N")
@@ -134,6 +150,7 @@ run_lapin() {
 run_oncely() {
   local expected started ended out
   psql "$PG" -qc "DROP SCHEMA IF EXISTS $SCHEMA CASCADE" >/dev/null 2>&1 || true
+  purge
   expected=$(publish "oncely-$RANDOM")
   started=$(date +%s.%N)
   out=$("$ONCELY" demo --consume-only --crash-rate 0 --source "$AMQP?queue=$Q" --store "$PG" \
