@@ -4,6 +4,7 @@
 
 pub mod batch_suite;
 pub mod dead_letter_suite;
+pub mod harness;
 pub mod ledger;
 pub mod suite;
 
