@@ -44,7 +44,7 @@ const PG_CLASS: i32 = 0x6f6e_6365;
 /// ```no_run
 /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
 /// use oncely_sql::{DbLock, Tables};
-/// if let Some(lock) = DbLock::acquire(&pool, &Tables::default(), false, "prune", false).await? {
+/// if let Some(lock) = DbLock::acquire(&pool, &Tables::default(), "prune", false).await? {
 ///     // … the work only one process may do at a time …
 ///     lock.release().await?;
 /// }
