@@ -30,7 +30,8 @@ fn name(s: &str) -> ConsumerName {
     ConsumerName::new(s).expect("valid name")
 }
 
-fn letter(consumer: &str, message: RawEnvelope, reason: DeadLetterReason) -> DeadLetter {
+/// A dead letter of `message` for `consumer` (a valid name) after one attempt.
+pub fn letter(consumer: &str, message: RawEnvelope, reason: DeadLetterReason) -> DeadLetter {
     DeadLetter {
         consumer: name(consumer),
         message,
@@ -39,7 +40,8 @@ fn letter(consumer: &str, message: RawEnvelope, reason: DeadLetterReason) -> Dea
     }
 }
 
-fn raw(id: Option<&[u8]>, payload: Vec<u8>) -> RawEnvelope {
+/// A raw message with `id` (or none) and `payload`, no headers.
+pub fn raw(id: Option<&[u8]>, payload: Vec<u8>) -> RawEnvelope {
     RawEnvelope {
         id: id.map(<[u8]>::to_vec),
         payload,
@@ -47,11 +49,13 @@ fn raw(id: Option<&[u8]>, payload: Vec<u8>) -> RawEnvelope {
     }
 }
 
-fn bad_id() -> DeadLetterReason {
+/// The reason of a message without an id.
+pub fn bad_id() -> DeadLetterReason {
     DeadLetterReason::BadId(MessageId::parse_optional(None).expect_err("no id is bad"))
 }
 
-fn conflict(stored: &[u8], received: &[u8]) -> DeadLetterReason {
+/// The reason of a payload `received` under an id first stored with `stored`.
+pub fn conflict(stored: &[u8], received: &[u8]) -> DeadLetterReason {
     DeadLetterReason::Conflict {
         stored: PayloadHash::of(stored),
         received: PayloadHash::of(received),

@@ -3,43 +3,10 @@
 //! testkit's store suite, run on every store by the conformance tests.)
 
 use super::{Fx, TestStore, text};
-use oncely_core::{
-    ConsumerName, DeadLetter, DeadLetterReason, MessageId, Meta, PayloadHash, RawEnvelope,
-};
+use oncely_core::PayloadHash;
 use oncely_sql::{Dialect, INBOX, Tables};
+use oncely_testkit::dead_letter_cases::{bad_id, conflict, letter, raw};
 use std::time::UNIX_EPOCH;
-
-fn name(s: &str) -> ConsumerName {
-    ConsumerName::new(s).unwrap()
-}
-
-fn letter(consumer: &str, message: RawEnvelope, reason: DeadLetterReason) -> DeadLetter {
-    DeadLetter {
-        consumer: name(consumer),
-        message,
-        reason,
-        attempts: 1,
-    }
-}
-
-fn raw(id: Option<&[u8]>, payload: Vec<u8>) -> RawEnvelope {
-    RawEnvelope {
-        id: id.map(<[u8]>::to_vec),
-        payload,
-        meta: Meta::default(),
-    }
-}
-
-fn bad_id() -> DeadLetterReason {
-    DeadLetterReason::BadId(MessageId::parse_optional(None).unwrap_err())
-}
-
-fn conflict(stored: &[u8], received: &[u8]) -> DeadLetterReason {
-    DeadLetterReason::Conflict {
-        stored: PayloadHash::of(stored),
-        received: PayloadHash::of(received),
-    }
-}
 
 /// (consumer, raw id, payload, reason, dead_lettered_at) of a version-1 row.
 type OldRow<'a> = (&'a str, Option<&'a [u8]>, &'a [u8], &'a str, i64);
