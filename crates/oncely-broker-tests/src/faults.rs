@@ -9,7 +9,7 @@ use oncely_core::Source;
 use rand::Rng;
 use std::future::Future;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
@@ -122,22 +122,10 @@ pub struct CrashRun {
     pub kills: usize,
 }
 
-/// The SIGKILL crash loop: starts the consumer binary, kills it with SIGKILL at random
-/// moments `kills` times, then lets it run to idle exit until the database is complete
-/// (at most `max_rounds` clean runs). Returns the final report and the last run's output.
-pub async fn crash_loop(
-    binary: &str,
-    args: &[String],
-    db: &Db,
-    workload: &Workload,
-    kills: usize,
-) -> (Report, Vec<String>) {
-    let run = crash_run(binary, args, db, workload, kills).await;
-    (run.report, run.outputs)
-}
-
-/// [`crash_loop`] on any effect store (a SQL [`Db`], the Redis store's
-/// [`crate::redis_db::RedisDb`]), saying how many kills hit a running consumer.
+/// The SIGKILL crash loop, on any effect store (a SQL [`Db`], the Redis store's
+/// [`crate::redis_db::RedisDb`]): starts the consumer binary and kills it mid-stream `kills`
+/// times ([`kill_mid_stream`]), then runs it to its idle exit until the checker finds every
+/// unique id (at most 20 clean runs).
 pub async fn crash_run<D: Effects>(
     binary: &str,
     args: &[String],
@@ -145,33 +133,94 @@ pub async fn crash_run<D: Effects>(
     workload: &Workload,
     kills: usize,
 ) -> CrashRun {
+    let progress = || async { db.counts().await.map_or(0, |(rows, dead)| rows + dead) };
+    let killed = kill_mid_stream(binary, args, kills, progress).await;
+    let outputs = run_until(binary, args, 20, || async {
+        let report = db.report(workload).await.expect("report");
+        report.complete() || report.double > 0
+    })
+    .await;
+    let report = db.report(workload).await.expect("report");
+    CrashRun {
+        report,
+        outputs,
+        kills: killed,
+    }
+}
+
+/// Rows a consumer must have added since it started before it is killed: every kill lands
+/// mid-stream, after connecting (or a Kafka group join) and while deliveries are in flight.
+const PROGRESS_BEFORE_KILL: i64 = 50;
+
+/// Starts the consumer binary `kills` times and kills each with SIGKILL once `progress` (the
+/// effects counted so far) has grown by [`PROGRESS_BEFORE_KILL`] since it started, at a random
+/// moment up to 200 ms after that: mid-batch, mid-commit, mid-rebalance. Returns how many were
+/// killed while running (the others exited on their own first: nothing left to do).
+pub async fn kill_mid_stream<P, PF>(
+    binary: &str,
+    args: &[String],
+    kills: usize,
+    progress: P,
+) -> usize
+where
+    P: Fn() -> PF,
+    PF: Future<Output = i64>,
+{
+    let started = Instant::now();
     let mut rng = rand::rng();
-    let mut outputs = Vec::new();
     let mut killed = 0;
-    for k in 0..kills {
+    for k in 1..=kills {
         let mut child = Command::new(binary)
             .args(args)
-            .stdout(Stdio::piped())
+            .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
             .expect("consumer binary starts");
-        let wait = Duration::from_millis(rng.random_range(300..2500));
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {
-                child.start_kill().expect("SIGKILL");
-                let _ = child.wait().await;
-                killed += 1;
-                let (rows, dead) = db.counts().await.unwrap_or_default();
-                eprintln!("kill {}: SIGKILL after {wait:?}; ledger rows {rows}, dead letters {dead}", k + 1);
+        let before = progress().await;
+        let delay = Duration::from_millis(rng.random_range(0..200));
+        let exited = loop {
+            tokio::select! {
+                status = child.wait() => break Some(status),
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if progress().await >= before + PROGRESS_BEFORE_KILL {
+                        break None;
+                    }
+                }
             }
-            status = child.wait() => {
-                eprintln!("kill {}: consumer exited on its own ({status:?}) before the kill", k + 1);
-            }
+        };
+        let exited = match exited {
+            Some(status) => Some(status),
+            None => tokio::select! {
+                status = child.wait() => Some(status),
+                _ = tokio::time::sleep(delay) => None,
+            },
+        };
+        if let Some(status) = exited {
+            eprintln!("kill {k}: consumer exited on its own ({status:?}) before the kill");
+            continue;
         }
+        child.start_kill().expect("SIGKILL");
+        let _ = child.wait().await;
+        killed += 1;
+        eprintln!(
+            "kill {k}: SIGKILL at {:?}, effects so far {}",
+            started.elapsed(),
+            progress().await
+        );
     }
-    let mut report = db.report(workload).await.expect("report");
-    for round in 0..20 {
+    killed
+}
+
+/// Runs the consumer binary to its idle exit, up to `max` times until `done`; returns each
+/// run's summary line (panics if a run fails).
+pub async fn run_until<F, Fut>(binary: &str, args: &[String], max: u32, mut done: F) -> Vec<String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut outputs = Vec::new();
+    for round in 1..=max {
         let out = Command::new(binary)
             .args(args)
             .stderr(Stdio::inherit())
@@ -179,19 +228,14 @@ pub async fn crash_run<D: Effects>(
             .await
             .expect("consumer binary runs");
         let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        eprintln!("clean run {}: {line}", round + 1);
+        eprintln!("clean run {round}: {line}");
         assert!(out.status.success(), "consumer failed: {:?}", out.status);
         outputs.push(line);
-        report = db.report(workload).await.expect("report");
-        if report.complete() || report.double > 0 {
+        if done().await {
             break;
         }
     }
-    CrashRun {
-        report,
-        outputs,
-        kills: killed,
-    }
+    outputs
 }
 
 /// Consumes `workload` while `cut` severs the connection twice mid-stream; checks

@@ -1,4 +1,4 @@
-//! Shared by the Kafka tests and the crash-test consumer binary (`oncely-kafka-consumer`).
+//! Shared by the Kafka tests: the broker address, source URLs, a consumer loop with timings.
 
 use crate::ledger::Db;
 use oncely_core::{Consumer, ConsumerName, Delivery, Result, RetryPolicy, Source, StatsSnapshot};
@@ -16,18 +16,7 @@ pub fn brokers() -> String {
 /// True if the broker answers; else fails under CI / ONCELY_REQUIRE_SERVICES, or prints
 /// a loud SKIPPED line (`oncely_testkit::services`).
 pub fn up(test: &str) -> bool {
-    let brokers = brokers();
-    let first = brokers
-        .split(',')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_owned();
-    oncely_testkit::services::available_blocking(
-        test,
-        "Kafka (start it with scripts/kafka-broker.sh start)",
-        &first,
-    )
+    crate::fixture::Broker::Kafka.up(test)
 }
 
 /// A source URL for `topic` with test-friendly group timings: short sessions so that a

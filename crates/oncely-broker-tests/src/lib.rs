@@ -8,7 +8,9 @@
 //!   unique key, so a double effect shows up as a second row).
 //! - [`check`]: the independent checker — it counts ledger rows and dead letters in the
 //!   database against the workload, never the consumer's own counters.
-//! - [`brokers`]: one URL-driven entry over the four broker crates.
+//! - [`brokers`]: one URL-driven entry over the broker crates.
+//! - [`fixture`]: the one broker fixture: fresh destinations, publishing, connection cuts.
+//! - [`scenarios`]: the scenarios every broker runs, each written once over the fixture.
 //! - [`faults`]: connections cut from the server side, the SIGKILL crash loop.
 //! - [`runner`]: runs a consumer until it has been idle for a while.
 //! - [`procs`]: consumer child processes (start, wait for the summary line).
@@ -25,12 +27,14 @@
 pub mod brokers;
 pub mod check;
 pub mod faults;
+pub mod fixture;
 pub mod kafka;
 pub mod ledger;
 pub mod procs;
 pub mod python;
 pub mod redis_db;
 pub mod runner;
+pub mod scenarios;
 pub mod services;
 pub mod store_faults;
 pub mod workload;

@@ -5,29 +5,31 @@ use std::path::Path;
 use std::process::Stdio;
 use tokio::process::{Child, Command};
 
-/// The arguments of one consumer process (`--idle-exit` in seconds).
+/// The arguments of one consumer process (`--idle-exit` in seconds; `--schema` where given).
 pub fn consumer_args(
     source: &str,
     consumer: &str,
     store: &str,
-    schema: &str,
-    idle_exit: u32,
+    schema: Option<&str>,
+    idle_exit: u64,
 ) -> Vec<String> {
-    [
+    let mut args: Vec<String> = [
         "--source",
         source,
         "--consumer",
         consumer,
         "--store",
         store,
-        "--schema",
-        schema,
         "--idle-exit",
         &idle_exit.to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect()
+    .collect();
+    if let Some(schema) = schema {
+        args.extend(["--schema".to_owned(), schema.to_owned()]);
+    }
+    args
 }
 
 /// Starts `exe` (the consumer binary: `env!("CARGO_BIN_EXE_oncely-broker-consumer")` in an

@@ -1,30 +1,26 @@
-//! RabbitMQ: connection loss, SIGKILL crash test — against the real server. The source
-//! conformance suite runs in `source_suite.rs`.
+//! RabbitMQ against the real server: the scenarios every broker runs (source suite,
+//! connection cut by the server, SIGKILL crash), and RabbitMQ's own: redelivery after a
+//! reconnect, a crash through PgBouncer, held acks.
 
 use oncely_amqp::{AmqpOptions, AmqpSource};
-use oncely_broker_tests::faults::{connection_loss, crash_loop, rabbitmq_close_connections};
-use oncely_broker_tests::ledger::{Db, sqlite_db};
+use oncely_broker_tests::faults::crash_run;
+use oncely_broker_tests::fixture::Broker;
+use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::procs::consumer_args;
-use oncely_broker_tests::services::{AMQP_URL, available, unique};
+use oncely_broker_tests::services::{AMQP_URL, available};
 use oncely_broker_tests::workload::Workload;
 use oncely_core::Source;
 use std::time::Duration;
 
-fn up(test: &str) -> bool {
-    available(test, "RabbitMQ", "127.0.0.1:5672")
-}
-
-fn url(queue: &str) -> String {
-    format!("{AMQP_URL}?queue={queue}")
-}
+oncely_broker_tests::broker_scenarios!(Broker::RabbitMq => source_suite, connection_loss, sigkill_crash);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn amqp_unsettled_delivery_is_redelivered_after_reconnect() {
-    if !up("amqp_unsettled_delivery_is_redelivered_after_reconnect") {
+    let broker = Broker::RabbitMq;
+    if !broker.up("amqp_unsettled_delivery_is_redelivered_after_reconnect") {
         return;
     }
-    let queue = unique("unsettled");
-    let url = url(&queue);
+    let url = broker.destination("unsettled").await.expect("queue").url;
     oncely_amqp::publish(&url, &[oncely_core::RawEnvelope::new("only-1", "{}")])
         .await
         .expect("publish");
@@ -41,73 +37,6 @@ async fn amqp_unsettled_delivery_is_redelivered_after_reconnect() {
     assert_eq!(again.attempt(), 2, "a redelivery must say so");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn amqp_connection_closed_by_server_mid_stream() {
-    if !up("amqp_connection_closed_by_server_mid_stream") {
-        return;
-    }
-    let queue = unique("connloss");
-    let url = url(&queue);
-    let workload = Workload::new(&queue, 3000, 0.2, 2, 3);
-    oncely_amqp::publish(&url, &workload.messages)
-        .await
-        .expect("publish");
-    let (base, mut options) = AmqpOptions::from_url(&url, "connloss").expect("options");
-    options.connection_name = unique("oncely_cut");
-    let name = options.connection_name.clone();
-    let source = AmqpSource::connect(&base, options).await.expect("connect");
-    let (db, _dir) = sqlite_db().await;
-    connection_loss(
-        "amqp connection loss",
-        &db,
-        &workload,
-        source,
-        || rabbitmq_close_connections(&name),
-        // Long enough that the connection is still there to cut when a loaded machine
-        // makes rabbitmqctl slow.
-        Duration::from_secs(10),
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn amqp_sigkill_crash_10k() {
-    if !up("amqp_sigkill_crash_10k") {
-        return;
-    }
-    let queue = unique("crash");
-    let url = url(&queue);
-    let workload = Workload::new(&queue, 10_000, 0.2, 5, 42);
-    oncely_amqp::publish(&url, &workload.messages)
-        .await
-        .expect("publish");
-    let dir = tempfile::tempdir().expect("tmp");
-    let store = format!("sqlite:{}", dir.path().join("crash.db").display());
-    let db = Db::open(&store, None).await.expect("db");
-    let args: Vec<String> = [
-        "--source",
-        &url,
-        "--consumer",
-        "crash",
-        "--store",
-        &store,
-        "--idle-exit",
-        "3",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let (report, _) = crash_loop(
-        env!("CARGO_BIN_EXE_oncely-broker-consumer"),
-        &args,
-        &db,
-        &workload,
-        6,
-    )
-    .await;
-    report.assert_exact("amqp SIGKILL crash test");
-}
-
 /// PostgreSQL behind PgBouncer in transaction pooling mode (the test-owned one of
 /// scripts/pgbouncer.sh, found by the store itself from the plain URL): RabbitMQ, a consumer
 /// with 8 deliveries in flight SIGKILLed 6 times, then clean runs; effects counted from the
@@ -116,20 +45,19 @@ async fn amqp_sigkill_crash_10k() {
 async fn amqp_sigkill_crash_through_pgbouncer() {
     let test = "amqp_sigkill_crash_through_pgbouncer";
     let bouncer = oncely_testkit::services::pgbouncer_url();
-    if !up(test) || !available(test, "PgBouncer (scripts/pgbouncer.sh start)", &bouncer) {
+    let broker = Broker::RabbitMq;
+    if !broker.up(test) || !available(test, "PgBouncer (scripts/pgbouncer.sh start)", &bouncer) {
         return;
     }
-    let queue = unique("crash_bouncer");
-    let url = url(&queue);
-    let workload = Workload::new(&queue, 5_000, 0.2, 5, 7);
-    oncely_amqp::publish(&url, &workload.messages)
-        .await
-        .expect("publish");
-    let schema = queue.clone();
+    let queue = broker.destination("crash_bouncer").await.expect("queue");
+    let workload = Workload::new(&queue.name, 5_000, 0.2, 5, 7);
+    let schema = queue.name.clone();
     let db = Db::open(&bouncer, Some(&schema)).await.expect("db");
-    let mut args = consumer_args(&url, "crash", &bouncer, &schema, 3);
+    let publisher = broker.publish(&queue, &workload, &db).await;
+    let idle = broker.idle_after_kill().as_secs();
+    let mut args = consumer_args(&queue.url, "crash", &bouncer, Some(schema.as_str()), idle);
     args.extend(["--concurrency".to_owned(), "8".to_owned()]);
-    let (report, _) = crash_loop(
+    let run = crash_run(
         env!("CARGO_BIN_EXE_oncely-broker-consumer"),
         &args,
         &db,
@@ -137,7 +65,8 @@ async fn amqp_sigkill_crash_through_pgbouncer() {
         6,
     )
     .await;
-    report.assert_exact("amqp SIGKILL crash test through PgBouncer");
+    publisher.await.expect("join").expect("publish");
+    run.report.assert_exact(test);
 }
 
 /// Acks held for a run of tags, against the real broker: acks of later deliveries wait for an
@@ -149,11 +78,12 @@ async fn amqp_sigkill_crash_through_pgbouncer() {
 async fn amqp_held_acks_settle_exactly_what_was_settled() {
     use oncely_core::RawEnvelope;
 
-    if !up("amqp_held_acks_settle_exactly_what_was_settled") {
+    let broker = Broker::RabbitMq;
+    if !broker.up("amqp_held_acks_settle_exactly_what_was_settled") {
         return;
     }
-    let queue = unique("heldacks");
-    let url = url(&queue);
+    let dest = broker.destination("heldacks").await.expect("queue");
+    let (queue, url) = (dest.name, dest.url);
     let msgs: Vec<RawEnvelope> = (1..=5)
         .map(|i| RawEnvelope::new(format!("m-{i}"), "{}"))
         .collect();

@@ -34,7 +34,7 @@ async fn finish(child: Child, who: &str) {
 /// stream notices a lost consumer leader after two missed 5 s heartbeats), so no process takes
 /// the pause for the end.
 fn args(source: &str, consumer: &str, store: &str, schema: &str) -> Vec<String> {
-    procs::consumer_args(source, consumer, store, schema, 30)
+    procs::consumer_args(source, consumer, store, Some(schema), 30)
 }
 
 /// Waits until the ledger holds at least `rows` rows; returns how long that took.

@@ -130,7 +130,7 @@ async fn failover_run(mode: &str, store_query: &str, n: usize, kill_at: i64) -> 
         .expect("publish");
     let store = format!("{BOTH}{store_query}");
     // Idle exit 20 s: longer than the pause of a failover.
-    let args = procs::consumer_args(&source, "ha", &store, &schema, 20);
+    let args = procs::consumer_args(&source, "ha", &store, Some(schema.as_str()), 20);
     let children: Vec<Child> = (0..2).map(|_| procs::spawn(CONSUMER, &args)).collect();
     let start = Instant::now();
     while counts(&db).await < kill_at {

@@ -1,12 +1,14 @@
 //! Kafka against a real Kafka-compatible broker (tansu, started by
-//! `scripts/kafka-broker.sh start`): exactly once under crashes on three partitions,
-//! redelivery and contiguous commits, a two-consumer group with a rebalance mid-stream.
-//! The source conformance suite runs in `kafka_source_suite.rs`.
+//! `scripts/kafka-broker.sh start`): the scenarios every broker runs (source suite, SIGKILL
+//! crash; no connection cut, librdkafka reconnects on its own), and Kafka's own: exactly once
+//! under crashes on three partitions, redelivery and contiguous commits, a two-consumer group
+//! with a rebalance mid-stream.
 //!
-//! The SIGKILL crash test is in `tests/kafka_crash.rs`.
+//! The SIGKILL crash with ids from offsets is in `tests/kafka_crash.rs`.
 
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::faults::wait_for_rows;
+use oncely_broker_tests::fixture::Broker;
 use oncely_broker_tests::kafka::{brokers, consume, up, url};
 use oncely_broker_tests::ledger::sqlite_db;
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
@@ -17,6 +19,8 @@ use oncely_kafka::{KafkaOptions, KafkaSource, create_topic};
 use oncely_testkit::chaos::{CrashPlan, Step};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+oncely_broker_tests::broker_scenarios!(Broker::Kafka => source_suite, sigkill_crash);
 
 /// Three partitions (the source suite runs on one): 300 ids, about 20% published twice, one
 /// record without the id header and one with a control character in the id, consumed with

@@ -1,107 +1,29 @@
-//! NATS JetStream: connection loss, SIGKILL crash test — against the real server. The source
-//! conformance suite runs in `source_suite.rs`.
+//! NATS JetStream against the real server: the scenarios every broker runs (source suite,
+//! connection dropped, SIGKILL crash), and NATS's own: durable names, acks nobody answers,
+//! batched acks.
 
 use oncely_broker_tests::check::Report;
-use oncely_broker_tests::faults::{connection_loss, crash_loop};
-use oncely_broker_tests::ledger::{Db, sqlite_db};
+use oncely_broker_tests::fixture::{Broker, Destination};
+use oncely_broker_tests::ledger::sqlite_db;
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
-use oncely_broker_tests::services::{NATS_URL, available, unique};
+use oncely_broker_tests::services::NATS_URL;
 use oncely_broker_tests::workload::Workload;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-fn up(test: &str) -> bool {
-    available(test, "NATS", "127.0.0.1:4222")
-}
-
-/// A per-test stream; a small dedup window (100 ms, the server minimum) so that the workload's duplicates reach the
-/// consumer (with the default 2 min window JetStream itself would drop them).
-fn url(name: &str) -> String {
-    let stream = name.to_uppercase();
-    format!("{NATS_URL}?stream={stream}&subject={name}&ack_wait_ms=3000&dup_window_ms=100")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nats_client_connection_dropped_mid_stream() {
-    if !up("nats_client_connection_dropped_mid_stream") {
-        return;
-    }
-    let name = unique("connloss");
-    let url = url(&name);
-    let workload = Workload::new(&name, 3000, 0.2, 1, 3);
-    let source = oncely_nats::connect_source(&url, "connloss")
-        .await
-        .expect("connect");
-    oncely_nats::publish(&url, &workload.messages)
-        .await
-        .expect("publish");
-    let client = source.client().clone();
-    let (db, _dir) = sqlite_db().await;
-    connection_loss(
-        "nats connection loss",
-        &db,
-        &workload,
-        source,
-        || {
-            let client = client.clone();
-            async move { usize::from(client.force_reconnect().await.is_ok()) }
-        },
-        // Longer than the source's recovery from a pull request lost in the cut: two missed
-        // idle heartbeats (10 s, docs/distributed.md), then `ack_wait` (3 s) for messages that
-        // were in flight. With 5 s the run could end idle before that on a loaded machine
-        // (seen once: 1,276 messages not yet delivered when it stopped).
-        Duration::from_secs(14),
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nats_sigkill_crash_10k() {
-    if !up("nats_sigkill_crash_10k") {
-        return;
-    }
-    let name = unique("crash");
-    let url = url(&name);
-    let workload = Workload::new(&name, 10_000, 0.2, 1, 42);
-    oncely_nats::publish(&url, &workload.messages)
-        .await
-        .expect("publish");
-    let dir = tempfile::tempdir().expect("tmp");
-    let store = format!("sqlite:{}", dir.path().join("crash.db").display());
-    let db = Db::open(&store, None).await.expect("db");
-    let args: Vec<String> = [
-        "--source",
-        &url,
-        "--consumer",
-        "crash",
-        "--store",
-        &store,
-        "--idle-exit",
-        "5",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let (report, _) = crash_loop(
-        env!("CARGO_BIN_EXE_oncely-broker-consumer"),
-        &args,
-        &db,
-        &workload,
-        6,
-    )
-    .await;
-    report.assert_exact("nats SIGKILL crash test");
-}
+oncely_broker_tests::broker_scenarios!(Broker::Nats => source_suite, connection_loss, sigkill_crash);
 
 /// Consumers `X.v1` and `X_v1` once shared one durable (`X_v1`) and split each other's
 /// messages; now each has its own durable and gets every message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_similar_consumer_names_get_separate_durables() {
-    if !up("nats_similar_consumer_names_get_separate_durables") {
+    if !Broker::Nats.up("nats_similar_consumer_names_get_separate_durables") {
         return;
     }
-    let name = unique("durable");
-    let url = url(&name);
+    let Destination { name, url } = Broker::Nats
+        .destination("durable")
+        .await
+        .expect("destination");
     let (dotted, underscored) = (format!("{name}.v1"), format!("{name}_v1"));
     assert_ne!(
         oncely_nats::durable_name(&dotted),
@@ -144,16 +66,21 @@ async fn nats_ack_nobody_answers_is_reported_failed() {
     use oncely_sql::{AnyStore, AnyTx};
     use std::sync::Arc;
 
-    if !up("nats_ack_nobody_answers_is_reported_failed") {
+    if !Broker::Nats.up("nats_ack_nobody_answers_is_reported_failed") {
         return;
     }
-    let name = unique("ackfail");
-    let url = url(&name);
-    let stream = name.to_uppercase();
+    let url = Broker::Nats
+        .destination("ackfail")
+        .await
+        .expect("destination")
+        .url;
     let source = oncely_nats::connect_source(&url, "ackfail")
         .await
         .expect("connect");
-    let durable = source.options().durable.clone();
+    let (stream, durable) = (
+        source.options().stream.clone(),
+        source.options().durable.clone(),
+    );
     oncely_nats::publish(&url, &[RawEnvelope::new("m-1", "1")])
         .await
         .expect("publish");
@@ -206,11 +133,14 @@ async fn nats_ack_nobody_answers_is_reported_failed() {
 async fn nats_batched_acks_are_all_handled_when_confirmed() {
     use oncely_core::{RawEnvelope, Source};
 
-    if !up("nats_batched_acks_are_all_handled_when_confirmed") {
+    if !Broker::Nats.up("nats_batched_acks_are_all_handled_when_confirmed") {
         return;
     }
-    let name = unique("ackbatch");
-    let url = url(&name);
+    let url = Broker::Nats
+        .destination("ackbatch")
+        .await
+        .expect("destination")
+        .url;
     let n = 300;
     let msgs: Vec<RawEnvelope> = (0..n)
         .map(|i| RawEnvelope::new(format!("m-{i}"), i.to_string()))
@@ -235,12 +165,12 @@ async fn nats_batched_acks_are_all_handled_when_confirmed() {
         "every ack answered: {acked:?}"
     );
     let js = async_nats::jetstream::new(async_nats::connect(NATS_URL).await.expect("client"));
-    let durable = source.options().durable.clone();
+    let (stream, durable) = (&source.options().stream, &source.options().durable);
     let info = js
-        .get_stream(name.to_uppercase())
+        .get_stream(stream)
         .await
         .expect("stream")
-        .consumer_info(&durable)
+        .consumer_info(durable)
         .await
         .expect("consumer info");
     assert_eq!(

@@ -4,7 +4,7 @@
 //! another amount (conflicts) and one message without an id, at most 1,000 a second; while
 //! it publishes, the consumer binary consumes with `--store redis://127.0.0.1:6379/13`
 //! (ledger and balances in Redis, committed with the claim in one Lua script) and is
-//! SIGKILLed 6 times at random moments, then runs until idle.
+//! SIGKILLed 6 times mid-stream, then runs until idle.
 //! The checker reads Redis alone and compares it with the producer's manifest: one ledger
 //! entry per unique id (0 double, 0 lost), every conflict's other copy dead-lettered
 //! `conflict`, the id-less message dead-lettered `bad_id`, and the sum of the balances equal
@@ -37,7 +37,7 @@ async fn kill9(test: &str, broker: &str, source_url: &str, script_args: &[&str])
     let dir = tempfile::tempdir().expect("tmp");
     let manifest = dir.path().join("manifest.json");
     // The producer publishes while the consumer is killed: at most 1,000 messages/s, so the
-    // kills (every 0.3–2.5 s) land while deliveries are in flight.
+    // kills (each once the consumer made progress) land while deliveries are in flight.
     let producer = tokio::process::Command::new("python3")
         .arg(script())
         .arg(broker)

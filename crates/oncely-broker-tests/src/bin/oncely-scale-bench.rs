@@ -51,7 +51,7 @@ async fn run(label: &str, groups: &[Group], messages: usize) -> f64 {
     let mut children = Vec::new();
     for (group, (source, schema, _, _)) in groups.iter().zip(&prepared) {
         for store in &group.stores {
-            let args = consumer_args(source, group.consumer, store, schema, 3);
+            let args = consumer_args(source, group.consumer, store, Some(schema.as_str()), 3);
             children.push(spawn(consumer_exe(), &args));
         }
     }
