@@ -6,7 +6,9 @@ use std::time::Instant;
 /// What a frame does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// `basic.ack` with `multiple`: every delivery up to and including the tag.
+    /// `basic.ack` with `multiple`: every delivery up to and including the tag. Only ever
+    /// for a settled prefix (every delivery up to the tag decided), so two of them
+    /// [coalesce](coalesce) into one.
     AckUpTo,
     /// `basic.ack` of the tag alone.
     AckOne,
@@ -155,13 +157,32 @@ impl<T> Book<T> {
             }
         }
         let tag = last?;
-        let kind = if items.len() == 1 {
-            Kind::AckOne
-        } else {
-            Kind::AckUpTo
-        };
+        let kind = Kind::AckUpTo;
         Some(Frame { kind, tag, items })
     }
+}
+
+/// Frames decided one after another, as few as the broker needs: every [`Kind::AckUpTo`]
+/// merged into one at the end (the last one's tag, every item), the other frames first in
+/// their order. Sound because an `AckUpTo` settles a prefix: whatever was decided after it
+/// concerns later tags, so it may go first, and sending an ack later never acks a delivery
+/// the consumer had not settled. While the channel's sender waits on one frame, the acks
+/// decided meanwhile go out as one `multiple` ack instead of one frame each.
+pub(crate) fn coalesce<T>(frames: Vec<Frame<T>>) -> Vec<Frame<T>> {
+    let mut out = Vec::with_capacity(frames.len());
+    let mut run: Option<Frame<T>> = None;
+    for frame in frames {
+        match (frame.kind, &mut run) {
+            (Kind::AckUpTo, Some(acc)) => {
+                acc.tag = frame.tag;
+                acc.items.extend(frame.items);
+            }
+            (Kind::AckUpTo, None) => run = Some(frame),
+            _ => out.push(frame),
+        }
+    }
+    out.extend(run);
+    out
 }
 
 #[cfg(test)]
@@ -230,6 +251,7 @@ mod tests {
             plan in settlings(),
             overdue_every in 2usize..9,
             room in 0usize..8,
+            flush_every in 1usize..6,
         ) {
             let n = plan.len() as u64;
             let mut book = Book::default();
@@ -247,8 +269,10 @@ mod tests {
             order.sort_by_key(|&(key, tag, _)| (key, tag));
             let t0 = Instant::now();
             let mut answered = Vec::new();
-            let mut send = |frames: Vec<Frame<u64>>, broker: &mut Broker| {
-                for frame in frames {
+            // Frames queue up as the channel's sender would find them, and go out coalesced.
+            let mut queued = Vec::new();
+            let mut flush = |queued: &mut Vec<Frame<u64>>, broker: &mut Broker| {
+                for frame in coalesce(std::mem::take(queued)) {
                     broker.apply(&frame).map_err(TestCaseError::fail)?;
                     prop_assert_eq!(frame.items.last(), Some(&frame.tag));
                     answered.extend(frame.items);
@@ -257,17 +281,20 @@ mod tests {
             };
             for (step, &(_, tag, how)) in order.iter().enumerate() {
                 let now = t0 + Duration::from_millis(step as u64);
-                let frames = match how {
-                    Settle::Ack => book.ack(tag, tag, now).into_iter().collect(),
-                    Settle::Requeue => book.requeue(tag, tag),
-                };
-                send(frames, &mut broker)?;
-                if step % overdue_every == 0 {
-                    send(book.overdue(now - Duration::from_millis(2)), &mut broker)?;
+                match how {
+                    Settle::Ack => queued.extend(book.ack(tag, tag, now)),
+                    Settle::Requeue => queued.extend(book.requeue(tag, tag)),
                 }
-                send(book.beyond(room), &mut broker)?;
+                if step % overdue_every == 0 {
+                    queued.extend(book.overdue(now - Duration::from_millis(2)));
+                }
+                queued.extend(book.beyond(room));
                 prop_assert!(book.held <= room, "{} acks held, room for {}", book.held, room);
+                if step % flush_every == 0 {
+                    flush(&mut queued, &mut broker)?;
+                }
             }
+            flush(&mut queued, &mut broker)?;
             prop_assert!(book.oldest_held().is_none(), "acks still held at the end");
             let acks: BTreeSet<u64> = order.iter().filter(|o| matches!(o.2, Settle::Ack)).map(|o| o.1).collect();
             let requeues: BTreeSet<u64> = order.iter().filter(|o| matches!(o.2, Settle::Requeue)).map(|o| o.1).collect();
@@ -292,7 +319,30 @@ mod tests {
             (Kind::AckUpTo, 3, vec![1, 2, 3])
         );
         let frame = book.ack(4, 4, now).expect("4 is next");
-        assert_eq!((frame.kind, frame.tag), (Kind::AckOne, 4));
+        assert_eq!((frame.kind, frame.tag), (Kind::AckUpTo, 4));
+    }
+
+    #[test]
+    fn acks_queued_meanwhile_go_out_as_one_frame_after_the_rest() {
+        let mut book = Book::default();
+        let now = Instant::now();
+        (1..=5).for_each(|tag| book.open(tag));
+        let mut queued: Vec<Frame<u64>> = Vec::new();
+        queued.extend(book.ack(1, 1, now));
+        queued.extend(book.ack(2, 2, now));
+        queued.extend(book.requeue(4, 4));
+        queued.extend(book.ack(3, 3, now));
+        let frames: Vec<(Kind, u64, Vec<u64>)> = coalesce(queued)
+            .into_iter()
+            .map(|f| (f.kind, f.tag, f.items))
+            .collect();
+        assert_eq!(
+            frames,
+            [
+                (Kind::Requeue, 4, vec![4]),
+                (Kind::AckUpTo, 3, vec![1, 2, 3])
+            ]
+        );
     }
 
     #[test]
@@ -320,7 +370,7 @@ mod tests {
         let frame = book.ack(1, 1, now).expect("1 is first");
         assert_eq!(
             (frame.kind, frame.tag, frame.items),
-            (Kind::AckOne, 1, vec![1])
+            (Kind::AckUpTo, 1, vec![1])
         );
         let frame = book.ack(4, 4, now).expect("4 completes 4..=5");
         assert_eq!((frame.kind, frame.tag), (Kind::AckUpTo, 5));

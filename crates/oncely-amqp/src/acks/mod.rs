@@ -13,7 +13,10 @@
 //!   tag of the *prefix* of acked deliveries, the ones before the oldest delivery not yet
 //!   settled;
 //! - frames leave in the order they were decided (one queue, one sender), so a requeue
-//!   decided before a `multiple` ack reaches the broker before it;
+//!   decided before a `multiple` ack reaches the broker before it; the one exception is
+//!   safe: what queued up while the sender waited on the last frame goes out
+//!   [coalesced](book::coalesce), its prefix acks merged into one at the end (acking later
+//!   never acks more than was settled);
 //! - held acks have a room in the broker's window (the prefetch beyond what the consumer keeps
 //!   in hand, [`ChannelAcks::set_room`]): past it, the oldest are sent on their own, so finished
 //!   work never fills the window while a delivery before it is slow to settle (a retry, a
@@ -37,7 +40,7 @@ use tracing::debug;
 
 mod book;
 
-use book::{Book, Frame, Kind};
+use book::{Book, Frame, Kind, coalesce};
 
 /// Longest an ack waits for the deliveries before it before it is sent on its own.
 pub(crate) const MAX_HOLD: Duration = Duration::from_millis(250);
@@ -123,7 +126,17 @@ async fn send_frames(
         tokio::select! {
             _ = held.notified(), if due.is_none() => {}
             frame = queue.recv() => match frame {
-                Some(frame) => send(frame, &mut sent).await,
+                Some(frame) => {
+                    // What was decided while the last frame went out, coalesced: in-order
+                    // acks become one `multiple` ack instead of a frame each.
+                    let mut frames = vec![frame];
+                    while let Ok(next) = queue.try_recv() {
+                        frames.push(next);
+                    }
+                    for frame in coalesce(frames) {
+                        send(frame, &mut sent).await;
+                    }
+                }
                 None => break,
             },
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now).into()), if due.is_some() => {
