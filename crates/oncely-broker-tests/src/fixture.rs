@@ -196,7 +196,10 @@ impl Broker {
         match self {
             Broker::RabbitMq => Duration::from_secs(3),
             Broker::Nats | Broker::Redis | Broker::Mosquitto => Duration::from_secs(5),
-            // The restarted member waits for the killed one's session (6 s) to end.
+            // A backstop only: Kafka's source ends by itself 4 s after its last record once
+            // it holds partitions (`idle_exit_ms` in its URL, [`Broker::destination`]); this
+            // covers a restarted member's group join, which waits for the killed one's
+            // session (6 s) to end.
             Broker::Kafka => Duration::from_secs(15),
         }
     }

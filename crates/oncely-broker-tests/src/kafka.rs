@@ -13,12 +13,6 @@ pub fn brokers() -> String {
     std::env::var("ONCELY_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
 }
 
-/// True if the broker answers; else fails under CI / ONCELY_REQUIRE_SERVICES, or prints
-/// a loud SKIPPED line (`oncely_testkit::services`).
-pub fn up(test: &str) -> bool {
-    crate::fixture::Broker::Kafka.up(test)
-}
-
 /// A source URL for `topic` with test-friendly group timings: short sessions so that a
 /// killed member is noticed quickly, and an idle exit so the run ends by itself.
 ///

@@ -16,7 +16,7 @@
 
 use crate::brokers::{AnySource, connect_source, publish};
 use crate::faults::crash_run;
-use crate::fixture::Broker;
+use crate::fixture::{Broker, Destination};
 use crate::ledger::{Db, sqlite_db};
 use crate::procs::consumer_args;
 use crate::workload::Workload;
@@ -105,16 +105,33 @@ impl SourceHarness for Suite {
     }
 }
 
+/// A fault scenario's destination, ready to receive, and its workload: `n` unique messages,
+/// 20% of them published twice, up to `bad` without a usable id ([`Broker::bad_ids`]).
+/// `None` when the broker is not running (and services are not required).
+async fn fresh(
+    broker: Broker,
+    test_name: &str,
+    prefix: &str,
+    n: usize,
+    bad: usize,
+    seed: u64,
+) -> Option<(Destination, Workload)> {
+    if !broker.up(test_name) {
+        return None;
+    }
+    let dest = broker.destination(prefix).await.expect("destination");
+    broker.prepare(&dest).await.expect("prepare");
+    let workload = Workload::new(&dest.name, n, 0.2, broker.bad_ids(bad), seed);
+    Some((dest, workload))
+}
+
 /// 3,000 messages consumed in-process into SQLite while the connection is cut twice (at a
 /// quarter and at half of the unique ids applied).
 pub async fn connection_loss(broker: Broker, test: Test) {
     let test_name = test.name;
-    if !broker.up(test_name) {
+    let Some((dest, workload)) = fresh(broker, test_name, "connloss", 3000, 2, 3).await else {
         return;
-    }
-    let dest = broker.destination("connloss").await.expect("destination");
-    broker.prepare(&dest).await.expect("prepare");
-    let workload = Workload::new(&dest.name, 3000, 0.2, broker.bad_ids(2), 3);
+    };
     let (db, _dir) = sqlite_db().await;
     let source = connect_source(&dest.url, &dest.name)
         .await
@@ -138,12 +155,9 @@ pub async fn connection_loss(broker: Broker, test: Test) {
 /// SIGKILLed six times mid-stream, then run until it has drained the destination.
 pub async fn sigkill_crash(broker: Broker, test: Test) {
     let test_name = test.name;
-    if !broker.up(test_name) {
+    let Some((dest, workload)) = fresh(broker, test_name, "crash", 10_000, 5, 42).await else {
         return;
-    }
-    let dest = broker.destination("crash").await.expect("destination");
-    broker.prepare(&dest).await.expect("prepare");
-    let workload = Workload::new(&dest.name, 10_000, 0.2, broker.bad_ids(5), 42);
+    };
     let dir = tempfile::tempdir().expect("tmp");
     let store = format!("sqlite:{}", dir.path().join("crash.db").display());
     let db = Db::open(&store, None).await.expect("db");

@@ -9,7 +9,7 @@
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::faults::wait_for_rows;
 use oncely_broker_tests::fixture::Broker;
-use oncely_broker_tests::kafka::{brokers, consume, up, url};
+use oncely_broker_tests::kafka::{brokers, consume, url};
 use oncely_broker_tests::ledger::sqlite_db;
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
 use oncely_broker_tests::services::unique;
@@ -30,7 +30,7 @@ oncely_broker_tests::broker_scenarios!(Broker::Kafka => source_suite, sigkill_cr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_three_partitions_exactly_once_under_crashes() {
     let test = "kafka_three_partitions_exactly_once_under_crashes";
-    if !up(test) {
+    if !Broker::Kafka.up(test) {
         return;
     }
     let topic = unique("crashes3");
@@ -99,7 +99,7 @@ async fn send(topic: &str, ids: &[&str]) {
 /// crash with a record in flight, the next consumer starts at that record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_redelivery_and_contiguous_commits() {
-    if !up("kafka_redelivery_and_contiguous_commits") {
+    if !Broker::Kafka.up("kafka_redelivery_and_contiguous_commits") {
         return;
     }
     let topic = unique("redeliver");
@@ -162,7 +162,7 @@ async fn kafka_redelivery_and_contiguous_commits() {
 /// dead-lettered by the runtime — covered by the source suite and the crash tests).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_missing_id_header_is_delivered_for_dead_lettering() {
-    if !up("kafka_missing_id_header_is_delivered_for_dead_lettering") {
+    if !Broker::Kafka.up("kafka_missing_id_header_is_delivered_for_dead_lettering") {
         return;
     }
     let topic = unique("noid");
@@ -197,7 +197,7 @@ async fn kafka_missing_id_header_is_delivered_for_dead_lettering() {
 /// finished and committed, and the checker finds 0 double, 0 lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_two_consumers_rebalance_mid_stream() {
-    if !up("kafka_two_consumers_rebalance_mid_stream") {
+    if !Broker::Kafka.up("kafka_two_consumers_rebalance_mid_stream") {
         return;
     }
     let topic = unique("rebal");

@@ -4,7 +4,8 @@
 //! default: `cargo test --release -p oncely-kafka --test kafka_throughput -- --ignored --nocapture`.
 
 use oncely_broker_tests::check::Report;
-use oncely_broker_tests::kafka::{brokers, consume, up, url};
+use oncely_broker_tests::fixture::Broker;
+use oncely_broker_tests::kafka::{brokers, consume, url};
 use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::ledger::sqlite_db;
 use oncely_broker_tests::services::{PG_URL, available, unique};
@@ -39,7 +40,7 @@ async fn measure(label: &str, db: &Db, n: usize) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "informational; run with --release -- --ignored --nocapture"]
 async fn kafka_throughput() {
-    if !up("kafka_throughput") {
+    if !Broker::Kafka.up("kafka_throughput") {
         return;
     }
     let (db, _dir) = sqlite_db().await;

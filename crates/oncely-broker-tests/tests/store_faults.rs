@@ -9,6 +9,8 @@
 //! PostgreSQL (5432) the faults are per database.
 
 use oncely_broker_tests::brokers;
+use oncely_broker_tests::fixture::Broker;
+use oncely_broker_tests::kafka;
 use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::services::{AMQP_URL, NATS_URL, available, unique};
 use oncely_broker_tests::store_faults::{Measured, Plan, Stores, outage_run};
@@ -22,49 +24,23 @@ const PG_SERVER: &str = "127.0.0.1:5432";
 /// The test-owned PostgreSQL of `scripts/test-db.sh` (may be restarted).
 const OWN_PG_PORT: u16 = 55432;
 
-#[derive(Clone, Copy, Debug)]
-enum Broker {
-    Amqp,
-    Nats,
-    Kafka,
-}
-
-fn kafka_brokers() -> String {
-    std::env::var("ONCELY_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
-}
-
-impl Broker {
-    fn up(self, test: &str) -> bool {
-        match self {
-            Self::Amqp => available(test, "RabbitMQ", "127.0.0.1:5672"),
-            Self::Nats => available(test, "NATS", "127.0.0.1:4222"),
-            Self::Kafka => {
-                let brokers = kafka_brokers();
-                let first = brokers.split(',').next().unwrap_or_default().to_owned();
-                available(
-                    test,
-                    "Kafka (start it with scripts/kafka-broker.sh start)",
-                    &first,
-                )
-            }
-        }
-    }
-
-    /// A per-test queue / stream / topic.
-    fn url(self, name: &str) -> String {
-        match self {
-            Self::Amqp => format!("{AMQP_URL}?queue={name}"),
-            // Default ack_wait (30 s): longer than the outage, as in production.
-            Self::Nats => format!(
-                "{NATS_URL}?stream={}&subject={name}&dup_window_ms=100",
-                name.to_uppercase()
-            ),
-            // One record per producer batch: see oncely-kafka's tests (tansu fetch quirk).
-            Self::Kafka => format!(
-                "kafka://{}/{name}?partitions=1&session.timeout.ms=6000&heartbeat.interval.ms=500&batch.num.messages=1",
-                kafka_brokers()
-            ),
-        }
+/// A per-test queue / stream / topic on `broker` (the fixture's), at the broker's defaults
+/// but for what the outage needs.
+fn url(broker: Broker, name: &str) -> String {
+    match broker {
+        Broker::RabbitMq => format!("{AMQP_URL}?queue={name}"),
+        // Default ack_wait (30 s): longer than the outage, as in production.
+        Broker::Nats => format!(
+            "{NATS_URL}?stream={}&subject={name}&dup_window_ms=100",
+            name.to_uppercase()
+        ),
+        // One record per producer batch: see `oncely_broker_tests::kafka::url` (tansu fetch
+        // quirk).
+        Broker::Kafka => format!(
+            "kafka://{}/{name}?partitions=1&session.timeout.ms=6000&heartbeat.interval.ms=500&batch.num.messages=1",
+            kafka::brokers()
+        ),
+        other => unreachable!("no store-fault cases on {other:?}"),
     }
 }
 
@@ -84,14 +60,14 @@ where
     UF: Future<Output = ()>,
 {
     let name = unique(&format!("sf_{broker:?}").to_lowercase());
-    let url = broker.url(&name);
+    let url = url(broker, &name);
     let plan = Plan::default();
     let stores = Stores {
         consumer: consumer_db,
         check: check_db,
     };
     match broker {
-        Broker::Amqp | Broker::Nats => {
+        Broker::RabbitMq | Broker::Nats => {
             let source = brokers::connect_source(&url, "faults")
                 .await
                 .expect("connect");
@@ -102,7 +78,7 @@ where
             outage_run(label, stores, source, publish, &plan, down, up).await
         }
         Broker::Kafka => {
-            oncely_kafka::create_topic(&kafka_brokers(), &name, 1, &[])
+            oncely_kafka::create_topic(&kafka::brokers(), &name, 1, &[])
                 .await
                 .expect("topic");
             let source = oncely_kafka::connect_source(&url, "faults")
@@ -114,6 +90,7 @@ where
             };
             outage_run(label, stores, source, publish, &plan, down, up).await
         }
+        other => unreachable!("no store-fault cases on {other:?}"),
     }
 }
 
@@ -204,7 +181,7 @@ async fn pg_read_only_case(broker: Broker, test: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_read_only_amqp() {
-    pg_read_only_case(Broker::Amqp, "pg_read_only_amqp").await;
+    pg_read_only_case(Broker::RabbitMq, "pg_read_only_amqp").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,7 +232,7 @@ async fn pg_proxy_case(broker: Broker, fault: Fault, reset: bool, test: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_dropped_amqp() {
     pg_proxy_case(
-        Broker::Amqp,
+        Broker::RabbitMq,
         Fault::Drop,
         false,
         "pg_connection_dropped_amqp",
@@ -277,7 +254,7 @@ async fn pg_connection_dropped_nats() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_blackholed_amqp() {
     pg_proxy_case(
-        Broker::Amqp,
+        Broker::RabbitMq,
         Fault::Blackhole,
         false,
         "pg_connection_blackholed_amqp",
@@ -288,7 +265,7 @@ async fn pg_connection_blackholed_amqp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connection_blackholed_then_reset_amqp() {
     pg_proxy_case(
-        Broker::Amqp,
+        Broker::RabbitMq,
         Fault::Blackhole,
         true,
         "pg_connection_blackholed_then_reset_amqp",
@@ -393,7 +370,7 @@ fn own_server(test: &str, which: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_restart_amqp() {
     let test = "pg_restart_amqp";
-    if !Broker::Amqp.up(test) || !own_server(test, "pg") {
+    if !Broker::RabbitMq.up(test) || !own_server(test, "pg") {
         return;
     }
     let server = format!("127.0.0.1:{OWN_PG_PORT}");
@@ -401,7 +378,7 @@ async fn pg_restart_amqp() {
     let consumer_db = Db::open(&url, None).await.expect("store");
     let check_db = Db::open(&url, None).await.expect("checker");
     let measured = run(
-        Broker::Amqp,
+        Broker::RabbitMq,
         test,
         &consumer_db,
         &check_db,
@@ -439,7 +416,7 @@ async fn mariadb_exec(sql: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_read_only_amqp() {
     let test = "mariadb_read_only_amqp";
-    if !Broker::Amqp.up(test) || !own_server(test, "mariadb") {
+    if !Broker::RabbitMq.up(test) || !own_server(test, "mariadb") {
         return;
     }
     // root holds READ ONLY ADMIN (via ALL PRIVILEGES) and would write through read_only:
@@ -459,7 +436,7 @@ async fn mariadb_read_only_amqp() {
         .await
         .expect("checker");
     let measured = run(
-        Broker::Amqp,
+        Broker::RabbitMq,
         test,
         &consumer_db,
         &check_db,
