@@ -1,8 +1,13 @@
 //! The demo's effect: "add N credits to account A" — not naturally idempotent.
 
 use oncely_core::{Envelope, Error, Handled, Handler, RawEnvelope, Result};
-use oncely_sql::{AnyTx, Dialect};
+use oncely_sql::{AnyTx, Dialect, Value};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Rows per multi-row statement in a batch (3 placeholders a row: far below every
+/// database's bind-parameter limit).
+const ROWS_PER_STATEMENT: usize = 200;
 
 /// The demo message payload: `{"account": "acct-17", "amount": 5}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -40,6 +45,8 @@ pub struct CreditTables {
     pub ledger: String,
     insert_ledger: String,
     upsert_balance: String,
+    /// `ON CONFLICT …` / `ON DUPLICATE KEY …` that adds to the balance.
+    add_on_conflict: String,
     dialect: Dialect,
 }
 
@@ -52,19 +59,37 @@ impl CreditTables {
         };
         let accounts = q("demo_accounts");
         let ledger = q("demo_ledger");
-        let insert_ledger =
-            format!("INSERT INTO {ledger} (message_id, account, amount) VALUES ($1, $2, $3)");
-        let upsert_balance = format!(
-            "INSERT INTO {accounts} (account, balance) VALUES ($1, $2) {}",
-            dialect.on_conflict_add(&accounts, "account", "balance")
-        );
-        Self {
+        let add_on_conflict = dialect.on_conflict_add(&accounts, "account", "balance");
+        let mut tables = Self {
             accounts,
             ledger,
-            insert_ledger,
-            upsert_balance,
+            insert_ledger: String::new(),
+            upsert_balance: String::new(),
+            add_on_conflict,
             dialect,
-        }
+        };
+        tables.insert_ledger = tables.ledger_rows(1);
+        tables.upsert_balance = tables.balance_rows(1);
+        tables
+    }
+
+    /// `INSERT` of `rows` ledger rows: `($1, $2, $3), ($4, $5, $6), …`.
+    fn ledger_rows(&self, rows: usize) -> String {
+        format!(
+            "INSERT INTO {} (message_id, account, amount) VALUES {}",
+            self.ledger,
+            placeholders(rows, 3)
+        )
+    }
+
+    /// Upsert adding to `rows` balances: `($1, $2), ($3, $4), … ON CONFLICT …`.
+    fn balance_rows(&self, rows: usize) -> String {
+        format!(
+            "INSERT INTO {} (account, balance) VALUES {} {}",
+            self.accounts,
+            placeholders(rows, 2),
+            self.add_on_conflict
+        )
     }
 
     /// Both tables' qualified names (what [`CreditTables::ddl`] creates).
@@ -113,8 +138,74 @@ impl Handler<AnyTx> for Credits {
         Ok(Handled::Applied)
     }
 
+    /// A group commit's fresh messages with two statements per [`ROWS_PER_STATEMENT`] rows,
+    /// not two per message: their ledger rows in one multi-row insert, their balances in one
+    /// upsert with the amounts summed per account (one statement may not update a row twice),
+    /// accounts in sorted order (so two transactions lock them in the same order). A payload
+    /// that does not parse fails the batch: the runtime rolls it back and runs its messages
+    /// one at a time through [`Handler::handle`], which dead-letters that one.
+    async fn handle_batch(&self, tx: &mut AnyTx, messages: &[Envelope]) -> Result<Vec<Handled>> {
+        let credits = messages
+            .iter()
+            .map(|m| Credit::parse(m.payload()))
+            .collect::<Result<Vec<_>>>()?;
+        let rows: Vec<(&Envelope, &Credit)> = messages.iter().zip(&credits).collect();
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            let args: Vec<Value> = chunk
+                .iter()
+                .flat_map(|(m, c)| -> [Value; 3] {
+                    [
+                        m.id().as_str().into(),
+                        c.account.as_str().into(),
+                        c.amount.into(),
+                    ]
+                })
+                .collect();
+            tx.execute(&self.tables.ledger_rows(chunk.len()), &args)
+                .await?;
+        }
+        let mut sums: BTreeMap<&str, i64> = BTreeMap::new();
+        for credit in &credits {
+            *sums.entry(credit.account.as_str()).or_default() += credit.amount;
+        }
+        let sums: Vec<(&str, i64)> = sums.into_iter().collect();
+        for chunk in sums.chunks(ROWS_PER_STATEMENT) {
+            let args: Vec<Value> = chunk
+                .iter()
+                .flat_map(|(account, sum)| -> [Value; 2] { [(*account).into(), (*sum).into()] })
+                .collect();
+            tx.execute(&self.tables.balance_rows(chunk.len()), &args)
+                .await?;
+        }
+        Ok(vec![Handled::Applied; messages.len()])
+    }
+
     /// The account's row is what the effect locks: group commit's lanes go by account.
     fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
         Credit::parse(&message.payload).ok().map(|c| c.account)
+    }
+}
+
+/// `rows` tuples of `width` numbered placeholders: `placeholders(2, 2)` is `($1, $2), ($3, $4)`.
+fn placeholders(rows: usize, width: usize) -> String {
+    (0..rows)
+        .map(|row| {
+            let cols: Vec<String> = (1..=width)
+                .map(|c| format!("${}", row * width + c))
+                .collect();
+            format!("({})", cols.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_number_rows_in_turn() {
+        assert_eq!(placeholders(1, 3), "($1, $2, $3)");
+        assert_eq!(placeholders(2, 2), "($1, $2), ($3, $4)");
     }
 }
