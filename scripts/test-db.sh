@@ -8,18 +8,21 @@
 #   scripts/test-db.sh restart pg|mariadb   stop, then start
 #   scripts/test-db.sh status  pg|mariadb   exit 0 when it answers
 #
-# PostgreSQL: initdb as user postgres, trust auth on loopback, 127.0.0.1:${ONCELY_TEST_PG_PORT:-55432},
-#   URL postgres://postgres@127.0.0.1:55432/postgres.
+# PostgreSQL: initdb as user postgres, trust auth on loopback, 127.0.0.1:${ONCELY_TEST_PG_PORT:-15432},
+#   URL postgres://postgres@127.0.0.1:15432/postgres.
 # MariaDB: mariadb-install-db into its own datadir owned by mysql, run as mysql on
-#   127.0.0.1:${ONCELY_TEST_MARIADB_PORT:-33306} with its own socket and pid file,
-#   URL mysql://root@127.0.0.1:33306/test (root without password).
+#   127.0.0.1:${ONCELY_TEST_MARIADB_PORT:-13306} with its own socket and pid file,
+#   URL mysql://root@127.0.0.1:13306/test (root without password).
+# Both ports lie below Linux's ephemeral range (32768-60999): a server's port inside it can be
+# taken for a moment as the local port of some client's loopback connection, and the server
+# then fails to start with "Address already in use" (seen once on 55432 in CI).
 # Data lives under ${ONCELY_TEST_DB_DIR:-/var/tmp/oncely-test-db} (readable by the server users).
 # Every command is idempotent.
 set -euo pipefail
 
 BASE=${ONCELY_TEST_DB_DIR:-/var/tmp/oncely-test-db}
-PG_PORT=${ONCELY_TEST_PG_PORT:-55432}
-MY_PORT=${ONCELY_TEST_MARIADB_PORT:-33306}
+PG_PORT=${ONCELY_TEST_PG_PORT:-15432}
+MY_PORT=${ONCELY_TEST_MARIADB_PORT:-13306}
 PG_DIR=$BASE/pg-$PG_PORT
 MY_DIR=$BASE/mariadb-$MY_PORT
 

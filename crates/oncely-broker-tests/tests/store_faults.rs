@@ -5,7 +5,7 @@
 //!
 //! `cargo test -p oncely-broker-tests --test store_faults -- --nocapture` prints one
 //! `FIGURES` line per case. Server-wide faults (restart, MariaDB `read_only`) only ever hit
-//! the test-owned instances of `scripts/test-db.sh` (ports 55432, 33306); on the shared
+//! the test-owned instances of `scripts/test-db.sh` (ports 15432, 13306); on the shared
 //! PostgreSQL (5432) the faults are per database.
 
 use oncely_broker_tests::brokers;
@@ -22,7 +22,7 @@ use std::process::Command;
 /// The shared PostgreSQL server (per-database faults only).
 const PG_SERVER: &str = "127.0.0.1:5432";
 /// The test-owned PostgreSQL of `scripts/test-db.sh` (may be restarted).
-const OWN_PG_PORT: u16 = 55432;
+const OWN_PG_PORT: u16 = 15432;
 
 /// A per-test queue / stream / topic on `broker` (the fixture's), at the broker's defaults
 /// but for what the outage needs.
@@ -400,7 +400,7 @@ async fn pg_restart_amqp() {
 // ---- MariaDB read_only (test-owned instance) ------------------------------------------
 
 /// The test-owned MariaDB of `scripts/test-db.sh`; root may set `read_only` server-wide.
-const OWN_MARIADB: &str = "127.0.0.1:33306";
+const OWN_MARIADB: &str = "127.0.0.1:13306";
 
 async fn mariadb_exec(sql: &str) {
     use oncely_sql::sqlx::MySqlConnection;

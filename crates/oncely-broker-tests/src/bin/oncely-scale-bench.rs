@@ -154,7 +154,7 @@ async fn main() {
 
     println!("\nSharding by consumer name (two consumers, one process each, PostgreSQL):");
     let second = std::env::var("ONCELY_SHARD2_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:55432/postgres".to_owned());
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:15432/postgres".to_owned());
     let base = run(
         "2 consumers, one PostgreSQL server",
         &[
