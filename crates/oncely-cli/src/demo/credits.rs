@@ -202,6 +202,90 @@ fn placeholders(rows: usize, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oncely_core::{CancellationToken, Consumer, ConsumerName, Inspect, MemorySource};
+    use oncely_sql::{AnyStore, with_store};
+
+    /// The demo's tables on a fresh SQLite file.
+    async fn sqlite_store(dir: &tempfile::TempDir) -> (AnyStore, CreditTables) {
+        let url = format!("sqlite:{}", dir.path().join("credits.db").display());
+        let store = AnyStore::connect(&url).await.expect("store");
+        let tables = CreditTables::new(store.dialect(), None);
+        super::super::create_tables(&store, &tables)
+            .await
+            .expect("tables");
+        (store, tables)
+    }
+
+    /// Runs one group-committing consumer over `payloads` (ids `m-0`, `m-1`, …) and returns
+    /// (ledger rows, distinct ids in the ledger, sum of balances, dead-lettered ids, batch stats).
+    async fn consume(
+        payloads: &[String],
+    ) -> (i64, i64, i64, Vec<String>, oncely_core::GroupCommitStats) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (store, tables) = sqlite_store(&dir).await;
+        let name = ConsumerName::new("credits").expect("name");
+        let consumer = Consumer::new(name.clone(), store.clone(), Credits::new(tables.clone()))
+            .concurrency(1)
+            .group_commit(64);
+        let source = MemorySource::new();
+        for (i, payload) in payloads.iter().enumerate() {
+            source.publish(RawEnvelope::new(format!("m-{i}"), payload.clone()));
+        }
+        source.close();
+        consumer
+            .run(source, CancellationToken::new())
+            .await
+            .expect("run");
+        let mut tx = store.pool().begin().await.expect("begin");
+        let rows_sql = format!("SELECT COUNT(*) FROM {}", tables.ledger);
+        let rows = tx
+            .fetch_i64(&rows_sql, &[])
+            .await
+            .expect("rows")
+            .unwrap_or(0);
+        let ids_sql = format!("SELECT COUNT(DISTINCT message_id) FROM {}", tables.ledger);
+        let ids = tx.fetch_i64(&ids_sql, &[]).await.expect("ids").unwrap_or(0);
+        let total_sql = format!("SELECT SUM(balance) FROM {}", tables.accounts);
+        let total = tx
+            .fetch_i64(&total_sql, &[])
+            .await
+            .expect("sum")
+            .unwrap_or(0);
+        drop(tx);
+        let letters = with_store!(&store, s => s.dead_letters(Some(&name)).await.expect("letters"));
+        let dead = letters.into_iter().filter_map(|l| l.message_id).collect();
+        (rows, ids, total, dead, consumer.group_commit_stats())
+    }
+
+    fn credit(account: usize, amount: i64) -> String {
+        serde_json::json!({ "account": format!("acct-{account}"), "amount": amount }).to_string()
+    }
+
+    #[tokio::test]
+    async fn a_group_is_written_whole_with_repeated_accounts() {
+        // 40 credits over 3 accounts: every statement of the group touches an account many times.
+        let payloads: Vec<String> = (0..40).map(|i| credit(i % 3, 1 + i as i64)).collect();
+        let (rows, ids, total, dead, stats) = consume(&payloads).await;
+        assert_eq!((rows, ids), (40, 40), "one ledger row per message");
+        assert_eq!(
+            total,
+            (1..=40).sum::<i64>(),
+            "balances add up to the credits"
+        );
+        assert!(dead.is_empty(), "{dead:?}");
+        assert!(stats.committed >= 1 && stats.fallbacks == 0, "{stats:?}");
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_payload_in_a_group_is_dead_lettered_and_the_rest_applied_once() {
+        let mut payloads: Vec<String> = (0..30).map(|i| credit(i % 4, 10)).collect();
+        payloads[17] = "not a credit".to_owned();
+        let (rows, ids, total, dead, stats) = consume(&payloads).await;
+        assert_eq!((rows, ids), (29, 29), "every other message applied once");
+        assert_eq!(total, 29 * 10, "balances add up to the applied credits");
+        assert_eq!(dead, vec!["m-17".to_owned()]);
+        assert!(stats.fallbacks >= 1, "the group fell back: {stats:?}");
+    }
 
     #[test]
     fn placeholders_number_rows_in_turn() {
