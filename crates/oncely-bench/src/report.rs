@@ -310,7 +310,7 @@ impl Report {
                 "amqp_pg_vs_bare_consumer",
                 "RabbitMQ into PostgreSQL, defaults and a plain URL: oncely / min(bare lapin consumer, oncely in process), median of the rounds' ratios",
                 self.broker_ratio(Broker::Amqp, pg),
-                0.8,
+                0.9,
             ),
             t(
                 "nats_pg_vs_bare_consumer",
