@@ -258,16 +258,9 @@ impl AnyStore {
         }
     }
 
-    /// The database.
+    /// The database (its [`Engine`]'s dialect).
     pub fn dialect(&self) -> Dialect {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(_) => Dialect::Sqlite,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => Dialect::Postgres,
-            #[cfg(feature = "mysql")]
-            Self::MySql(_) => Dialect::MySql,
-        }
+        self.engine().dialect()
     }
 
     /// Applies the pending inbox and dead-letter migrations ([`INBOX`](crate::INBOX)); returns
