@@ -205,7 +205,9 @@ async fn pg_proxy_case(broker: Broker, fault: Fault, reset: bool, test: &str) {
     }
     let (name, url) = pg_fresh_db(PG_SERVER).await;
     let proxy = FaultProxy::start(PG_SERVER).await.expect("proxy");
-    let via_proxy = format!("postgres://postgres@{}/{name}", proxy.addr());
+    // A plain TCP proxy, not a pooler: said in the URL (oncely would take the proxy's port
+    // for a transaction pooler's, the safe side).
+    let via_proxy = format!("postgres://postgres@{}/{name}?pooler=none", proxy.addr());
     let consumer_db = Db::open(&via_proxy, None).await.expect("store via proxy");
     let check_db = Db::open(&url, None).await.expect("checker");
     let measured = run(
@@ -288,7 +290,7 @@ async fn pg_blackhole_bounds_of_a_store_call() {
     }
     let (name, _url) = pg_fresh_db(PG_SERVER).await;
     let proxy = FaultProxy::start(PG_SERVER).await.expect("proxy");
-    let url = format!("postgres://postgres@{}/{name}", proxy.addr());
+    let url = format!("postgres://postgres@{}/{name}?pooler=none", proxy.addr());
     let db = Db::open(&url, None).await.expect("store");
     let oncely_sql::AnyStore::Postgres(store) = db.store().clone() else {
         unreachable!("a postgres:// URL")

@@ -15,13 +15,28 @@
 //!
 //! **How oncely knows.** The URL option `pooler=transaction` says so; `pooler=none` says
 //! there is none (no check). Without the option oncely checks once at connect, before any
-//! prepared statement: two fresh connections each ask `SELECT pg_backend_pid()` over the
-//! simple protocol, three times. Directly connected, or through a *session* pooler, two
-//! client connections are always two server sessions; a transaction pooler hands the server
-//! connection the first one just released to the second (PgBouncer reuses the most
-//! recently used one first by default), so the same backend pid answering both means a
-//! transaction pooler. A pooler set up with `server_round_robin = 1`, or one that always
-//! has more idle server connections than clients, may escape the check: name it in the URL.
+//! prepared statement, over the simple protocol, in two steps:
+//!
+//! 1. *Something stands between*: the server is asked the port of its side of the
+//!    connection (`inet_server_port()`). Connected directly, it is the port the URL dials;
+//!    through PgBouncer (6432), Supavisor (6543) or any other proxy it is the server's own
+//!    (5432). A different port is taken as a transaction pooler: the safe side, since a plain
+//!    TCP proxy, a port mapping or a *session* pooler only costs the statement cache and
+//!    portable mode, while a transaction pooler taken for a direct connection lets one
+//!    client's cached statement run another client's SQL. Say `?pooler=none` for those.
+//! 2. *Two clients, one server session*: two fresh connections each ask
+//!    `SELECT pg_backend_pid()`, three times. Directly connected, or through a *session*
+//!    pooler, two client connections are always two server sessions; a transaction pooler
+//!    hands the server connection the first one just released to the second (PgBouncer
+//!    reuses the most recently used one first by default), so the same backend pid answering
+//!    both means a transaction pooler.
+//!
+//! Step 1 is the one that decides in practice: step 2 alone missed PgBouncer while other
+//! clients kept it busy (they took the released server connection between the two
+//! questions; found by the HTTP layer's PgBouncer tests, whose statements were then named and
+//! collided with `prepared statement "sqlx_s_1" already exists`). A pooler on the server's own
+//! port number on another host, set up with `server_round_robin = 1`, may still escape both
+//! steps: name it in the URL.
 //!
 //! The answer is a fact of the store's [`Engine`](crate::Engine), decided once at connect and
 //! held by the store, its [`AnyPool`](crate::AnyPool) and every transaction they hand out:
@@ -134,12 +149,26 @@ pub async fn detect_transaction_pooler(url: &str) -> Result<bool> {
         .map_err(|e| crate::db("checking for a connection pooler", e))
 }
 
-/// Whether `options` lead to a transaction pooler: two fresh connections answered by the
-/// same backend (see the module docs). Simple-protocol statements only, which are safe
-/// through any pooler.
+/// Whether `options` lead to a transaction pooler: the server's port is not the one dialed,
+/// or two fresh connections are answered by the same backend (see the module docs).
+/// Simple-protocol statements only, which are safe through any pooler.
 #[cfg(feature = "postgres")]
 pub(crate) async fn detect(options: &PgConnectOptions) -> std::result::Result<bool, sqlx::Error> {
     let mut a = sqlx::PgConnection::connect_with(options).await?;
+    if options.get_socket().is_none()
+        && let Some(server) = server_port(&mut a).await?
+        && server != i32::from(options.get_port())
+    {
+        tracing::info!(
+            dialed = options.get_port(),
+            server,
+            "PostgreSQL answers on another port than the URL dials: something stands between; \
+             taken as a transaction pooler (add ?pooler=none to the URL for a plain TCP proxy, \
+             a port mapping or a session pooler)"
+        );
+        let _ = a.close().await;
+        return Ok(true);
+    }
     let mut b = sqlx::PgConnection::connect_with(options).await?;
     let mut shared = false;
     for _ in 0..3 {
@@ -149,6 +178,17 @@ pub(crate) async fn detect(options: &PgConnectOptions) -> std::result::Result<bo
     let _ = a.close().await;
     let _ = b.close().await;
     Ok(shared)
+}
+
+/// The port of the server's side of the connection; `None` over a Unix socket.
+#[cfg(feature = "postgres")]
+async fn server_port(
+    conn: &mut sqlx::PgConnection,
+) -> std::result::Result<Option<i32>, sqlx::Error> {
+    sqlx::raw_sql("SELECT inet_server_port()")
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get(0)
 }
 
 #[cfg(feature = "postgres")]

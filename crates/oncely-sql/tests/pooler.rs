@@ -11,7 +11,7 @@ mod common;
 
 use common::{pg_url, unique};
 use oncely_core::{Error, Result};
-use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Transaction};
+use oncely_sql::sqlx::{self, AssertSqlSafe, Connection, Postgres, Transaction};
 use oncely_sql::{
     AnyPool, ConnectOptions, Dialect, Engine, PgStore, SqlDatabase, SqlStore, SqlTx, SqliteStore,
     Value, with_autocommit,
@@ -352,4 +352,90 @@ async fn each_pool_keeps_its_own_statement_caching() {
     );
     // And the pooled one still does not, after the others ran.
     assert_eq!(cached_after_a_query(&bounced).await, 0);
+}
+
+/// The check at connect finds PgBouncer while other clients keep it busy (they take the
+/// server connection one question released before the next question comes), and takes a
+/// plain TCP proxy in front of PostgreSQL for a pooler (the safe side) unless the URL says
+/// `pooler=none`. Before the port check, the first case missed PgBouncer under the HTTP
+/// layer's parallel tests and their statements collided (`sqlx_s_1 already exists`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_check_finds_a_busy_pooler_and_takes_a_proxy_for_one() {
+    let test = "the_check_finds_a_busy_pooler_and_takes_a_proxy_for_one";
+    if !services::available(
+        test,
+        "PgBouncer (scripts/pgbouncer.sh start)",
+        &bouncer_url("test"),
+    )
+    .await
+        || !services::available(test, "PostgreSQL", &pg_url()).await
+    {
+        return;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy: Vec<_> = (0..8)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let options = bouncer_url("test")
+                    .parse::<sqlx::postgres::PgConnectOptions>()
+                    .unwrap()
+                    .extra_float_digits(None);
+                let mut conn = sqlx::PgConnection::connect_with(&options).await.unwrap();
+                let mut ran = 0_u64;
+                while !stop.load(Ordering::Relaxed) {
+                    sqlx::raw_sql("SELECT pg_backend_pid()")
+                        .execute(&mut conn)
+                        .await
+                        .unwrap();
+                    ran += 1;
+                }
+                ran
+            })
+        })
+        .collect();
+    let mut found = 0;
+    for _ in 0..10 {
+        found += u32::from(
+            oncely_sql::pooler::detect_transaction_pooler(&bouncer_url("test"))
+                .await
+                .unwrap(),
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut statements = 0;
+    for task in busy {
+        statements += task.await.unwrap();
+    }
+    assert!(statements > 0, "the other clients ran");
+    assert_eq!(
+        found, 10,
+        "PgBouncer found by every check beside {statements} statements"
+    );
+
+    let server = pg_url()
+        .parse::<sqlx::postgres::PgConnectOptions>()
+        .unwrap();
+    let proxy = oncely_testkit::FaultProxy::start((server.get_host(), server.get_port()))
+        .await
+        .unwrap();
+    let via_proxy = format!("postgres://postgres@{}/test", proxy.addr());
+    assert!(
+        oncely_sql::pooler::detect_transaction_pooler(&via_proxy)
+            .await
+            .unwrap(),
+        "a proxy is taken for a transaction pooler"
+    );
+    let said = PgStore::connect(&format!("{via_proxy}?pooler=none"))
+        .await
+        .unwrap();
+    assert!(
+        said.engine().caches_statements(),
+        "?pooler=none is believed"
+    );
+    let direct = PgStore::connect(&pg_url()).await.unwrap();
+    assert!(
+        direct.engine().caches_statements(),
+        "a direct server is no pooler"
+    );
 }
