@@ -133,7 +133,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // The relay runs beside the consumer and is woken after each commit (on PostgreSQL it
     // would wake itself through LISTEN/NOTIFY).
     let events = MemorySource::new();
-    let relay = Relay::new(ledger.pool().clone(), Tables::default(), events.clone())
+    let relay = Relay::new(ledger.any_pool(), Tables::default(), events.clone())
         .poll_interval(Duration::from_millis(50));
     let stop_relay = CancellationToken::new();
     let relay_task = tokio::spawn({

@@ -117,7 +117,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let crashed: Arc<Mutex<HashSet<String>>> = Arc::default();
     let seen = crashed.clone();
     let journal = CrashingJournal::new(
-        Journal::new(journal_db.pool().clone(), Tables::default()),
+        Journal::new(journal_db.any_pool(), Tables::default()),
         move |step: JournalStep, key: &str| {
             step == JournalStep::Called && seen.lock().unwrap().insert(key.to_owned())
         },

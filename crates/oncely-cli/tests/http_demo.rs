@@ -6,8 +6,7 @@
 mod admin_support;
 
 use oncely::effects::EffectTables;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{AnyStore, ConnectOptions, Dialect, Tables, with_pool};
+use oncely_sql::{AnyStore, ConnectOptions, Dialect, SqlTx, Tables};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -130,10 +129,12 @@ async fn counts(store: &AnyStore) -> (i64, i64, i64) {
     let tables = [t.table("demo_orders"), t.outbox(), t.table("http_keys")];
     for (n, table) in out.iter_mut().zip(tables) {
         let sql = format!("SELECT COUNT(*) FROM {table}");
-        *n = with_pool!(&store.pool(), p => sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
-            .fetch_one(p)
+        *n = store
+            .pool()
+            .fetch_i64(&sql, &[])
             .await
-            .unwrap());
+            .unwrap()
+            .unwrap_or(0);
     }
     (out[0], out[1], out[2])
 }
@@ -203,14 +204,12 @@ async fn killed_mid_request_then_retried(url: &str, schema: &str) {
     );
     assert_eq!(counts(&store).await, (2, 2, 2), "one order per client");
     server.kill();
-    if let Some(schema) = store.tables().schema() {
-        let sql = match store.dialect() {
-            Dialect::Postgres => format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-            _ => format!("DROP DATABASE IF EXISTS {schema}"),
-        };
-        with_pool!(&store.pool(), p => {
-            let _ = sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await;
-        });
+    if let Some(sql) = store
+        .tables()
+        .schema()
+        .and_then(|schema| store.dialect().drop_schema_sql(schema))
+    {
+        let _ = store.pool().script(&sql).await;
     }
 }
 

@@ -7,7 +7,7 @@
 mod quickstart;
 
 use oncely::RawEnvelope;
-use oncely::sql::{AnyPool, Tables, sqlx, with_pool};
+use oncely::sql::{AnyPool, SqlTx, Tables};
 use oncely_testkit::services;
 use oncely_testkit::{FaultySource, SourceFaults};
 
@@ -53,12 +53,17 @@ async fn quick_start_on(url: &str) {
     );
     assert_eq!(source.unacked(), 0, "every delivery acked");
 
-    let pool = AnyPool::connect(url).await.expect("pool");
-    let (credits, inbox, dead): (i64, i64, i64) = with_pool!(&pool, p => (
-        sqlx::query_scalar("SELECT credits FROM accounts WHERE id = 'a'").fetch_one(p).await.unwrap(),
-        sqlx::query_scalar(sqlx::AssertSqlSafe(count("inbox"))).fetch_one(p).await.unwrap(),
-        sqlx::query_scalar(sqlx::AssertSqlSafe(count("dead_letters"))).fetch_one(p).await.unwrap(),
-    ));
+    let mut pool = AnyPool::connect(url).await.expect("pool");
+    let mut read = [0; 3];
+    let queries = [
+        "SELECT credits FROM accounts WHERE id = 'a'".to_owned(),
+        count("inbox"),
+        count("dead_letters"),
+    ];
+    for (n, sql) in read.iter_mut().zip(queries) {
+        *n = pool.fetch_i64(&sql, &[]).await.unwrap().expect("a row");
+    }
+    let [credits, inbox, dead] = read;
     pool.close().await;
     assert_eq!(
         credits,
@@ -90,9 +95,9 @@ async fn quick_start_on_postgres() {
     // (accounts, inbox, dead_letters) land there.
     let schema = format!("t_quickstart_{}", std::process::id());
     let run = |sql: String| {
-        let admin = admin.clone();
+        let mut admin = admin.clone();
         async move {
-            with_pool!(&admin, p => sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(p).await.map(|_| ()).unwrap());
+            admin.script(&sql).await.unwrap();
         }
     };
     run(format!(

@@ -6,9 +6,7 @@ use super::credits::CreditTables;
 use super::publish::Published;
 use anyhow::{Context, Result};
 use oncely_core::{ConsumerName, Inspect, PayloadHash};
-use oncely_sql::AnyStore;
-use oncely_sql::sqlx::AssertSqlSafe;
-use oncely_sql::with_store;
+use oncely_sql::{AnyStore, Column};
 use std::collections::{BTreeMap, HashMap};
 
 /// What the database says happened.
@@ -71,18 +69,25 @@ async fn read(store: &AnyStore, tables: &CreditTables, consumer: &str) -> Result
         format!("SELECT {id_col}, payload_hash FROM {inbox_table} WHERE consumer = '{consumer}'");
     let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
     let balance_sql = format!("SELECT balance FROM {}", tables.accounts);
-    let readings = with_store!(store, s => {
-        let mut c = oncely_sql::Autocommit::begin(s.pool(), s.engine()).await.context("connecting")?;
-        let inbox: Vec<(String, String)> = oncely_sql::query_as(AssertSqlSafe(inbox_sql))
-            .fetch_all(&mut *c).await.context("reading the inbox")?;
-        let ledger: Vec<(String, i64)> = oncely_sql::query_as(AssertSqlSafe(ledger_sql))
-            .fetch_all(&mut *c).await.context("reading the ledger")?;
-        let balances: Vec<i64> = oncely_sql::query_scalar(AssertSqlSafe(balance_sql))
-            .fetch_all(&mut *c).await.context("reading balances")?;
-        c.commit().await.context("reading")?;
-        Readings { inbox: inbox.into_iter().collect(), ledger, balances }
-    });
-    Ok(readings)
+    let mut tx = store.pool().begin().await.context("connecting")?;
+    let inbox = tx
+        .fetch(&inbox_sql, &[], &[Column::Text, Column::Text])
+        .await
+        .context("reading the inbox")?;
+    let ledger = tx
+        .fetch(&ledger_sql, &[], &[Column::Text, Column::I64])
+        .await
+        .context("reading the ledger")?;
+    let balances = tx
+        .fetch(&balance_sql, &[], &[Column::I64])
+        .await
+        .context("reading balances")?;
+    tx.commit().await.context("reading")?;
+    Ok(Readings {
+        inbox: inbox.iter().map(|r| (r[0].text(), r[1].text())).collect(),
+        ledger: ledger.iter().map(|r| (r[0].text(), r[1].i64())).collect(),
+        balances: balances.iter().map(|r| r[0].i64()).collect(),
+    })
 }
 
 /// Reads the database back and judges the run.
@@ -93,7 +98,7 @@ pub async fn check(
     published: &Published,
 ) -> Result<Verdict> {
     let r = read(store, tables, consumer.as_str()).await?;
-    let letters = with_store!(store, s => s.dead_letters(Some(consumer)).await?);
+    let letters = store.dead_letters(Some(consumer)).await?;
     Ok(judge(&r, &letters, published))
 }
 

@@ -6,9 +6,7 @@ use super::{DemoArgs, consume_with, create_tables};
 use anyhow::{Context, Result};
 use oncely::brokers::connect_source;
 use oncely_core::{ConsumerName, Inspect, StopWhenIdle};
-use oncely_sql::AnyStore;
-use oncely_sql::sqlx::AssertSqlSafe;
-use oncely_sql::with_store;
+use oncely_sql::{AnyStore, Column};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -50,16 +48,19 @@ pub async fn run(args: &DemoArgs, store: &AnyStore, tables: &CreditTables) -> Re
     let (stats, _crashes) = consume_with(args, store, handler, &name, idle, 0).await?;
     let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
     let balance_sql = format!("SELECT account, balance FROM {}", tables.accounts);
-    let (ledger, balances) = with_store!(store, s => {
-        let mut c = oncely_sql::Autocommit::begin(s.pool(), s.engine()).await.context("connecting")?;
-        let ledger: Vec<(String, i64)> = oncely_sql::query_as(AssertSqlSafe(ledger_sql))
-            .fetch_all(&mut *c).await.context("reading the ledger")?;
-        let balances: Vec<(String, i64)> = oncely_sql::query_as(AssertSqlSafe(balance_sql))
-            .fetch_all(&mut *c).await.context("reading balances")?;
-        c.commit().await.context("reading")?;
-        (ledger, balances)
-    });
-    let letters = with_store!(store, s => s.dead_letters(Some(&name)).await?);
+    let mut tx = store.pool().begin().await.context("connecting")?;
+    let ledger = tx
+        .fetch(&ledger_sql, &[], &[Column::Text, Column::I64])
+        .await
+        .context("reading the ledger")?;
+    let balances = tx
+        .fetch(&balance_sql, &[], &[Column::Text, Column::I64])
+        .await
+        .context("reading balances")?;
+    tx.commit().await.context("reading")?;
+    let ledger: Vec<(String, i64)> = ledger.iter().map(|r| (r[0].text(), r[1].i64())).collect();
+    let balances: Vec<(String, i64)> = balances.iter().map(|r| (r[0].text(), r[1].i64())).collect();
+    let letters = store.dead_letters(Some(&name)).await?;
     let mut per_id: HashMap<&str, u64> = HashMap::new();
     for (id, _) in &ledger {
         *per_id.entry(id).or_default() += 1;

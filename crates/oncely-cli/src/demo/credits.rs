@@ -203,7 +203,7 @@ fn placeholders(rows: usize, width: usize) -> String {
 mod tests {
     use super::*;
     use oncely_core::{CancellationToken, Consumer, ConsumerName, Inspect, MemorySource};
-    use oncely_sql::{AnyStore, with_store};
+    use oncely_sql::AnyStore;
 
     /// The demo's tables on a fresh SQLite file.
     async fn sqlite_store(dir: &tempfile::TempDir) -> (AnyStore, CreditTables) {
@@ -252,7 +252,7 @@ mod tests {
             .expect("sum")
             .unwrap_or(0);
         drop(tx);
-        let letters = with_store!(&store, s => s.dead_letters(Some(&name)).await.expect("letters"));
+        let letters = store.dead_letters(Some(&name)).await.expect("letters");
         let dead = letters.into_iter().filter_map(|l| l.message_id).collect();
         (rows, ids, total, dead, consumer.group_commit_stats())
     }

@@ -17,9 +17,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use oncely::brokers::{connect_source, publish};
 use oncely_core::{Consumer, ConsumerName, RetryPolicy, Source, StatsSnapshot, StopWhenIdle};
 use oncely_sql::AnyStore;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::with_store;
-use oncely_sql::{ConnectOptions, Dialect, INBOX, MigrationSet, Tables, redact_url, reset_sql};
+use oncely_sql::{
+    ConnectOptions, Dialect, INBOX, MigrationSet, SqlTx, Tables, redact_url, reset_sql,
+};
 use oncely_testkit::chaos::{
     AckEarly, CrashPlan, CrashingHandler, CrashingSource, CrashingStore, Step,
 };
@@ -459,7 +459,11 @@ async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
     };
     debug!(statements = ?drops, "resetting the demo store");
     for sql in drops {
-        with_store!(store, s => { sqlx::raw_sql(AssertSqlSafe(sql)).execute(s.pool()).await.context("resetting the demo schema")?; });
+        store
+            .pool()
+            .script(&sql)
+            .await
+            .context("resetting the demo schema")?;
     }
     create_tables(store, tables).await
 }
@@ -469,7 +473,11 @@ async fn create_tables(store: &AnyStore, tables: &CreditTables) -> Result<()> {
     let ran = store.migrate_with(DEMO_SETS).await?;
     debug!(migrations = ran, "demo store migrated");
     for sql in tables.ddl() {
-        with_store!(store, s => { sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(s.pool()).await.context("creating the demo tables")?; });
+        store
+            .pool()
+            .script(&sql)
+            .await
+            .context("creating the demo tables")?;
     }
     Ok(())
 }

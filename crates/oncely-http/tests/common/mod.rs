@@ -12,8 +12,7 @@ pub mod suite;
 pub mod app;
 
 use oncely_effects::EffectTables;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{AnyStore, ConnectOptions, Tables, with_pool};
+use oncely_sql::{AnyStore, ConnectOptions, SqlTx, Tables};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -70,12 +69,13 @@ impl Db {
     /// Rows of the table `name` (qualified), counted by the database.
     pub async fn count(&self, table: &str) -> i64 {
         let sql = format!("SELECT COUNT(*) FROM {table}");
-        // An unnamed statement in a transaction of its own (safe behind a pooler).
-        oncely_sql::with_autocommit!(&self.store.pool(), c => oncely_sql::query_scalar::<_, i64>(AssertSqlSafe(sql))
-            .fetch_one(&mut *c)
+        // Through the seam on the store's pool: a statement of its own, safe behind a pooler.
+        self.store
+            .pool()
+            .fetch_i64(&sql, &[])
             .await
-            .unwrap())
-        .unwrap()
+            .unwrap()
+            .unwrap_or(0)
     }
 
     pub async fn orders(&self) -> i64 {
@@ -95,13 +95,9 @@ impl Db {
         let Some(schema) = self.store.tables().schema().map(str::to_owned) else {
             return;
         };
-        let sql = match self.store.dialect() {
-            oncely_sql::Dialect::Postgres => format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-            _ => format!("DROP DATABASE IF EXISTS {schema}"),
-        };
-        with_pool!(&self.store.pool(), p => {
-            let _ = sqlx::raw_sql(AssertSqlSafe(sql)).execute(p).await;
-        });
+        if let Some(sql) = self.store.dialect().drop_schema_sql(&schema) {
+            let _ = self.store.pool().script(&sql).await;
+        }
     }
 }
 
