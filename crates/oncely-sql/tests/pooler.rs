@@ -29,6 +29,18 @@ fn bouncer_url(database: &str) -> String {
     }
 }
 
+/// Whether the test-owned PgBouncer and the PostgreSQL behind it answer (see
+/// `services::available`: a failure under CI, a loud skip elsewhere).
+async fn bouncer_and_server_up(test: &str) -> bool {
+    services::available(
+        test,
+        "PgBouncer (scripts/pgbouncer.sh start)",
+        &bouncer_url("test"),
+    )
+    .await
+        && services::available(test, "PostgreSQL", &pg_url()).await
+}
+
 fn db(e: sqlx::Error) -> Error {
     Error::transient("test query failed").with_source(e)
 }
@@ -159,14 +171,7 @@ impl StoreHarness for BouncedHarness {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn through_pgbouncer_in_transaction_mode() {
     let test = "through_pgbouncer_in_transaction_mode";
-    if !services::available(
-        test,
-        "PgBouncer (scripts/pgbouncer.sh start)",
-        &bouncer_url("test"),
-    )
-    .await
-        || !services::available(test, "PostgreSQL", &pg_url()).await
-    {
+    if !bouncer_and_server_up(test).await {
         return;
     }
 
@@ -309,14 +314,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_pool_keeps_its_own_statement_caching() {
     let test = "each_pool_keeps_its_own_statement_caching";
-    if !services::available(
-        test,
-        "PgBouncer (scripts/pgbouncer.sh start)",
-        &bouncer_url("test"),
-    )
-    .await
-        || !services::available(test, "PostgreSQL", &pg_url()).await
-    {
+    if !bouncer_and_server_up(test).await {
         return;
     }
     // One connection each, so the connection checked is the one the query ran on.
@@ -362,14 +360,7 @@ async fn each_pool_keeps_its_own_statement_caching() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_check_finds_a_busy_pooler_and_takes_a_proxy_for_one() {
     let test = "the_check_finds_a_busy_pooler_and_takes_a_proxy_for_one";
-    if !services::available(
-        test,
-        "PgBouncer (scripts/pgbouncer.sh start)",
-        &bouncer_url("test"),
-    )
-    .await
-        || !services::available(test, "PostgreSQL", &pg_url()).await
-    {
+    if !bouncer_and_server_up(test).await {
         return;
     }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -6,7 +6,7 @@ use super::credits::CreditTables;
 use super::publish::Published;
 use anyhow::{Context, Result};
 use oncely_core::{ConsumerName, Inspect, PayloadHash};
-use oncely_sql::{AnyStore, Column};
+use oncely_sql::{AnyStore, Column, SqlTx};
 use std::collections::{BTreeMap, HashMap};
 
 /// What the database says happened.
@@ -67,26 +67,19 @@ async fn read(store: &AnyStore, tables: &CreditTables, consumer: &str) -> Result
     let consumer = consumer.replace('\'', "");
     let inbox_sql =
         format!("SELECT {id_col}, payload_hash FROM {inbox_table} WHERE consumer = '{consumer}'");
-    let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
-    let balance_sql = format!("SELECT balance FROM {}", tables.accounts);
-    let mut tx = store.pool().begin().await.context("connecting")?;
-    let inbox = tx
+    let inbox = store
+        .pool()
         .fetch(&inbox_sql, &[], &[Column::Text, Column::Text])
         .await
         .context("reading the inbox")?;
-    let ledger = tx
-        .fetch(&ledger_sql, &[], &[Column::Text, Column::I64])
+    let (ledger, balances) = tables
+        .read_back(store)
         .await
-        .context("reading the ledger")?;
-    let balances = tx
-        .fetch(&balance_sql, &[], &[Column::I64])
-        .await
-        .context("reading balances")?;
-    tx.commit().await.context("reading")?;
+        .context("reading the demo tables")?;
     Ok(Readings {
         inbox: inbox.iter().map(|r| (r[0].text(), r[1].text())).collect(),
-        ledger: ledger.iter().map(|r| (r[0].text(), r[1].i64())).collect(),
-        balances: balances.iter().map(|r| r[0].i64()).collect(),
+        ledger,
+        balances: balances.into_iter().map(|(_, balance)| balance).collect(),
     })
 }
 

@@ -6,7 +6,7 @@ use super::{DemoArgs, consume_with, create_tables};
 use anyhow::{Context, Result};
 use oncely::brokers::connect_source;
 use oncely_core::{ConsumerName, Inspect, StopWhenIdle};
-use oncely_sql::{AnyStore, Column};
+use oncely_sql::AnyStore;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -46,20 +46,10 @@ pub async fn run(args: &DemoArgs, store: &AnyStore, tables: &CreditTables) -> Re
     let idle = StopWhenIdle::new(source, Duration::from_secs(args.idle_exit));
     let handler = super::credits::Credits::new(tables.clone());
     let (stats, _crashes) = consume_with(args, store, handler, &name, idle, 0).await?;
-    let ledger_sql = format!("SELECT message_id, amount FROM {}", tables.ledger);
-    let balance_sql = format!("SELECT account, balance FROM {}", tables.accounts);
-    let mut tx = store.pool().begin().await.context("connecting")?;
-    let ledger = tx
-        .fetch(&ledger_sql, &[], &[Column::Text, Column::I64])
+    let (ledger, balances) = tables
+        .read_back(store)
         .await
-        .context("reading the ledger")?;
-    let balances = tx
-        .fetch(&balance_sql, &[], &[Column::Text, Column::I64])
-        .await
-        .context("reading balances")?;
-    tx.commit().await.context("reading")?;
-    let ledger: Vec<(String, i64)> = ledger.iter().map(|r| (r[0].text(), r[1].i64())).collect();
-    let balances: Vec<(String, i64)> = balances.iter().map(|r| (r[0].text(), r[1].i64())).collect();
+        .context("reading the demo tables")?;
     let letters = store.dead_letters(Some(&name)).await?;
     let mut per_id: HashMap<&str, u64> = HashMap::new();
     for (id, _) in &ledger {

@@ -1,7 +1,7 @@
 //! The demo's effect: "add N credits to account A" — not naturally idempotent.
 
 use oncely_core::{Envelope, Error, Handled, Handler, RawEnvelope, Result};
-use oncely_sql::{AnyTx, Dialect, Value};
+use oncely_sql::{AnyStore, AnyTx, Column, Dialect, Value};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -90,6 +90,24 @@ impl CreditTables {
             placeholders(rows, 2),
             self.add_on_conflict
         )
+    }
+
+    /// What the demo's tables hold, read back in one transaction on `store`'s pool: the
+    /// ledger rows `(message id, amount)` and the balances `(account, balance)`.
+    pub async fn read_back(
+        &self,
+        store: &AnyStore,
+    ) -> Result<(Vec<(String, i64)>, Vec<(String, i64)>)> {
+        let ledger_sql = format!("SELECT message_id, amount FROM {}", self.ledger);
+        let balance_sql = format!("SELECT account, balance FROM {}", self.accounts);
+        let pairs = [Column::Text, Column::I64];
+        let mut tx = store.pool().begin().await?;
+        let ledger = tx.fetch(&ledger_sql, &[], &pairs).await?;
+        let balances = tx.fetch(&balance_sql, &[], &pairs).await?;
+        tx.commit().await?;
+        let pairs =
+            |rows: Vec<Vec<Value>>| rows.iter().map(|r| (r[0].text(), r[1].i64())).collect();
+        Ok((pairs(ledger), pairs(balances)))
     }
 
     /// Both tables' qualified names (what [`CreditTables::ddl`] creates).
@@ -203,7 +221,6 @@ fn placeholders(rows: usize, width: usize) -> String {
 mod tests {
     use super::*;
     use oncely_core::{CancellationToken, Consumer, ConsumerName, Inspect, MemorySource};
-    use oncely_sql::AnyStore;
 
     /// The demo's tables on a fresh SQLite file.
     async fn sqlite_store(dir: &tempfile::TempDir) -> (AnyStore, CreditTables) {
