@@ -122,6 +122,25 @@ pub struct CrashRun {
     pub kills: usize,
 }
 
+/// The checker's report, read again (up to 5 times, 500 ms apart) when the read itself
+/// fails: on a loaded machine a read of the whole ledger may time out (the Redis store's
+/// client answers `timed out` after 500 ms), which says nothing about the effects. The last
+/// error fails the test.
+pub async fn read_report<D: Effects>(db: &D, workload: &Workload) -> Report {
+    let mut attempt = 1;
+    loop {
+        match db.report(workload).await {
+            Ok(report) => return report,
+            Err(e) if attempt < 5 => {
+                eprintln!("checker: reading the report failed ({e}); reading again");
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("checker: reading the report failed {attempt} times: {e:?}"),
+        }
+    }
+}
+
 /// The SIGKILL crash loop, on any effect store (a SQL [`Db`], the Redis store's
 /// [`crate::redis_db::RedisDb`]): starts the consumer binary and kills it mid-stream `kills`
 /// times ([`kill_mid_stream`]), then runs it to its idle exit until the checker finds every
@@ -136,11 +155,11 @@ pub async fn crash_run<D: Effects>(
     let progress = || async { db.counts().await.map_or(0, |(rows, dead)| rows + dead) };
     let killed = kill_mid_stream(binary, args, kills, progress).await;
     let outputs = run_until(binary, args, 20, || async {
-        let report = db.report(workload).await.expect("report");
+        let report = read_report(db, workload).await;
         report.complete() || report.double > 0
     })
     .await;
-    let report = db.report(workload).await.expect("report");
+    let report = read_report(db, workload).await;
     CrashRun {
         report,
         outputs,
