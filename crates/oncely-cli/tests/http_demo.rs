@@ -134,7 +134,7 @@ async fn counts(store: &AnyStore) -> (i64, i64, i64) {
             .fetch_i64(&sql, &[])
             .await
             .unwrap()
-            .unwrap_or(0);
+            .expect("COUNT(*) returns a row");
     }
     (out[0], out[1], out[2])
 }

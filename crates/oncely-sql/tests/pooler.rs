@@ -17,8 +17,8 @@ use oncely_sql::{
     Value, with_autocommit,
 };
 use oncely_testkit::{ExerciseOptions, StoreHarness, services};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// The test-owned PgBouncer (transaction pooling) in front of the machine's PostgreSQL.
 fn bouncer_url(database: &str) -> String {
@@ -58,9 +58,9 @@ where
     Fut: std::future::Future<Output = std::result::Result<i64, String>> + Send,
 {
     let (right, wrong, failed) = (
-        std::sync::Arc::new(AtomicU64::new(0)),
-        std::sync::Arc::new(AtomicU64::new(0)),
-        std::sync::Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
     );
     let mut tasks = Vec::new();
     for k in 0..CLIENTS {
@@ -363,7 +363,7 @@ async fn the_check_finds_a_busy_pooler_and_takes_a_proxy_for_one() {
     if !bouncer_and_server_up(test).await {
         return;
     }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
     let busy: Vec<_> = (0..8)
         .map(|_| {
             let stop = stop.clone();

@@ -100,10 +100,10 @@ impl CreditTables {
     ) -> Result<(Vec<(String, i64)>, Vec<(String, i64)>)> {
         let ledger_sql = format!("SELECT message_id, amount FROM {}", self.ledger);
         let balance_sql = format!("SELECT account, balance FROM {}", self.accounts);
-        let pairs = [Column::Text, Column::I64];
+        let cols = [Column::Text, Column::I64];
         let mut tx = store.pool().begin().await?;
-        let ledger = tx.fetch(&ledger_sql, &[], &pairs).await?;
-        let balances = tx.fetch(&balance_sql, &[], &pairs).await?;
+        let ledger = tx.fetch(&ledger_sql, &[], &cols).await?;
+        let balances = tx.fetch(&balance_sql, &[], &cols).await?;
         tx.commit().await?;
         let pairs =
             |rows: Vec<Vec<Value>>| rows.iter().map(|r| (r[0].text(), r[1].i64())).collect();

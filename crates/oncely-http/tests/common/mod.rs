@@ -75,7 +75,7 @@ impl Db {
             .fetch_i64(&sql, &[])
             .await
             .unwrap()
-            .unwrap_or(0)
+            .expect("COUNT(*) returns a row")
     }
 
     pub async fn orders(&self) -> i64 {
