@@ -226,6 +226,28 @@ where
         .collect()
 }
 
+/// How long the first connection to a host may take before the store gives up on it.
+const FIRST_CONTACT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Makes one connection to a host outside the pool and closes it, so that a host that cannot
+/// be reached is reported with its cause (refused, unreachable, TLS, authentication) within
+/// seconds. A pool retries such errors until its acquire timeout and then reports only
+/// `pool timed out while waiting for an open connection`.
+async fn first_contact<DB: Database>(options: &Options<DB>, doing: &str) -> Result<()> {
+    let connect = <DB::Connection as Connection>::connect_with(options);
+    match tokio::time::timeout(FIRST_CONTACT_TIMEOUT, connect).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(db(doing, e)),
+        Err(_) => Err(oncely_core::Error::transient(format!(
+            "{doing} failed: no answer within {} s (a firewall dropping packets, or a wrong host)",
+            FIRST_CONTACT_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
 /// Opens a pool on the first of `hosts` that answers; for several hosts, also the
 /// [`Failover`] that moves the pool to the next host when the one in use fails.
 async fn open<DB: Database>(
@@ -234,6 +256,7 @@ async fn open<DB: Database>(
     server: &str,
 ) -> Result<(Pool<DB>, Option<Failover<DB>>)> {
     if let [(_, options)] = hosts.as_slice() {
+        first_contact::<DB>(options, &format!("connecting to {server}")).await?;
         let pool = pool
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options.clone())
@@ -244,11 +267,20 @@ async fn open<DB: Database>(
     let pool = pool.acquire_timeout(FAILOVER_ACQUIRE_TIMEOUT);
     let mut last = None;
     for (i, (label, options)) in hosts.iter().enumerate() {
-        match pool.clone().connect_with(options.clone()).await {
+        let doing = format!("connecting to {server} at {label}");
+        let reached = match first_contact::<DB>(options, &doing).await {
+            Ok(()) => pool.clone().connect_with(options.clone()).await,
+            Err(e) => {
+                tracing::warn!(host = %label, error = %e, "database host unavailable; trying the next");
+                last = Some(e);
+                continue;
+            }
+        };
+        match reached {
             Ok(pool) => return Ok((pool, Some(Failover::new(hosts, i)))),
             Err(e) => {
                 tracing::warn!(host = %label, error = %e, "database host unavailable; trying the next");
-                last = Some(db(&format!("connecting to {server} at {label}"), e));
+                last = Some(db(&doing, e));
             }
         }
     }
