@@ -27,8 +27,14 @@ pub const PARTITIONED_INBOX_SQL: &str =
 
 /// The partitioned-inbox DDL for these tables, for users who run their own migration tool.
 pub fn partitioned_inbox_sql(tables: &Tables) -> String {
-    tables.render(PARTITIONED_INBOX_SQL)
+    let both = [PARTITIONED_INBOX_SQL, PARTITIONED_CLAIM_SQL];
+    both.map(|sql| tables.render(sql)).join("\n")
 }
+
+/// The SQL template of the partitioned inbox's second migration: the guard trigger skips the
+/// ids a batch claim locked and checked itself (see `oncely_sql::batch`).
+pub const PARTITIONED_CLAIM_SQL: &str =
+    include_str!("../migrations/postgres/partitioned_claim.sql");
 
 /// The `partitioned` migration set (PostgreSQL only) of oncely-sql's one registry: the static
 /// part of the layout (partitioned table, default partition, guard trigger). It must run
@@ -36,11 +42,10 @@ pub fn partitioned_inbox_sql(tables: &Tables) -> String {
 /// daily partitions depend on the date and are created by [`install`] / [`ensure`], not here.
 /// A partitioned inbox installed before the shared ledger is adopted.
 pub static MIGRATIONS: MigrationSet = MigrationSet::new("partitioned")
-    .postgres(&[Migration::new(
-        1,
-        "partitioned_inbox",
-        PARTITIONED_INBOX_SQL,
-    )])
+    .postgres(&[
+        Migration::new(1, "partitioned_inbox", PARTITIONED_INBOX_SQL),
+        Migration::new(2, "partitioned_claim", PARTITIONED_CLAIM_SQL),
+    ])
     .adopt(&[Adopt::Probe {
         dialect: Dialect::Postgres,
         sql: "SELECT COUNT(*) FROM pg_partitioned_table WHERE partrelid = to_regclass('{schema}{prefix}inbox')",

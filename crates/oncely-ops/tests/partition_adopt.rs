@@ -1,5 +1,6 @@
 //! The partitioned inbox in the one migration ledger: one installed by the code before the
-//! ledger (its DDL, no ledger row) is adopted by `install` without running the DDL again.
+//! ledger (its DDL, no ledger row) is adopted by `install` without running the DDL again, and
+//! upgraded by the later migrations.
 
 mod common;
 use oncely_ops::partition;
@@ -14,7 +15,7 @@ async fn an_older_partitioned_inbox_is_adopted() {
     };
     sqlx::raw_sql(AssertSqlSafe(format!(
         "CREATE SCHEMA {schema}; {}",
-        partition::partitioned_inbox_sql(ops.tables())
+        ops.tables().render(partition::PARTITIONED_INBOX_SQL)
     )))
     .execute(store.pool())
     .await
@@ -31,7 +32,16 @@ async fn an_older_partitioned_inbox_is_adopted() {
     .await
     .unwrap();
     let ledger: Vec<(&str, i64)> = ledger.iter().map(|(s, v)| (s.as_str(), *v)).collect();
-    assert_eq!(ledger, [("inbox", 1), ("inbox", 2), ("partitioned", 1)]);
+    // Adopted through version 1, then upgraded by the second migration (the batch claim).
+    assert_eq!(
+        ledger,
+        [
+            ("inbox", 1),
+            ("inbox", 2),
+            ("partitioned", 1),
+            ("partitioned", 2)
+        ]
+    );
     assert!(partition::is_partitioned(&ops).await.unwrap());
     let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
         .execute(store.pool())

@@ -159,3 +159,102 @@ async fn stray_rows_in_the_default_partition_move_into_a_new_partition() {
         .execute(store.pool())
         .await;
 }
+
+/// The group-commit path: oncely-sql claims a group with one lock statement and one checked
+/// insert, and the guard trigger skips its own check for that insert only.
+#[tokio::test]
+async fn partitioned_inbox_batch_claims_once() {
+    let Some((store, ops, schema)) =
+        common::postgres("partitioned_inbox_batch_claims_once", "partbatch").await
+    else {
+        return;
+    };
+    partition::install(&ops, 1).await.unwrap();
+    store.migrate().await.unwrap();
+    partition::ensure(&ops, now_ms() - 3 * DAY, 1)
+        .await
+        .unwrap();
+    let c = ConsumerName::new("billing").unwrap();
+    let (h, other) = (PayloadHash::of(b"x"), PayloadHash::of(b"y"));
+    let inbox = ops.tables().inbox();
+    for id in ["old-1", "old-2"] {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {inbox} VALUES ('billing', $1, $2, $3)"
+        )))
+        .bind(id)
+        .bind(h.to_hex())
+        .bind(now_ms() - 2 * DAY)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    let id = |s: &str| MessageId::new(s).unwrap();
+    let items = vec![
+        (id("new-1"), h),
+        (id("old-1"), h),
+        (id("old-2"), other),
+        (id("new-2"), h),
+        (id("new-1"), h),
+    ];
+    let mut tx = store.begin().await.unwrap();
+    let claims = store.claim_batch(&mut tx, &c, &items).await.unwrap();
+    assert_eq!(
+        claims,
+        [
+            Claim::Fresh,
+            Claim::Duplicate,
+            Claim::Conflict { stored: h },
+            Claim::Fresh,
+            Claim::Duplicate
+        ]
+    );
+    // The trigger's bypass lasted one statement: a single claim after it is guarded again.
+    assert_eq!(
+        store.claim(&mut tx, &c, &id("old-1"), h).await.unwrap(),
+        Claim::Duplicate
+    );
+    store.commit(tx).await.unwrap();
+
+    // Overlapping groups at once: every id fresh exactly once, one inbox row each.
+    let ids: Vec<MessageId> = (0..200).map(|i| id(&format!("race-{i:03}"))).collect();
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let (store, c) = (store.clone(), c.clone());
+            // Each group starts at another place, so the groups overlap in different orders.
+            let mut group: Vec<(MessageId, PayloadHash)> =
+                ids.iter().map(|i| (i.clone(), h)).collect();
+            group.rotate_left(t * 50);
+            tokio::spawn(async move {
+                let mut tx = store.begin().await.unwrap();
+                let claims = store.claim_batch(&mut tx, &c, &group).await.unwrap();
+                store.commit(tx).await.unwrap();
+                claims.iter().filter(|c| **c == Claim::Fresh).count()
+            })
+        })
+        .collect();
+    let mut fresh = 0;
+    for task in tasks {
+        fresh += task.await.unwrap();
+    }
+    assert_eq!(fresh, ids.len(), "each id fresh once over all groups");
+    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {inbox} WHERE message_id LIKE 'race-%'"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows, ids.len() as i64, "one inbox row per id");
+
+    // Under REPEATABLE READ the batch claim is refused too.
+    let rr = store.clone().with_isolation(Isolation::RepeatableRead);
+    let mut tx = rr.begin().await.unwrap();
+    assert!(
+        rr.claim_batch(&mut tx, &c, &[(id("rr-1"), h)])
+            .await
+            .is_err()
+    );
+    rr.rollback(tx).await.unwrap();
+    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+        .execute(store.pool())
+        .await;
+}

@@ -8,6 +8,14 @@
 //!   same order and don't deadlock each other.
 //! - PostgreSQL: `INSERT … SELECT … FROM unnest($2::text[], $3::text[]) ON CONFLICT DO NOTHING
 //!   RETURNING message_id`; the ids not returned are read back with `= ANY($2)`.
+//! - PostgreSQL's time-partitioned inbox (oncely-ops' `partition` layout, found on the first
+//!   claim): no index spans the partitions, so the group's keys are first locked with
+//!   transaction-scoped advisory locks (sorted, so overlapping groups don't deadlock), then
+//!   one insert skips the ids any partition holds (`NOT IN`, read in a new statement, so it
+//!   sees what the lock holders before it committed). The statement that took the locks
+//!   tells the layout's guard trigger so (the transaction-local [`CLAIM_LOCKED`] setting,
+//!   cleared after the insert by the layout's statement trigger), and the trigger then skips
+//!   its own per-row lock and probe of every partition.
 //! - SQLite: a multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING message_id`.
 //! - `received_at` is the database's clock ([`Dialect::now_ms_sql`]), like the single claim.
 //! - MySQL / MariaDB: a plain read finds the ids already claimed, then one multi-row
@@ -30,6 +38,16 @@ use sqlx::Postgres;
 use sqlx::Sqlite;
 use sqlx::{AssertSqlSafe, Transaction};
 use std::collections::{HashMap, HashSet};
+
+/// The transaction-local setting by which a batch claim on the partitioned inbox tells the
+/// layout's guard trigger that it locked and checked the ids of its next insert; the trigger
+/// (oncely-ops `migrations/postgres/partitioned_claim.sql`) reads this name.
+pub const CLAIM_LOCKED: &str = "oncely.claim_locked";
+
+/// The seed of the advisory-lock key of `(consumer, message_id)` on the partitioned inbox:
+/// `hashtextextended(consumer || E'\x1f' || message_id, CLAIM_LOCK_SEED)`, as the guard
+/// trigger computes it.
+pub const CLAIM_LOCK_SEED: i64 = 1_869_504_356;
 
 /// Ids per statement (keeps every dialect far below its bind-parameter limit).
 pub(crate) const CHUNK: usize = 500;
@@ -114,10 +132,18 @@ impl SqlStore<Postgres> {
         let now = Dialect::Postgres.now_ms_sql();
         let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
         let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
+        let unclaimed = if self.partitioned_inbox(&mut **tx).await? {
+            self.lock_claims(tx, consumer, &ids).await?;
+            format!(
+                "WHERE m.id NOT IN (SELECT message_id FROM {inbox} WHERE consumer = $1 AND message_id = ANY($2))"
+            )
+        } else {
+            String::new()
+        };
         let inserted: Vec<String> = self.engine().query_scalar(AssertSqlSafe(format!(
             "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) \
              SELECT $1, m.id, m.hash, {now} FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) \
-             ORDER BY m.n ON CONFLICT DO NOTHING RETURNING message_id"
+             {unclaimed} ORDER BY m.n ON CONFLICT DO NOTHING RETURNING message_id"
         )))
         .bind(consumer.as_str())
         .bind(&ids)
@@ -136,6 +162,54 @@ impl SqlStore<Postgres> {
         let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
         for (id, hash) in self.stored_hashes(&mut **tx, consumer, &rest).await? {
             found.store_hash(id, &hash)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the inbox is the time-partitioned layout (asked once per store, on `conn`).
+    pub(crate) async fn partitioned_inbox(&self, conn: &mut sqlx::PgConnection) -> Result<bool> {
+        let sql =
+            "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))";
+        let found = self.partitioned.get_or_try_init(|| async move {
+            self.engine()
+                .query_scalar::<_, bool>(sql)
+                .bind(self.tables().inbox())
+                .fetch_one(conn)
+                .await
+                .map_err(|e| db("reading the inbox layout", e))
+        });
+        Ok(*found.await?)
+    }
+
+    /// Takes the partitioned inbox's advisory lock of each id, in key order, and tells the
+    /// guard trigger that the next insert's ids are locked and checked ([`CLAIM_LOCKED`]).
+    /// Refuses isolation levels above `READ COMMITTED`, as the guard trigger does: the insert's
+    /// check must see what the lock holders before it committed.
+    async fn lock_claims(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        consumer: &ConsumerName,
+        ids: &[String],
+    ) -> Result<()> {
+        // OFFSET 0 keeps the sorted subquery whole, so the locks are taken in key order.
+        let sql = format!(
+            "SELECT current_setting('transaction_isolation'), set_config('{CLAIM_LOCKED}', 'on', true) \
+             FROM (SELECT count(pg_advisory_xact_lock(k)) \
+             FROM (SELECT DISTINCT hashtextextended($1 || E'\\x1f' || id, {CLAIM_LOCK_SEED}) AS k \
+             FROM unnest($2::text[]) AS id ORDER BY k OFFSET 0) AS keys) AS locked"
+        );
+        let (isolation, _): (String, String) = self
+            .engine()
+            .query_as(AssertSqlSafe(sql))
+            .bind(consumer.as_str())
+            .bind(ids)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(|e| db("locking the claims of a partitioned inbox", e))?;
+        if isolation != "read committed" {
+            return Err(Error::config(format!(
+                "the partitioned oncely inbox needs READ COMMITTED transactions (got {isolation})"
+            )));
         }
         Ok(())
     }

@@ -34,6 +34,9 @@ pub struct SqlStore<DB: Database> {
     isolation: Option<Isolation>,
     /// MySQL's `max_allowed_packet`, read on the first dead letter.
     packet_limit: Arc<tokio::sync::OnceCell<usize>>,
+    /// PostgreSQL: whether the inbox is the time-partitioned layout, read on the first claim
+    /// (see [`crate::batch`]).
+    pub(crate) partitioned: Arc<tokio::sync::OnceCell<bool>>,
     /// The hosts of a multi-host URL (see [`crate::failover`]).
     failover: Option<Arc<Failover<DB>>>,
     /// What a commit waits for (see [`crate::replication`]).
@@ -52,6 +55,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
             queries: self.queries.clone(),
             isolation: self.isolation,
             packet_limit: self.packet_limit.clone(),
+            partitioned: self.partitioned.clone(),
             failover: self.failover.clone(),
             replication: self.replication,
             engine: self.engine,
@@ -167,6 +171,7 @@ impl<DB: SqlDatabase> SqlStore<DB> {
             queries,
             isolation: None,
             packet_limit: Arc::default(),
+            partitioned: Arc::default(),
             failover: None,
             replication: Replication::AsConfigured,
             engine,
@@ -297,6 +302,11 @@ impl<DB: SqlDatabase> SqlStore<DB> {
 
 #[cfg(feature = "mysql")]
 impl SqlStore<MySql> {
+    /// Whether [`Store::committed_claims`] leaves duplicates to the claim: never here.
+    async fn reads_in_claim_only(&self, _: &mut sqlx::MySqlConnection) -> Result<bool> {
+        Ok(false)
+    }
+
     /// MySQL's `max_allowed_packet` (the largest statement the server takes), read once.
     async fn packet_limit(&self) -> Result<Option<usize>> {
         let limit = self
@@ -328,6 +338,12 @@ impl SqlStore<Postgres> {
         Ok(None)
     }
 
+    /// Whether [`Store::committed_claims`] leaves duplicates to the claim: on the
+    /// time-partitioned inbox, where each lookup probes every partition.
+    async fn reads_in_claim_only(&self, conn: &mut sqlx::PgConnection) -> Result<bool> {
+        self.partitioned_inbox(conn).await
+    }
+
     /// Commits `tx` (begun on `host`) and keeps the transaction the commit opens for the next
     /// `begin`; at most half the pool's connections wait there, so the store's other reads
     /// and writes always find one.
@@ -346,6 +362,11 @@ impl SqlStore<Postgres> {
 
 #[cfg(feature = "sqlite")]
 impl SqlStore<Sqlite> {
+    /// Whether [`Store::committed_claims`] leaves duplicates to the claim: never here.
+    async fn reads_in_claim_only(&self, _: &mut sqlx::SqliteConnection) -> Result<bool> {
+        Ok(false)
+    }
+
     async fn packet_limit(&self) -> Result<Option<usize>> {
         Ok(None)
     }
@@ -421,7 +442,10 @@ macro_rules! sql_store {
                 let mut conn = Autocommit::begin(&self.pool, self.engine)
                     .await
                     .map_err(|e| db("reading claimed payload hashes", e))?;
-                for chunk in unique.chunks(crate::batch::CHUNK) {
+                // The partitioned inbox probes every partition per id: the claim does that
+                // once anyway, so reading first would double it for every fresh message.
+                let skip = self.reads_in_claim_only(&mut *conn).await?;
+                for chunk in unique.chunks(crate::batch::CHUNK).filter(|_| !skip) {
                     let ids: Vec<&str> = chunk.iter().map(|(id, _)| *id).collect();
                     // Rows read outside the store's transactions are committed ones.
                     for (id, hash) in self.stored_hashes(&mut *conn, consumer, &ids).await? {
