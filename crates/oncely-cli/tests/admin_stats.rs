@@ -47,7 +47,24 @@ async fn stats_match_the_tables(t: &Target) {
     assert_eq!(n(&s["ids_held"]), held);
     if !t.url.starts_with("sqlite") {
         assert!(n(&s["inbox_bytes"]) > 0, "{s}");
+        assert!(
+            s["projection"]["bytes_per_id"].as_f64().unwrap() > 0.0,
+            "{s}"
+        );
     }
+    // Every id was claimed within the last hour: over 7 days the inbox holds 168 times as
+    // many, over one day 24 times.
+    let last_hour = t
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM {} WHERE received_at >= {}",
+            t.tables().inbox(),
+            oncely_sql::now_ms() - 3_600_000
+        ))
+        .await;
+    assert_eq!(last_hour, held, "the demo ran just now");
+    assert_eq!(n(&s["projection"]["ids"]), held * 168, "{s}");
+    let day = t.json(&["stats", "--window", "1d"]);
+    assert_eq!(n(&day["projection"]["ids"]), held * 24, "{day}");
     // The human-readable table names the consumer and its counts.
     let mut args: Vec<String> = vec!["stats".into()];
     args.extend(t.db_args());

@@ -4,6 +4,7 @@ use crate::db::{Ops, doing};
 use oncely_core::Result;
 use oncely_sql::{Column, SqlTx};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// One consumer's numbers.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -109,6 +110,47 @@ pub async fn stats(ops: &Ops) -> Result<InboxStats> {
         consumers,
         partitioned,
         partitions,
+    })
+}
+
+/// What the inbox will hold once it keeps a whole retention window at the rate of the last
+/// hour: the rows `oncely prune --older-than WINDOW` leaves at steady state, and their size at
+/// today's bytes per id.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Projection {
+    /// The retention window (ms).
+    pub window_ms: i64,
+    /// Ids claimed in the last hour, per second.
+    pub ids_per_sec: f64,
+    /// Ids the inbox holds at that rate over the window.
+    pub ids: u64,
+    /// Bytes on disk per id today (table and indexes over ids held), where the database says.
+    pub bytes_per_id: Option<f64>,
+    /// Bytes the inbox takes at that rate over the window.
+    pub bytes: Option<i64>,
+}
+
+/// Projects the inbox of `stats` over a retention `window` at the rate of the last hour.
+pub async fn projection(ops: &Ops, stats: &InboxStats, window: Duration) -> Result<Projection> {
+    const HOUR_MS: i64 = 3_600_000;
+    let inbox = ops.tables().inbox();
+    let sql = format!("SELECT COUNT(*) FROM {inbox} WHERE received_at >= $1");
+    let since = oncely_sql::now_ms() - HOUR_MS;
+    let last_hour = ops.autocommit().fetch_i64(&sql, &[since.into()]).await;
+    let last_hour = last_hour.map_err(doing("counting the last hour's claims"))?;
+    let ids_per_sec = last_hour.unwrap_or(0).max(0) as f64 / 3600.0;
+    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    let ids = (ids_per_sec * window_ms as f64 / 1000.0).round() as u64;
+    let bytes_per_id = stats
+        .inbox_bytes
+        .filter(|_| stats.ids_held > 0)
+        .map(|b| b as f64 / stats.ids_held as f64);
+    Ok(Projection {
+        window_ms,
+        ids_per_sec,
+        ids,
+        bytes_per_id,
+        bytes: bytes_per_id.map(|b| (b * ids as f64).round() as i64),
     })
 }
 

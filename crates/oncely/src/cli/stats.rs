@@ -8,14 +8,30 @@ use anyhow::Result;
 pub struct StatsArgs {
     #[command(flatten)]
     db: DbArgs,
+    /// The retention window to project the inbox over (what `oncely prune --older-than`
+    /// keeps), e.g. 7d, 72h.
+    #[arg(long, default_value = "7d", value_parser = super::duration)]
+    window: std::time::Duration,
+}
+
+/// `oncely stats --json`: the numbers and the projection.
+#[derive(serde::Serialize)]
+struct Json<'a> {
+    #[serde(flatten)]
+    stats: &'a oncely_ops::stats::InboxStats,
+    projection: &'a oncely_ops::stats::Projection,
 }
 
 /// Runs `oncely stats`.
 pub(crate) async fn run(args: StatsArgs) -> Result<bool> {
     let (_store, ops) = args.db.open().await?;
     let stats = oncely_ops::stats::stats(&ops).await?;
+    let projection = oncely_ops::stats::projection(&ops, &stats, args.window).await?;
     if args.db.json {
-        print_json(&stats);
+        print_json(&Json {
+            stats: &stats,
+            projection: &projection,
+        });
         return Ok(true);
     }
     let rows: Vec<Vec<String>> = stats
@@ -64,6 +80,16 @@ pub(crate) async fn run(args: StatsArgs) -> Result<bool> {
         stats.ids_held,
         bytes(stats.inbox_bytes)
     );
+    let per_id = projection
+        .bytes_per_id
+        .map_or("-".to_owned(), |b| format!("{b:.0} bytes per id"));
+    println!(
+        "at the last hour's {:.1} ids/s, a {} window holds {} ids, {} ({per_id})",
+        projection.ids_per_sec,
+        humanize_window(projection.window_ms),
+        projection.ids,
+        bytes(projection.bytes)
+    );
     println!(
         "dead letters: {} rows, {}",
         stats.dead_letters,
@@ -73,4 +99,16 @@ pub(crate) async fn run(args: StatsArgs) -> Result<bool> {
         "duplicates are not stored in the database: see oncely_deliveries_total{{outcome=\"duplicate\"}} (--metrics-addr)"
     );
     Ok(true)
+}
+
+/// `7d`, `36h` or `90m` for a window in ms.
+fn humanize_window(ms: i64) -> String {
+    const HOUR: i64 = 3_600_000;
+    if ms % (24 * HOUR) == 0 {
+        format!("{}d", ms / (24 * HOUR))
+    } else if ms % HOUR == 0 {
+        format!("{}h", ms / HOUR)
+    } else {
+        format!("{}m", ms / 60_000)
+    }
 }
