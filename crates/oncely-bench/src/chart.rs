@@ -29,6 +29,7 @@ fn panel(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     title: &str,
     x_desc: &str,
+    y_desc: &str,
     series: &[Series],
 ) -> Result<()> {
     let points = series.iter().flat_map(|(_, p)| p.iter());
@@ -55,7 +56,7 @@ fn panel(
     chart
         .configure_mesh()
         .x_desc(x_desc)
-        .y_desc("messages/s (log)")
+        .y_desc(y_desc)
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
@@ -98,7 +99,7 @@ fn draw(
     root.fill(&WHITE)
         .map_err(|e| anyhow!("drawing a chart: {e}"))?;
     for (area, backend) in root.split_evenly((1, n)).iter().zip(&backends) {
-        panel(area, backend, x_desc, &series(backend))?;
+        panel(area, backend, x_desc, "messages/s (log)", &series(backend))?;
     }
     root.present()
         .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
@@ -163,4 +164,61 @@ pub(crate) fn batch(report: &Report, path: &Path) -> Result<()> {
             .collect()
         },
     )
+}
+
+/// The long-horizon mode: msgs/s and WAL bytes per message against inbox rows, one line
+/// per layout (the empty inbox drawn at 1 row, the log scale has no 0).
+pub(crate) fn horizon(report: &crate::horizon::HorizonReport, path: &Path) -> Result<()> {
+    let mut layouts: Vec<&str> = Vec::new();
+    for c in &report.cells {
+        if !layouts.contains(&c.layout.as_str()) {
+            layouts.push(&c.layout);
+        }
+    }
+    let series = |value: &dyn Fn(&crate::horizon::HorizonCell) -> Option<f64>| -> Vec<Series> {
+        layouts
+            .iter()
+            .map(|layout| {
+                let pts = report
+                    .cells
+                    .iter()
+                    .filter(|c| c.layout == *layout)
+                    .filter_map(|c| Some(((c.inbox_rows as f64).max(1.0), value(c)?)))
+                    .collect();
+                (leak(layout), pts)
+            })
+            .collect()
+    };
+    let root = SVGBackend::new(path, (900, 400)).into_drawing_area();
+    root.fill(&WHITE)
+        .map_err(|e| anyhow!("drawing a chart: {e}"))?;
+    let areas = root.split_evenly((1, 2));
+    panel(
+        &areas[0],
+        "messages/s",
+        "inbox rows (log)",
+        "messages/s (log)",
+        &series(&|c| Some(c.msgs_per_sec)),
+    )?;
+    panel(
+        &areas[1],
+        "WAL bytes per message",
+        "inbox rows (log)",
+        "bytes (log)",
+        &series(&|c| c.wal_bytes_per_msg),
+    )?;
+    root.present()
+        .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// A series name for the chart's legend (a handful of layout names per run).
+fn leak(name: &str) -> &'static str {
+    match name {
+        "postgres" => "postgres",
+        "postgres_partitioned" => "postgres_partitioned",
+        "mariadb" => "mariadb",
+        "sqlite" => "sqlite",
+        _ => "other",
+    }
 }

@@ -26,12 +26,16 @@
 //! and 32 consumers. After each cell an independent checker counts effect rows against the
 //! unique messages published (0 double, 0 lost). Results go to a table, `--json`, a CSV and
 //! SVG charts in the results folder.
+//!
+//! `--horizon` runs the long-horizon mode instead ([`horizon`]): the inbox prefilled to a
+//! week of ids (10^6, 10^7 rows) beside the empty inbox, per layout.
 
 pub mod bed;
 pub mod broker;
 pub mod cells;
 mod chart;
 mod group;
+pub mod horizon;
 pub mod peer;
 mod plan;
 mod raw;

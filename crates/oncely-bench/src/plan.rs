@@ -91,6 +91,19 @@ pub struct BenchArgs {
     /// Small CI smoke run (under two minutes): fewer messages, concurrency 1 and 16.
     #[arg(long)]
     pub quick: bool,
+    /// The long-horizon mode instead of the matrix: the inbox prefilled to each of
+    /// `--horizon-rows` (ids of `--horizon-ids`, spread over 7 days), then oncely with group
+    /// commit at its defaults; msgs/s, WAL per message and bytes per row beside the empty
+    /// inbox, per layout (docs/performance.md). `--messages` sets the messages per cell
+    /// (default 100,000; `--quick`: 3,000).
+    #[arg(long)]
+    pub horizon: bool,
+    /// Inbox sizes of the long-horizon mode (rows prefilled before each measured run).
+    #[arg(long, value_delimiter = ',', default_values_t = [0u64, 1_000_000, 10_000_000])]
+    pub horizon_rows: Vec<u64>,
+    /// How the long-horizon mode's producers make ids.
+    #[arg(long, value_enum, default_value = "uuid4")]
+    pub horizon_ids: crate::horizon::IdKind,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -303,8 +316,13 @@ fn server_options(args: &BenchArgs, schema: &str) -> Result<ConnectOptions> {
 /// A bed in a fresh `schema` (PostgreSQL schema, MySQL database) of a server: dropped if it is
 /// left over, created, migrated, the effect tables added.
 async fn server_bed<DB: MigrateDb>(store: SqlStore<DB>, schema: &str) -> Result<Bed<DB>> {
-    let pool = store.pool().clone();
-    let mut conn = pool.acquire().await.context("connecting")?;
+    fresh_schema(&store, schema).await?;
+    migrated_bed(store).await
+}
+
+/// Drops `schema` if it is left over and creates it.
+async fn fresh_schema<DB: MigrateDb>(store: &SqlStore<DB>, schema: &str) -> Result<()> {
+    let mut conn = store.pool().acquire().await.context("connecting")?;
     let fresh = [
         DB::DIALECT.drop_schema_sql(schema),
         DB::DIALECT.create_schema_sql(schema),
@@ -312,8 +330,13 @@ async fn server_bed<DB: MigrateDb>(store: SqlStore<DB>, schema: &str) -> Result<
     for sql in fresh.into_iter().flatten() {
         DB::script(&mut conn, &sql).await?;
     }
-    drop(conn);
+    Ok(())
+}
+
+/// Migrates the store's tables and adds the effect tables.
+async fn migrated_bed<DB: MigrateDb>(store: SqlStore<DB>) -> Result<Bed<DB>> {
     store.migrate().await?;
+    let pool = store.pool().clone();
     let bed = Bed::make(pool, store.tables().clone(), store.engine());
     let mut conn = bed.pool.acquire().await.context("connecting")?;
     for sql in bed.ddl() {
@@ -323,21 +346,35 @@ async fn server_bed<DB: MigrateDb>(store: SqlStore<DB>, schema: &str) -> Result<
     Ok(bed)
 }
 
-async fn postgres(args: &BenchArgs, schema: &str) -> Result<Bed<Postgres>> {
+pub(crate) async fn postgres(args: &BenchArgs, schema: &str) -> Result<Bed<Postgres>> {
     let store = PgStore::connect_with(&args.postgres, &server_options(args, schema)?)
         .await
         .with_context(|| format!("connecting to {}", redact_url(&args.postgres)))?;
     server_bed(store, schema).await
 }
 
-async fn mariadb(args: &BenchArgs, database: &str) -> Result<Bed<MySql>> {
+/// A PostgreSQL bed whose inbox is the time-partitioned layout (`oncely partition install`),
+/// with the daily partitions of the last 8 days.
+pub(crate) async fn postgres_partitioned(args: &BenchArgs, schema: &str) -> Result<Bed<Postgres>> {
+    let store = PgStore::connect_with(&args.postgres, &server_options(args, schema)?)
+        .await
+        .with_context(|| format!("connecting to {}", redact_url(&args.postgres)))?;
+    fresh_schema(&store, schema).await?;
+    let ops = oncely_ops::Ops::from(&oncely_sql::AnyStore::from(store.clone()));
+    oncely_ops::partition::install(&ops, 1).await?;
+    let week = 8 * oncely_ops::partition::DAY_MS;
+    oncely_ops::partition::ensure(&ops, oncely_sql::now_ms() - week, 1).await?;
+    migrated_bed(store).await
+}
+
+pub(crate) async fn mariadb(args: &BenchArgs, database: &str) -> Result<Bed<MySql>> {
     let store = MySqlStore::connect_with(&args.mariadb, &server_options(args, database)?)
         .await
         .with_context(|| format!("connecting to {}", redact_url(&args.mariadb)))?;
     server_bed(store, database).await
 }
 
-async fn sqlite(
+pub(crate) async fn sqlite(
     args: &BenchArgs,
     dir: &std::path::Path,
     durability: Durability,
@@ -473,6 +510,10 @@ async fn sweep<B: Ops>(
 
 /// Runs the benchmark; returns whether every cell's checker found 0 double and 0 lost.
 pub async fn run(mut args: BenchArgs) -> Result<bool> {
+    if args.horizon {
+        let schema = format!("oncely_horizon_{}", std::process::id());
+        return crate::horizon::run(&args, &schema).await;
+    }
     if args.redis_store_only {
         (
             args.no_postgres,
