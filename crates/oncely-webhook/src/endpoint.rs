@@ -5,17 +5,12 @@
 //! for a broker delivery. The answer comes from how the runtime settled it (`response.rs`).
 
 use crate::ack::Settlement;
-use crate::metrics::Refusals;
-use crate::rejection::Rejection;
+use crate::intake::Intake;
 use crate::response;
 use crate::verify::Verifier;
-use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use axum::routing::MethodRouter;
-use bytes::Bytes;
-use http::{HeaderMap, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use oncely_core::{
     CancellationToken, Consumer, Delivery, Handler, IntoConsumerName, LatePolicy, Outcome,
     RetryPolicy, Store,
@@ -23,10 +18,6 @@ use oncely_core::{
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
-
-/// The default body limit, 1 MiB: Stripe and Standard Webhooks events are far smaller.
-/// GitHub caps payloads at 25 MB; raise it for a GitHub source that gets large pushes.
-pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 
 /// The default time a request may spend retrying a transient failure or waiting out a store
 /// outage before it is answered 503: 8 s, under GitHub's 10 s timeout.
@@ -72,9 +63,7 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(10);
 /// ```
 pub struct Endpoint<S: Store, H> {
     consumer: Consumer<S, H>,
-    verifier: Arc<Verifier>,
-    refusals: Arc<Refusals>,
-    body_limit: usize,
+    intake: Intake,
     deadline: Duration,
     retry_after: Duration,
 }
@@ -83,9 +72,7 @@ impl<S: Store, H> Clone for Endpoint<S, H> {
     fn clone(&self) -> Self {
         Self {
             consumer: self.consumer.clone(),
-            verifier: self.verifier.clone(),
-            refusals: self.refusals.clone(),
-            body_limit: self.body_limit,
+            intake: self.intake.clone(),
             deadline: self.deadline,
             retry_after: self.retry_after,
         }
@@ -115,19 +102,17 @@ impl<S: Store, H: Handler<S::Tx>> Endpoint<S, H> {
                 .max_delay(Duration::from_secs(1)),
         );
         Self {
-            refusals: Arc::new(Refusals::new(consumer.name().clone())),
+            intake: Intake::new(consumer.name().clone(), verifier),
             consumer,
-            verifier: Arc::new(verifier),
-            body_limit: DEFAULT_BODY_LIMIT,
             deadline: DEFAULT_DEADLINE,
             retry_after: DEFAULT_RETRY_AFTER,
         }
     }
 
-    /// The largest body accepted (default [`DEFAULT_BODY_LIMIT`], 1 MiB); a larger one is
-    /// answered 413 without being read to its end.
+    /// The largest body accepted (default [`DEFAULT_BODY_LIMIT`](crate::DEFAULT_BODY_LIMIT),
+    /// 1 MiB); a larger one is answered 413 without being read to its end.
     pub fn body_limit(mut self, bytes: usize) -> Self {
-        self.body_limit = bytes;
+        self.intake.body_limit = bytes;
         self
     }
 
@@ -152,11 +137,11 @@ impl<S: Store, H: Handler<S::Tx>> Endpoint<S, H> {
     /// logged at WARN here, once, at start. An event whose source time (Stripe's `created`)
     /// is older than the window is quarantined as `late` instead of applied.
     pub fn prune_window(mut self, window: Duration) -> Self {
-        let horizon = self.verifier.provider().retry_horizon();
+        let horizon = self.intake.verifier.provider().retry_horizon();
         if window < horizon {
             warn!(
                 consumer = %self.consumer.name(),
-                provider = self.verifier.provider().name(),
+                provider = self.intake.verifier.provider().name(),
                 window_s = window.as_secs(),
                 horizon_s = horizon.as_secs(),
                 "the inbox prune window ({} s) is shorter than the sender's retry horizon ({} s): a retry after the window applies the event again; prune webhook sources no sooner than {} days",
@@ -176,7 +161,7 @@ impl<S: Store, H: Handler<S::Tx>> Endpoint<S, H> {
 
     /// The source's verifier.
     pub fn verifier(&self) -> &Verifier {
-        &self.verifier
+        &self.intake.verifier
     }
 
     /// The store's start check ([`Store::check_ready`]): missing tables or permissions are
@@ -195,24 +180,19 @@ impl<S: Store, H: Handler<S::Tx>> Endpoint<S, H> {
     /// Answers one request: reads the body (up to the limit), verifies it, runs the delivery
     /// through the runtime, and answers from how it was settled.
     pub async fn receive(&self, request: Request) -> Response {
-        let (parts, body) = request.into_parts();
-        let body = match self.read(&parts.headers, body).await {
-            Ok(body) => body,
-            Err(rejection) => return self.reject(&rejection),
-        };
-        let verified = match self.verifier.verify(&parts.headers, &body) {
-            Ok(verified) => verified,
-            Err(rejection) => return self.reject(&rejection),
+        let envelope = match self.intake.accept(request).await {
+            Ok(envelope) => envelope,
+            Err(refused) => return refused,
         };
         // As the runtime's intake: while the store fails, one delivery probes it and the
         // others are not taken (the sender keeps them and retries).
         let health = self.consumer.health();
         if !health.is_healthy() && health.in_flight() > 0 {
-            self.refusals.unavailable();
+            self.intake.refusals.unavailable();
             return response::unavailable(self.retry_after);
         }
         let settlement = Settlement::default();
-        let delivery = Delivery::new(verified.into_envelope(body.to_vec()), 0, settlement.acker());
+        let delivery = Delivery::new(envelope, 0, settlement.acker());
         let outcome = self.settle(delivery).await;
         response::settled(&outcome, settlement.get(), self.retry_after)
     }
@@ -234,29 +214,5 @@ impl<S: Store, H: Handler<S::Tx>> Endpoint<S, H> {
         let outcome = run.await.unwrap_or(Outcome::Abandoned);
         timer.abort();
         outcome
-    }
-
-    /// The body, or why it cannot be had.
-    async fn read(&self, headers: &HeaderMap, body: Body) -> Result<Bytes, Rejection> {
-        let too_large = Rejection::TooLarge {
-            limit: self.body_limit,
-        };
-        let declared = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > self.body_limit as u64) {
-            return Err(too_large);
-        }
-        match Limited::new(body, self.body_limit).collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large),
-            Err(_) => Err(Rejection::Unreadable),
-        }
-    }
-
-    fn reject(&self, rejection: &Rejection) -> Response {
-        self.refusals.rejected(rejection);
-        response::rejected(rejection)
     }
 }

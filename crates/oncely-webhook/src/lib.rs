@@ -48,14 +48,18 @@
 //! See `docs/webhooks.md` for each provider's set-up, the status codes and retention.
 
 mod ack;
+mod deferred;
 mod endpoint;
+mod intake;
 pub mod metrics;
 mod rejection;
 mod response;
 mod secret;
 mod verify;
 
-pub use endpoint::{DEFAULT_BODY_LIMIT, DEFAULT_DEADLINE, DEFAULT_RETRY_AFTER, Endpoint};
+pub use deferred::{Deferred, Enqueue};
+pub use endpoint::{DEFAULT_DEADLINE, DEFAULT_RETRY_AFTER, Endpoint};
+pub use intake::DEFAULT_BODY_LIMIT;
 pub use rejection::Rejection;
 pub use secret::SecretError;
 pub use verify::{DEFAULT_TOLERANCE, Provider, RETRY_HORIZON, Verified, Verifier};

@@ -8,6 +8,7 @@
 //! | acked after a dead letter: conflict, permanent failure, panic, late | 200 | `conflict`, `dead_lettered` (+ `reason`) |
 //! | handed back (transient failure or store outage past the deadline) | 503 | `retry` |
 //! | not settled (a panic outside the handler) | 500 | `abandoned` |
+//! | deferred mode: stored in the queue | 202 | `queued` |
 
 use crate::ack::Settled;
 use crate::rejection::Rejection;
@@ -35,6 +36,14 @@ pub(crate) fn settled(outcome: &Outcome, settled: Settled, retry_after: Duration
         }
         _ => retry(StatusCode::INTERNAL_SERVER_ERROR, "abandoned", retry_after),
     }
+}
+
+/// 202: stored in the queue (deferred mode), to be applied by its consumer.
+pub(crate) fn queued() -> Response {
+    json(
+        StatusCode::ACCEPTED,
+        serde_json::json!({"outcome": "queued"}),
+    )
 }
 
 /// 503 at once: the store is failing and another delivery is probing it.
