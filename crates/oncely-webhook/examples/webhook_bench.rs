@@ -1,6 +1,8 @@
 //! Events per second through the receiver on PostgreSQL, beside a bare receiver (the same
-//! verification and ledger insert in a transaction, no inbox) in one run; and the deferred
-//! mode (queued per second, then drained per second). Client and server share the machine.
+//! verification and ledger insert in a transaction, no inbox) and beside oncely-http's
+//! `Idempotency-Key` layer (the same insert, the key reserved in its transaction) in one
+//! run; and the deferred mode (queued per second, then drained per second). Client and
+//! server share the machine.
 //!
 //! ```sh
 //! cargo run --release -p oncely-webhook --example webhook_bench -- [events] [concurrency] [postgres-url]
@@ -53,6 +55,23 @@ async fn bare(
     http::StatusCode::OK.into_response()
 }
 
+/// The Idempotency-Key cell's handler: the same ledger insert, in the key's transaction.
+async fn keyed(
+    ledger: Ledger,
+    tx: oncely_http::IdempotentTx,
+    headers: http::HeaderMap,
+    body: String,
+) -> Result<&'static str, oncely_http::TxError> {
+    let id = headers["webhook-id"]
+        .to_str()
+        .unwrap_or_default()
+        .to_owned();
+    let mut tx = tx.lock().await?;
+    let sql = format!("INSERT INTO {} (event_id, body) VALUES ($1, $2)", ledger.0);
+    tx.execute(&sql, &[id.into(), body.into()]).await?;
+    Ok("ok")
+}
+
 async fn send_all(url: &str, events: usize, concurrency: usize, prefix: &str) -> f64 {
     let verifier = Verifier::standard_webhooks([SECRET]).unwrap();
     let requests: Vec<_> = (0..events)
@@ -73,12 +92,16 @@ async fn send_all(url: &str, events: usize, concurrency: usize, prefix: &str) ->
                 let Some((headers, body)) = requests.lock().unwrap().pop() else {
                     break;
                 };
-                let mut request = client.post(&url).body(body);
+                let key = format!("\"{}\"", headers["webhook-id"].to_str().unwrap());
+                let mut request = client.post(&url).header("idempotency-key", key).body(body);
                 for (name, value) in &headers {
                     request = request.header(name.as_str(), value.as_bytes());
                 }
-                let status = request.send().await.expect("request").status();
-                assert!(status.is_success(), "{status}");
+                let response = request.send().await.expect("request");
+                let status = response.status();
+                if !status.is_success() {
+                    panic!("{status}: {}", response.text().await.unwrap_or_default());
+                }
             }
         });
     }
@@ -113,7 +136,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let store = AnyStore::connect_with(&url, &options).await?;
     store
-        .migrate_with(&[&oncely_sql::INBOX, &oncely_sql_queue::MIGRATIONS])
+        .migrate_with(&[
+            &oncely_sql::INBOX,
+            &oncely_sql_queue::MIGRATIONS,
+            &oncely_http::MIGRATIONS,
+        ])
         .await?;
     let table = store.tables().table("webhook_ledger");
     store
@@ -135,8 +162,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (store, ledger, verifier) = (store.clone(), ledger.clone(), verifier.clone());
         axum::routing::post(move |request: Request| bare(store, ledger, verifier, request))
     };
+    let keyed_route = {
+        let ledger = ledger.clone();
+        let layer = oncely_http::IdempotencyLayer::new(store.clone(), oncely_http::Scope::global())
+            .require_key(true);
+        axum::routing::post(move |tx, headers, body| keyed(ledger, tx, headers, body)).layer(layer)
+    };
     let app = axum::Router::new()
         .route("/inline", inline.into_route())
+        .route("/idempotency-key", keyed_route)
         .route("/deferred", deferred.into_route())
         .route("/bare", bare_route);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -147,31 +181,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Warm-up (connections, statements), then the cells, bare and inline alternating.
     send_all(&format!("{base}/bare"), 200, concurrency, "warm_bare").await;
     send_all(&format!("{base}/inline"), 200, concurrency, "warm_inline").await;
+    send_all(
+        &format!("{base}/idempotency-key"),
+        200,
+        concurrency,
+        "warm_key",
+    )
+    .await;
     let mut ok = true;
     for round in 0..2 {
-        let bare_rate = send_all(
-            &format!("{base}/bare"),
-            events,
-            concurrency,
-            &format!("bare{round}"),
-        )
-        .await;
-        let inline_rate = send_all(
-            &format!("{base}/inline"),
-            events,
-            concurrency,
-            &format!("inline{round}"),
-        )
-        .await;
-        let (b, i) = (
-            rows(&store, &table, &format!("bare{round}")).await,
-            rows(&store, &table, &format!("inline{round}")).await,
-        );
-        ok &= b == (events as i64, events as i64) && i == (events as i64, events as i64);
-        println!(
-            "round {round}: bare {bare_rate:.0} events/s, inline {inline_rate:.0} events/s ({:.2} of bare); rows {b:?} {i:?}",
-            inline_rate / bare_rate
-        );
+        let mut line = format!("round {round}:");
+        let mut bare_rate = 0.0;
+        for cell in ["bare", "inline", "idempotency-key"] {
+            let prefix = format!("{cell}{round}");
+            let rate = send_all(&format!("{base}/{cell}"), events, concurrency, &prefix).await;
+            let counted = rows(&store, &table, &prefix).await;
+            ok &= counted == (events as i64, events as i64);
+            if cell == "bare" {
+                bare_rate = rate;
+            }
+            line += &format!(
+                " {cell} {rate:.0}/s ({:.2} of bare, rows {counted:?});",
+                rate / bare_rate
+            );
+        }
+        println!("{line}");
     }
     let queued_rate = send_all(&format!("{base}/deferred"), events, concurrency, "deferred").await;
     let consumer = Consumer::new(
@@ -189,8 +223,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let drained_rate = events as f64 / started.elapsed().as_secs_f64();
     let d = rows(&store, &table, "deferred").await;
     ok &= d == (events as i64, events as i64);
+    let groups = consumer.group_commit_stats();
     println!(
-        "deferred: queued {queued_rate:.0} events/s (202), drained {drained_rate:.0} events/s; rows {d:?}"
+        "deferred: queued {queued_rate:.0} events/s (202), drained {drained_rate:.0} events/s ({} groups, {} fallbacks); rows {d:?}",
+        groups.committed, groups.fallbacks
     );
     let _ = store
         .pool()
