@@ -43,6 +43,10 @@ on_postgres!(
     postgres_answers_only_after_commit,
     suite::answers_only_after_commit
 );
+on_postgres!(
+    postgres_old_events_are_quarantined,
+    suite::old_events_are_quarantined
+);
 on_postgres!(postgres_concurrent_retries_apply_once, |db| {
     suite::concurrent_retries_apply_once(db, 24, 6)
 });

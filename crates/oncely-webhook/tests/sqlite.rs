@@ -39,3 +39,8 @@ async fn sqlite_answers_only_after_commit() {
 async fn sqlite_concurrent_retries_apply_once() {
     suite::concurrent_retries_apply_once(common::sqlite().await, 12, 5).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_old_events_are_quarantined() {
+    suite::old_events_are_quarantined(common::sqlite().await).await;
+}

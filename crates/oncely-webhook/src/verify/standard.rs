@@ -113,4 +113,28 @@ mod tests {
         let verified = v.verify_at(&headers, body, at).unwrap();
         assert_eq!(verified.id().as_str(), "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk");
     }
+
+    /// Svix's branded headers, several signatures (an unknown version, a wrong `v1`, the
+    /// right one) and an unpadded secret.
+    #[test]
+    fn svix_headers_and_several_signatures() {
+        let v = Verifier::standard_webhooks(["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"]).unwrap();
+        let at = UNIX_EPOCH + Duration::from_secs(1649367553);
+        let body = br#"{"email":"test@example.com","username":"test_user"}"#;
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "svix-id",
+            "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk".parse().unwrap(),
+        );
+        headers.insert("svix-timestamp", "1649367553".parse().unwrap());
+        let several = "v1a,AAAA v1,R3PTzyfHASBKHH98a7yexTwaJ4yNIcGhFQc1yuN+BPU= v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
+        headers.insert("svix-signature", several.parse().unwrap());
+        assert!(v.verify_at(&headers, body, at).is_ok());
+        let wrong_only = "v1,R3PTzyfHASBKHH98a7yexTwaJ4yNIcGhFQc1yuN+BPU=";
+        headers.insert("svix-signature", wrong_only.parse().unwrap());
+        assert_eq!(
+            v.verify_at(&headers, body, at).unwrap_err(),
+            crate::Rejection::BadSignature
+        );
+    }
 }

@@ -510,3 +510,34 @@ pub async fn concurrent_retries_apply_once(db: Db, events: usize, copies: usize)
     assert_eq!(db.dead_letters().await, 0);
     db.drop().await;
 }
+
+/// A Stripe event whose `created` is older than the prune window (a resend of an old event)
+/// may have lost its claim to the pruner: it is quarantined as `late` (dead letter, 200),
+/// never applied.
+pub async fn old_events_are_quarantined(db: Db) {
+    let day = Duration::from_secs(86_400);
+    let hook = endpoint(&db, "stripe", stripe(), Ledger::new(&db)).prune_window(4 * day);
+    let url = serve(axum::Router::new().route("/", hook.into_route())).await + "/";
+    let created = now_secs() - 5 * 86_400;
+    let old = format!(r#"{{"id":"evt_old","created":{created},"act":"apply"}}"#);
+    let answer = post(&url, &signed(&stripe(), "", &old, 0), old.clone()).await;
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({"outcome": "dead_lettered", "reason": "late"})
+    );
+    let recent = event("evt_new", "apply");
+    assert_eq!(
+        outcome(post(&url, &signed(&stripe(), "", &recent, 0), recent).await).await,
+        (200, "applied".into())
+    );
+    assert_eq!(db.dead_letters_of("evt_old", "late").await, 1);
+    assert_eq!(
+        (
+            db.effects_of("evt_old").await,
+            db.effects_of("evt_new").await
+        ),
+        (0, 1)
+    );
+    db.drop().await;
+}
