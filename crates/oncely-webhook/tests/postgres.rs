@@ -96,3 +96,107 @@ async fn postgres_store_outage_is_503_then_applies_once() {
     assert_eq!(db.dead_letters().await, 0);
     db.drop().await;
 }
+
+/// The server dies mid-stream (its runtime shut down: every task and connection dropped, as a
+/// killed process leaves them; PostgreSQL rolls back what was not committed) while concurrent
+/// copies of 40 slow events are in flight. A new server on the same database takes the
+/// senders' retries of every request that got no 2xx: each event applied exactly once.
+#[test]
+fn postgres_server_killed_mid_stream_applies_each_once() {
+    let test = "postgres_server_killed_mid_stream_applies_each_once";
+    let (events, copies) = (40, 3);
+    let runtime = |threads| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let verifier = oncely_webhook::Verifier::stripe([common::STRIPE_SECRET]).unwrap();
+    let start = |db: &common::Db| {
+        let hook = common::endpoint(db, "stripe", verifier.clone(), common::Ledger::new(db));
+        common::serve(axum::Router::new().route("/", hook.into_route()))
+    };
+    let first = runtime(2);
+    let Some(db) = first.block_on(common::postgres(test)) else {
+        return;
+    };
+    let tables = db.store.tables().clone();
+    let url = first.block_on(start(&db));
+    let bodies: Vec<String> = (0..events)
+        .map(|e| common::event(&format!("evt_k{e}"), "slow"))
+        .collect();
+
+    let senders = runtime(2);
+    let mut sent = tokio::task::JoinSet::new();
+    for _ in 0..copies {
+        for body in &bodies {
+            let (url, body) = (url.clone(), body.clone());
+            let headers = verifier.sign("", body.as_bytes(), std::time::SystemTime::now());
+            sent.spawn_on(
+                async move {
+                    let mut request = reqwest::Client::new().post(&url).body(body.clone());
+                    for (name, value) in &headers {
+                        request = request.header(name.as_str(), value.as_bytes());
+                    }
+                    let ok = matches!(request.send().await, Ok(r) if r.status().is_success());
+                    (body, ok)
+                },
+                senders.handle(),
+            );
+        }
+    }
+    // The crash lands once a quarter of the events are committed, with others in flight.
+    first.block_on(async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while db.effects().await < events as i64 / 4 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    first.shutdown_background();
+    let mut unanswered = Vec::new();
+    let answered = senders.block_on(async {
+        let mut answered = 0;
+        while let Some(done) = sent.join_next().await {
+            match done.unwrap() {
+                (_, true) => answered += 1,
+                (body, false) => unanswered.push(body),
+            }
+        }
+        answered
+    });
+
+    let second = runtime(2);
+    second.block_on(async {
+        let db = common::Db::open(&common::pg_url(), tables, None)
+            .await
+            .unwrap();
+        let url = start(&db).await;
+        for body in &unanswered {
+            let headers = verifier.sign("", body.as_bytes(), std::time::SystemTime::now());
+            let (status, outcome) =
+                common::outcome(common::post(&url, &headers, body.clone()).await).await;
+            assert!(
+                status == 200 && (outcome == "applied" || outcome == "duplicate"),
+                "{status} {outcome}"
+            );
+        }
+        let (effects, distinct) = (db.effects().await, db.events().await);
+        assert_eq!(
+            (effects - distinct, events as i64 - distinct),
+            (0, 0),
+            "0 double, 0 lost"
+        );
+        assert_eq!(db.claims().await, events as i64);
+        assert_eq!(db.dead_letters().await, 0);
+        eprintln!(
+            "{answered} answered before the crash, {} retried after it",
+            unanswered.len()
+        );
+        db.drop().await;
+    });
+    assert!(
+        !unanswered.is_empty(),
+        "the crash landed mid-stream ({answered} answered)"
+    );
+}

@@ -185,6 +185,7 @@ pub async fn postgres_at(test: &str, url: &str) -> Option<Db> {
 /// - `gate`: writes its row, says so on [`Ledger::entered`], and waits for a permit on
 ///   [`Ledger::release`] before returning (the commit comes after).
 /// - `panic`: writes its row, then panics.
+/// - `slow`: writes its row, then waits 20 ms (the transaction open) before returning.
 #[derive(Clone)]
 pub struct Ledger {
     table: String,
@@ -232,6 +233,7 @@ impl Handler<AnyTx> for Ledger {
                 self.release.acquire().await.expect("open").forget();
             }
             "panic" => panic!("the test handler panics after its insert"),
+            "slow" => tokio::time::sleep(Duration::from_millis(20)).await,
             _ => {}
         }
         Ok(Handled::Applied)
