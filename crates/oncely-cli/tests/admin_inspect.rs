@@ -65,7 +65,13 @@ async fn inspect_finds_each_kind_of_id(t: &Target) {
         )
     };
     t.exec(&ddl).await;
-    t.exec(&format!("INSERT INTO {journal} VALUES ('msg-{conflicted}:email', 'email', 'done', 1), ('msg-{conflicted}x:email', 'email', 'done', 1)")).await;
+    // Keys of consumer demo for this id and for a longer id that starts like it.
+    let demo = oncely::ConsumerName::new("demo").unwrap();
+    let key = |id: &str| {
+        oncely::effects::effect_key(&demo, &oncely::MessageId::new(id).unwrap(), "email")
+    };
+    let (this, other) = (key(&conflicted), key(&format!("{conflicted}x")));
+    t.exec(&format!("INSERT INTO {journal} VALUES ('{this}', 'email', 'done', 1), ('{other}', 'email', 'done', 1)")).await;
     let found = t.json(&["inspect", &conflicted]);
     let rows = found["effect_journal"]
         .as_array()

@@ -2,9 +2,10 @@
 //! parse a selection — ids, or everything matching a filter — count it for the preview, and
 //! start the job only once confirmed; `force` replay needs a second confirmation of its own.
 
+use crate::Console;
 use crate::jobs::{Action, Plan};
-use crate::{Console, time};
 use oncely_ops::browse::{self, Query};
+use oncely_ops::time::parse_utc_ms;
 
 /// At most this many rows per bulk job.
 pub(crate) const MAX_ROWS: u32 = 1_000_000;
@@ -57,8 +58,8 @@ pub(crate) fn query_of<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) 
         match k {
             "consumer" => q.consumer = Some(v.to_owned()),
             "reason" => q.reason = Some(v.to_owned()),
-            "from" => q.from_ms = time::parse(v),
-            "to" => q.to_ms = time::parse(v),
+            "from" => q.from_ms = parse_utc_ms(v),
+            "to" => q.to_ms = parse_utc_ms(v),
             "message_id" => q.message_id = Some(v.to_owned()),
             "text" => q.text = Some(v.to_owned()),
             _ => {}

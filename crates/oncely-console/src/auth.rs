@@ -3,6 +3,7 @@
 
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
+use subtle::ConstantTimeEq;
 
 /// What a request may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -40,13 +41,10 @@ impl Default for Access {
 /// The console's cookie holding the access token.
 pub(crate) const COOKIE: &str = "oncely_console_token";
 
-/// Compares without an early exit on the first differing byte.
+/// Compares in constant time for tokens of one length (`subtle`): no early exit on the first
+/// differing byte. Only the length may show.
 pub(crate) fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
 /// The token a request presents: bearer header, then cookie, then `?token=`.
@@ -107,5 +105,19 @@ impl Access {
             return Some((Role::Viewer, Actor("viewer token".into())));
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same;
+
+    #[test]
+    fn tokens_match_only_when_equal() {
+        assert!(same("s3cret", "s3cret"));
+        assert!(same("", ""));
+        assert!(!same("s3cret", "s3creT"));
+        assert!(!same("s3cret", "s3cret "));
+        assert!(!same("s3cret", ""));
     }
 }

@@ -4,11 +4,10 @@
 //! last day. Server-rendered SVG (bars with a `<title>` each: no script); the hourly numbers
 //! also as a table. Duplicates are not charted: no table records a duplicate delivery.
 
-use crate::html::{esc, table};
-use crate::pages::count;
-use crate::{Console, actions, time};
+use crate::html::{count, table, when};
+use crate::{Console, actions};
+use maud::{Markup, html};
 use oncely_ops::browse::{Timeline, per_bucket};
-use std::fmt::Write;
 
 const MINUTE: i64 = 60_000;
 const HOUR: i64 = 3_600_000;
@@ -45,56 +44,52 @@ async fn counts(c: &Console, w: &Window, since: i64) -> oncely_core::Result<Vec<
     Ok(out)
 }
 
+/// `YYYY-MM-DD HH:MM` (UTC) of a unix-ms time.
+fn minute(ms: i64) -> String {
+    let mut text = when(ms);
+    text.truncate(16);
+    text
+}
+
 /// One SVG: a band of bars per series, each with its own scale (its maximum labelled).
-fn svg(w: &Window, since: i64, data: &[Vec<i64>]) -> String {
+fn svg(w: &Window, since: i64, data: &[Vec<i64>]) -> Markup {
     let (width, band, left) = (720i64, 56i64, 110i64);
     let bar = (width - left) as f64 / w.buckets as f64;
     let height = band * SERIES.len() as i64 + 18;
-    let mut out = format!(
-        "<svg class=\"chart\" id=\"chart-{}\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" height=\"{height}\" role=\"img\">",
-        w.name
-    );
-    for (s, ((_, class, label, _), values)) in SERIES.iter().zip(data).enumerate() {
-        let top = s as i64 * band;
-        let max = values.iter().copied().max().unwrap_or(0);
-        let total: i64 = values.iter().sum();
-        let _ = write!(
-            out,
-            "<text x=\"0\" y=\"{}\" class=\"label\">{label}</text><text x=\"0\" y=\"{}\" class=\"axis\">max {max}/{}, Σ {total}</text>\
-             <line x1=\"{left}\" x2=\"{width}\" y1=\"{y}\" y2=\"{y}\" class=\"base\"></line>",
-            top + 20,
-            top + 36,
-            if w.size == MINUTE { "min" } else { "h" },
-            y = top + band - 4,
-        );
-        for (i, &n) in values.iter().enumerate() {
-            if n == 0 {
-                continue;
+    let unit = if w.size == MINUTE { "min" } else { "h" };
+    let tenth = |v: f64| format!("{v:.1}");
+    html! {
+        svg class="chart" id={ "chart-" (w.name) } viewBox={ "0 0 " (width) " " (height) }
+            width=(width) height=(height) role="img" {
+            @for (s, ((_, class, label, _), values)) in SERIES.iter().zip(data).enumerate() {
+                @let top = s as i64 * band;
+                @let max = values.iter().copied().max().unwrap_or(0);
+                @let total: i64 = values.iter().sum();
+                @let y = top + band - 4;
+                text x="0" y=(top + 20) class="label" { (label) }
+                text x="0" y=(top + 36) class="axis" { "max " (max) "/" (unit) ", Σ " (total) }
+                line x1=(left) x2=(width) y1=(y) y2=(y) class="base" {}
+                @for (i, &n) in values.iter().enumerate() {
+                    @if n != 0 {
+                        @let h = ((band - 12) as f64 * n as f64 / max.max(1) as f64).max(1.0);
+                        @let x = left as f64 + i as f64 * bar;
+                        rect class=(class) x=(tenth(x)) y=(tenth(y as f64 - h))
+                            width=(tenth((bar - 1.0).max(1.0))) height=(tenth(h)) {
+                            title { (minute(since + i as i64 * w.size)) ": " (n) " " (label) }
+                        }
+                    }
+                }
             }
-            let h = ((band - 12) as f64 * n as f64 / max.max(1) as f64).max(1.0);
-            let x = left as f64 + i as f64 * bar;
-            let _ = write!(
-                out,
-                "<rect class=\"{class}\" x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\"><title>{}: {n} {label}</title></rect>",
-                (top + band - 4) as f64 - h,
-                (bar - 1.0).max(1.0),
-                esc(&time::format(since + i as i64 * w.size)[..16]),
-            );
+            text x=(left) y=(height - 2) class="axis" { (minute(since)) }
+            text x=(width) y=(height - 2) class="axis end" {
+                (minute(since + (w.buckets - 1) * w.size)) " UTC"
+            }
         }
     }
-    let _ = write!(
-        out,
-        "<text x=\"{left}\" y=\"{}\" class=\"axis\">{}</text><text x=\"{width}\" y=\"{}\" class=\"axis end\">{} UTC</text></svg>",
-        height - 2,
-        esc(&time::format(since)[..16]),
-        height - 2,
-        esc(&time::format(since + (w.buckets - 1) * w.size)[..16]),
-    );
-    out
 }
 
 /// The charts section of the overview.
-pub(crate) async fn section(c: &Console) -> String {
+pub(crate) async fn section(c: &Console) -> Markup {
     let now = oncely_sql::now_ms();
     let minutes = Window {
         size: MINUTE,
@@ -113,34 +108,34 @@ pub(crate) async fn section(c: &Console) -> String {
         counts(c, &hours, since_hour)
     ) {
         Ok(x) => x,
-        Err(e) => return format!("<p class=\"err\">{}</p>", esc(&actions::db(e).0)),
+        Err(e) => return html! { p class="err" { (actions::db(e).0) } },
     };
-    let rows: Vec<Vec<String>> = (0..hours.buckets)
+    let rows: Vec<Vec<Markup>> = (0..hours.buckets)
         .rev()
         .map(|i| {
             let h = since_hour + i * HOUR;
-            let mut row = vec![esc(&time::format(h)[..16])];
+            let mut row = vec![html! { (minute(h)) }];
             for (s, (_, _, _, key)) in SERIES.iter().enumerate() {
                 row.push(count(&format!("{key}_hour:{h}"), per_hour[s][i as usize]));
             }
             row
         })
         .collect();
-    format!(
-        "<h2>Over time (UTC)</h2><p class=\"muted\" id=\"chart-note\">From the tables' own \
-         timestamps: <b>applied</b> = ids claimed in the inbox (<code>received_at</code>), \
-         <b>conflicts</b> = dead letters with reason <code>conflict</code>, <b>dead letters</b> = \
-         rows first seen (<code>dead_lettered_at</code>). <b>Duplicates</b> are not shown: no table \
-         records them (the inbox keeps the first copy only); the metric \
-         <code>oncely_deliveries_total{{outcome=\"duplicate\"}}</code> counts them. Ids pruned \
-         from the inbox no longer count as applied.</p>\
-         <h3>Last 60 minutes, per minute</h3>{}<h3>Last 24 hours, per hour</h3>{}{}",
-        svg(&minutes, since_min, &per_min),
-        svg(&hours, since_hour, &per_hour),
-        table(
-            "timeline",
-            &["hour", "applied", "conflicts", "dead letters"],
-            &rows
-        ),
-    )
+    html! {
+        h2 { "Over time (UTC)" }
+        p class="muted" id="chart-note" {
+            "From the tables' own timestamps: " b { "applied" } " = ids claimed in the inbox ("
+            code { "received_at" } "), " b { "conflicts" } " = dead letters with reason "
+            code { "conflict" } ", " b { "dead letters" } " = rows first seen ("
+            code { "dead_lettered_at" } "). " b { "Duplicates" } " are not shown: no table \
+            records them (the inbox keeps the first copy only); the metric "
+            code { "oncely_deliveries_total{outcome=\"duplicate\"}" } " counts them. Ids pruned \
+            from the inbox no longer count as applied."
+        }
+        h3 { "Last 60 minutes, per minute" }
+        (svg(&minutes, since_min, &per_min))
+        h3 { "Last 24 hours, per hour" }
+        (svg(&hours, since_hour, &per_hour))
+        (table("timeline", &["hour", "applied", "conflicts", "dead letters"], &rows))
+    }
 }

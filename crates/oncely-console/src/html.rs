@@ -1,26 +1,11 @@
-//! HTML building: every value goes through [`esc`] (text and attribute values alike), the
-//! page frame, and small helpers. Nothing from the database reaches a page unescaped.
+//! HTML building with `maud`: every value spliced into a page (`(value)`, in text and in
+//! attribute values alike) is escaped by the macro, so nothing from the database reaches a
+//! page unescaped unless a call site writes `PreEscaped` (none does). The page frame and small
+//! helpers live here.
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use std::fmt::Write;
-
-/// Escapes `&`, `<`, `>`, `"` and `'`: safe in text and in quoted attribute values
-/// (`"><img src=x>` becomes `&quot;&gt;&lt;img src=x&gt;`).
-pub(crate) fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use maud::{DOCTYPE, Markup, Render, html};
 
 /// A value for a URL query parameter.
 pub(crate) fn url(text: &str) -> String {
@@ -35,64 +20,82 @@ pub(crate) fn cut(text: &str, max: usize) -> String {
     }
 }
 
-/// A whole page: the frame around `body`, titled `title`.
-pub(crate) fn page(base: &str, title: &str, head: &str, body: &str) -> Response {
-    let mut out = String::with_capacity(body.len() + 1024);
-    let _ = write!(
-        out,
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} · oncely console</title><link rel=\"stylesheet\" href=\"{b}/assets/console.css\">\
-         <link rel=\"icon\" href=\"{b}/assets/favicon.svg\">{head}\
-         </head><body><header><strong>oncely console</strong><nav><a href=\"{b}/\">Overview</a> \
-         <a href=\"{b}/dead-letters\">Dead letters</a> <a href=\"{b}/audit\">Audit</a></nav></header>\
-         <main>{body}</main></body></html>",
-        esc(title),
-        b = esc(base),
-    );
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], out).into_response()
+/// `YYYY-MM-DD HH:MM:SSZ` (UTC) of a unix-ms time.
+pub(crate) fn when(ms: i64) -> String {
+    oncely_ops::time::format_utc_ms(ms)
+}
+
+/// [`when`] of an optional time, `-` for none.
+pub(crate) fn when_opt(ms: Option<i64>) -> String {
+    ms.map_or_else(|| "-".to_owned(), when)
+}
+
+/// A whole page: the frame around `body`, titled `title`, with `head` in its `<head>`.
+pub(crate) fn page(base: &str, title: &str, head: Markup, body: Markup) -> Response {
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · oncely console" }
+                link rel="stylesheet" href={ (base) "/assets/console.css" };
+                link rel="icon" href={ (base) "/assets/favicon.svg" };
+                (head)
+            }
+            body {
+                header {
+                    strong { "oncely console" }
+                    nav {
+                        a href={ (base) "/" } { "Overview" } " "
+                        a href={ (base) "/dead-letters" } { "Dead letters" } " "
+                        a href={ (base) "/audit" } { "Audit" }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    };
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        page.into_string(),
+    )
+        .into_response()
 }
 
 /// A page that says what went wrong, with a status.
 pub(crate) fn error(base: &str, status: StatusCode, text: &str) -> Response {
-    let mut r = page(
-        base,
-        "Error",
-        "",
-        &format!(
-            "<h1>{}</h1><p class=\"err\">{}</p>",
-            status.as_u16(),
-            esc(text)
-        ),
-    );
+    let body = html! {
+        h1 { (status.as_u16()) }
+        p class="err" { (text) }
+    };
+    let mut r = page(base, "Error", html! {}, body);
     *r.status_mut() = status;
     r
 }
 
-/// A table from headers and rows of already-escaped cells.
-pub(crate) fn table(id: &str, headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut out = format!("<table id=\"{}\"><thead><tr>", esc(id));
-    for h in headers {
-        let _ = write!(out, "<th>{}</th>", esc(h));
-    }
-    out.push_str("</tr></thead><tbody>");
-    for row in rows {
-        out.push_str("<tr>");
-        for cell in row {
-            let _ = write!(out, "<td>{cell}</td>");
+/// A table from headers and rows of cells.
+pub(crate) fn table(id: &str, headers: &[&str], rows: &[Vec<Markup>]) -> Markup {
+    html! {
+        table id=(id) {
+            thead { tr { @for h in headers { th { (h) } } } }
+            tbody {
+                @for row in rows {
+                    tr { @for cell in row { td { (cell) } } }
+                }
+            }
         }
-        out.push_str("</tr>");
     }
-    out.push_str("</tbody></table>");
-    out
+}
+
+/// A number with the name a test compares it by.
+pub(crate) fn count(key: &str, n: impl Render) -> Markup {
+    html! { span data-count=(key) { (n) } }
 }
 
 /// The hidden CSRF field of a form.
-pub(crate) fn csrf_field(token: &str) -> String {
-    format!(
-        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
-        esc(token)
-    )
+pub(crate) fn csrf_field(token: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(token); }
 }
 
 #[cfg(test)]
@@ -101,13 +104,21 @@ mod tests {
 
     #[test]
     fn escapes_what_breaks_out_of_text_and_attributes() {
+        let hostile = "\"><img src=x onerror=alert(1)>";
+        let cell = html! { td title=(hostile) { (hostile) } }.into_string();
         assert_eq!(
-            esc("\"><img src=x onerror=alert(1)>"),
-            "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"
+            cell,
+            "<td title=\"&quot;&gt;&lt;img src=x onerror=alert(1)&gt;\">\
+             &quot;&gt;&lt;img src=x onerror=alert(1)&gt;</td>"
         );
+        let script = html! { p { ("<script>'&'</script>") } }.into_string();
+        assert!(!script.contains("<script>"), "{script}");
+        assert!(script.contains("&lt;script&gt;") && script.contains("&amp;"));
+        let t = table("t<", &["h\""], &[vec![html! { ("<b>") }]]).into_string();
         assert_eq!(
-            esc("<script>'&'</script>"),
-            "&lt;script&gt;&#39;&amp;&#39;&lt;/script&gt;"
+            t,
+            "<table id=\"t&lt;\"><thead><tr><th>h&quot;</th></tr></thead>\
+             <tbody><tr><td>&lt;b&gt;</td></tr></tbody></table>"
         );
         assert_eq!(cut("abcdef", 3), "abc… (6 bytes in all)");
         assert_eq!(cut("abc", 3), "abc");

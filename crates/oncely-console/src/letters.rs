@@ -2,15 +2,16 @@
 //! selection or on everything matching) and `/dead-letters/{id}` (one row, its payload, and
 //! where its id is now).
 
+use crate::Console;
 use crate::actions::{self, query_of};
 use crate::auth::Role;
-use crate::html::{csrf_field, cut, error, esc, page, table, url};
-use crate::pages::{count, operator};
-use crate::{Console, time};
+use crate::html::{count, csrf_field, cut, error, page, table, url, when, when_opt};
+use crate::pages::operator;
 use axum::Extension;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use maud::{Markup, html};
 use oncely_ops::browse::{self, Query};
 use oncely_ops::{dlq, inspect};
 
@@ -25,36 +26,28 @@ fn pairs(q: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The filter's fields as hidden inputs and as a query string.
-fn filter_fields(q: &Query) -> (String, String) {
-    let fields = [
+/// The filter's fields (name, value), as hidden inputs and a query string carry them.
+fn filter_fields(q: &Query) -> Vec<(&'static str, String)> {
+    [
         ("consumer", q.consumer.clone()),
         ("reason", q.reason.clone()),
         ("from", q.from_ms.map(|m| m.to_string())),
         ("to", q.to_ms.map(|m| m.to_string())),
         ("message_id", q.message_id.clone()),
         ("text", q.text.clone()),
-    ];
-    let mut hidden = String::new();
-    let mut query = String::new();
-    for (k, v) in fields {
-        if let Some(v) = v {
-            hidden.push_str(&format!(
-                "<input type=\"hidden\" name=\"{k}\" value=\"{}\">",
-                esc(&v)
-            ));
-            query.push_str(&format!("&amp;{k}={}", esc(&url(&v))));
-        }
-    }
-    (hidden, query)
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k, v?)))
+    .collect()
 }
 
-fn input(name: &str, label: &str, value: Option<String>, hint: &str) -> String {
-    format!(
-        "<label>{label}<input name=\"{name}\" id=\"f-{name}\" value=\"{}\" placeholder=\"{}\"></label>",
-        esc(&value.unwrap_or_default()),
-        esc(hint)
-    )
+fn input(name: &str, label: &str, value: Option<String>, hint: &str) -> Markup {
+    html! {
+        label {
+            (label)
+            input name=(name) id={ "f-" (name) } value=(value.unwrap_or_default()) placeholder=(hint);
+        }
+    }
 }
 
 /// `/dead-letters`.
@@ -78,25 +71,32 @@ pub(crate) async fn dead_letters(
         (Ok(x), g) => (x, g),
         (Err(e), _) => return error(base, StatusCode::SERVICE_UNAVAILABLE, &actions::db(e).0),
     };
-    let (hidden, query) = filter_fields(&q);
+    let fields = filter_fields(&q);
+    let query: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{k}={}", url(v)))
+        .collect();
+    let query = query.join("&");
     let act = operator(role);
-    let cells: Vec<Vec<String>> = rows
+    let cells: Vec<Vec<Markup>> = rows
         .iter()
         .map(|r| {
             let mut row = Vec::new();
             if act {
-                row.push(format!("<input type=\"checkbox\" name=\"id\" value=\"{}\" form=\"selection\" class=\"pick\">", r.id));
+                row.push(html! {
+                    input type="checkbox" name="id" value=(r.id) form="selection" class="pick";
+                });
             }
             row.extend([
-                format!("<a href=\"{}/dead-letters/{}\" class=\"row-link\">{}</a>", esc(base), r.id, r.id),
-                esc(&r.consumer),
-                format!("<span class=\"mid\">{}</span>", esc(&cut(r.message_id.as_deref().unwrap_or("(none)"), 80))),
-                format!("<span class=\"reason\">{}</span>", esc(&r.reason)),
-                r.deliveries.to_string(),
-                esc(&time::format(r.dead_lettered_at)),
-                esc(&time::format(r.last_seen)),
-                r.payload_len.to_string(),
-                esc(&cut(&r.detail, 120)),
+                html! { a href={ (base) "/dead-letters/" (r.id) } class="row-link" { (r.id) } },
+                html! { (r.consumer) },
+                html! { span class="mid" { (cut(r.message_id.as_deref().unwrap_or("(none)"), 80)) } },
+                html! { span class="reason" { (r.reason) } },
+                html! { (r.deliveries) },
+                html! { (when(r.dead_lettered_at)) },
+                html! { (when(r.last_seen)) },
+                html! { (r.payload_len) },
+                html! { (cut(&r.detail, 120)) },
             ]);
             row
         })
@@ -115,67 +115,67 @@ pub(crate) async fn dead_letters(
     if act {
         headers.insert(0, "");
     }
-    let groups_html = crate::pages::groups_table(base, "groups", &groups);
-    let older = match rows.last() {
-        Some(last) if rows.len() == PAGE as usize => format!(
-            "<a id=\"older\" href=\"{}/dead-letters?before={}{query}\">Older →</a>",
-            esc(base),
-            last.id
-        ),
-        _ => String::new(),
-    };
+    let older = rows
+        .last()
+        .filter(|_| rows.len() == PAGE as usize)
+        .map(|last| match query.as_str() {
+            "" => format!("{base}/dead-letters?before={}", last.id),
+            query => format!("{base}/dead-letters?before={}&{query}", last.id),
+        });
+    let off = c.inner.replayers.is_empty();
     let buttons = |scope: &str| {
-        let mut b = format!(
-            "<button formaction=\"{0}/actions/replay\" id=\"{scope}-replay\">Replay</button> \
-             <button formaction=\"{0}/actions/replay\" name=\"force\" value=\"1\" id=\"{scope}-force\">Replay with force…</button> \
-             <button formaction=\"{0}/actions/resolve\" id=\"{scope}-resolve\">Resolve (keep stored)</button> \
-             <button formaction=\"{0}/actions/purge\" class=\"danger\" id=\"{scope}-purge\">Purge</button>",
-            esc(base)
-        );
-        if c.inner.replayers.is_empty() {
-            b = b.replace("<button formaction", "<button disabled formaction");
+        html! {
+            button disabled[off] formaction={ (base) "/actions/replay" } id={ (scope) "-replay" } { "Replay" } " "
+            button disabled[off] formaction={ (base) "/actions/replay" } name="force" value="1" id={ (scope) "-force" } {
+                "Replay with force…"
+            } " "
+            button disabled[off] formaction={ (base) "/actions/resolve" } id={ (scope) "-resolve" } {
+                "Resolve (keep stored)"
+            } " "
+            button disabled[off] formaction={ (base) "/actions/purge" } class="danger" id={ (scope) "-purge" } { "Purge" }
         }
-        b
     };
-    let actions = if act {
-        format!(
-            "<form method=\"post\" id=\"selection\" action=\"{b}/actions/replay\">{csrf}<b>Selected rows:</b> {sel}</form>\
-             <form method=\"post\" id=\"matching\" action=\"{b}/actions/replay\">{csrf}{hidden}\
-             <input type=\"hidden\" name=\"all\" value=\"1\"><b>All {total} rows matching the filter:</b> {all}</form>",
-            b = esc(base),
-            csrf = csrf_field(&c.inner.csrf),
-            sel = buttons("sel"),
-            all = buttons("all"),
-        )
-    } else {
-        "<p class=\"muted\" id=\"read-only\">Read-only: this role cannot act.</p>".to_owned()
+    let body = html! {
+        h1 { "Dead letters" }
+        form class="filter" method="get" action={ (base) "/dead-letters" } {
+            (input("consumer", "consumer", q.consumer.clone(), ""))
+            (input("reason", "reason", q.reason.clone(), "conflict, permanent, late…"))
+            (input("from", "first seen from (UTC)", q.from_ms.map(when), "2026-12-01 10:00"))
+            (input("to", "to", q.to_ms.map(when), ""))
+            (input("message_id", "message id", q.message_id.clone(), "exact"))
+            (input("text", "text in id or detail", q.text.clone(), ""))
+            button id="apply" { "Filter" } " "
+            a href={ (base) "/dead-letters" } { "Clear" }
+        }
+        p { b { (count("total", total)) } " dead letters match." }
+        h2 { "By consumer, reason and error class" }
+        (crate::pages::groups_table(base, "groups", &groups))
+        @if act {
+            form method="post" id="selection" action={ (base) "/actions/replay" } {
+                (csrf_field(&c.inner.csrf))
+                b { "Selected rows:" } " " (buttons("sel"))
+            }
+            form method="post" id="matching" action={ (base) "/actions/replay" } {
+                (csrf_field(&c.inner.csrf))
+                @for (k, v) in &fields {
+                    input type="hidden" name=(k) value=(v);
+                }
+                input type="hidden" name="all" value="1";
+                b { "All " (total) " rows matching the filter:" } " " (buttons("all"))
+            }
+        } @else {
+            p class="muted" id="read-only" { "Read-only: this role cannot act." }
+        }
+        h2 { "Rows, newest first" }
+        (table("rows", &headers, &cells))
+        p {
+            a href={ (base) "/dead-letters?" (query) } { "Newest" } " "
+            @if let Some(href) = older {
+                a id="older" href=(href) { "Older →" }
+            }
+        }
     };
-    let body = format!(
-        "<h1>Dead letters</h1><form class=\"filter\" method=\"get\" action=\"{b}/dead-letters\">{}{}{}{}{}{}<button id=\"apply\">Filter</button> <a href=\"{b}/dead-letters\">Clear</a></form>\
-         <p><b>{}</b> dead letters match.</p><h2>By consumer, reason and error class</h2>{}{actions}<h2>Rows, newest first</h2>{}<p><a href=\"{b}/dead-letters?{}\">Newest</a> {older}</p>",
-        input("consumer", "consumer", q.consumer.clone(), ""),
-        input(
-            "reason",
-            "reason",
-            q.reason.clone(),
-            "conflict, permanent, late…"
-        ),
-        input(
-            "from",
-            "first seen from (UTC)",
-            q.from_ms.map(time::format),
-            "2026-12-01 10:00"
-        ),
-        input("to", "to", q.to_ms.map(time::format), ""),
-        input("message_id", "message id", q.message_id.clone(), "exact"),
-        input("text", "text in id or detail", q.text.clone(), ""),
-        count("total", total),
-        groups_html,
-        table("rows", &headers, &cells),
-        query.trim_start_matches("&amp;"),
-        b = esc(base),
-    );
-    page(base, "Dead letters", "", &body)
+    page(base, "Dead letters", html! {}, body)
 }
 
 /// The payload as the page shows it: pretty JSON with the configured fields redacted, else
@@ -234,113 +234,108 @@ pub(crate) async fn dead_letter(
         Err(e) => return error(base, StatusCode::SERVICE_UNAVAILABLE, &actions::db(e).0),
     };
     let j = dlq::DeadLetterJson::from(&row);
-    let field = |k: &str, v: String| vec![esc(k), v];
+    let field = |k: &str, v: Markup| vec![html! { (k) }, v];
+    let text = |v: &str| html! { (v) };
     let fields = vec![
-        field("id", j.id.to_string()),
-        field("consumer", esc(&j.consumer)),
+        field("id", html! { (j.id) }),
+        field("consumer", text(&j.consumer)),
         field(
             "message id",
-            format!(
-                "<span id=\"message-id\">{}</span>",
-                esc(&cut(j.message_id.as_deref().unwrap_or("(none)"), 500))
-            ),
+            html! { span id="message-id" { (cut(j.message_id.as_deref().unwrap_or("(none)"), 500)) } },
         ),
         field(
             "raw id (hex)",
-            esc(&cut(j.raw_id_hex.as_deref().unwrap_or("-"), 500)),
+            text(&cut(j.raw_id_hex.as_deref().unwrap_or("-"), 500)),
         ),
-        field(
-            "reason",
-            format!("<span id=\"reason\">{}</span>", esc(&j.reason)),
-        ),
-        field("detail", esc(&cut(&j.detail, 2000))),
-        field("attempts", j.attempts.to_string()),
-        field("deliveries", j.deliveries.to_string()),
-        field("first seen", esc(&time::format(j.dead_lettered_at))),
-        field("last seen", esc(&time::format(j.last_seen))),
-        field("payload hash", esc(&j.payload_hash)),
+        field("reason", html! { span id="reason" { (j.reason) } }),
+        field("detail", text(&cut(&j.detail, 2000))),
+        field("attempts", html! { (j.attempts) }),
+        field("deliveries", html! { (j.deliveries) }),
+        field("first seen", text(&when(j.dead_lettered_at))),
+        field("last seen", text(&when(j.last_seen))),
+        field("payload hash", text(&j.payload_hash)),
         field(
             "inbox's hash (conflicts)",
-            esc(j.stored_hash.as_deref().unwrap_or("-")),
+            text(j.stored_hash.as_deref().unwrap_or("-")),
         ),
         field(
             "entity key",
-            esc(&cut(j.entity_key.as_deref().unwrap_or("-"), 500)),
+            text(&cut(j.entity_key.as_deref().unwrap_or("-"), 500)),
         ),
-        field("version", j.version.map_or("-".into(), |v| v.to_string())),
         field(
-            "source time",
-            esc(&j.source_time.map_or("-".into(), time::format)),
+            "version",
+            text(&j.version.map_or("-".into(), |v| v.to_string())),
         ),
-        field("payload bytes", j.payload_len.to_string()),
+        field("source time", text(&when_opt(j.source_time))),
+        field("payload bytes", html! { (j.payload_len) }),
     ];
     let headers = serde_json::from_str::<serde_json::Value>(&j.headers)
         .ok()
         .and_then(|v| serde_json::to_string_pretty(&v).ok())
         .unwrap_or(j.headers.clone());
     let where_now = match &row.message_id {
-        None => "<p class=\"muted\">No usable message id.</p>".to_owned(),
+        None => html! { p class="muted" { "No usable message id." } },
         Some(mid) => match inspect::inspect(ops, mid).await {
-            Err(e) => format!("<p class=\"err\">{}</p>", esc(&actions::db(e).0)),
+            Err(e) => html! { p class="err" { (actions::db(e).0) } },
             Ok(i) => {
-                let claimed: Vec<Vec<String>> = i
+                let claimed: Vec<Vec<Markup>> = i
                     .claimed
                     .iter()
                     .map(|k| {
                         vec![
-                            esc(&k.consumer),
-                            esc(&k.payload_hash),
-                            esc(&time::format(k.received_at)),
+                            text(&k.consumer),
+                            text(&k.payload_hash),
+                            text(&when(k.received_at)),
                         ]
                     })
                     .collect();
-                format!(
-                    "<p>Inbox: {} claim(s); other dead letters of this id: {}; effect journal rows: {}; outbox rows: {}.</p>{}",
-                    count("claims", i.claimed.len()),
-                    i.dead_letters.len().saturating_sub(1),
-                    i.effect_journal
-                        .map_or("n/a".into(), |r| r.len().to_string()),
-                    i.outbox.map_or("n/a".into(), |r| r.len().to_string()),
-                    table(
-                        "claims",
-                        &["consumer", "payload hash", "received"],
-                        &claimed
-                    )
-                )
+                let rows = |r: Option<usize>| r.map_or("n/a".into(), |n| n.to_string());
+                html! {
+                    p {
+                        "Inbox: " (count("claims", i.claimed.len())) " claim(s); other dead letters of this id: "
+                        (i.dead_letters.len().saturating_sub(1)) "; effect journal rows: "
+                        (rows(i.effect_journal.as_ref().map(Vec::len))) "; outbox rows: "
+                        (rows(i.outbox.as_ref().map(Vec::len))) "."
+                    }
+                    (table("claims", &["consumer", "payload hash", "received"], &claimed))
+                }
             }
         },
     };
-    let actions = if operator(role) {
-        let disabled = if c.inner.replayers.is_empty() {
-            " disabled"
-        } else {
-            ""
-        };
+    let off = c.inner.replayers.is_empty();
+    let payload = if c.inner.hide_payloads {
         format!(
-            "<form method=\"post\" id=\"row-actions\" action=\"{b}/actions/replay\">{}<input type=\"hidden\" name=\"id\" value=\"{id}\">\
-             <button id=\"row-replay\"{disabled}>Replay</button> <button name=\"force\" value=\"1\" id=\"row-force\"{disabled}>Replay with force…</button> \
-             <button formaction=\"{b}/actions/resolve\" id=\"row-resolve\">Resolve: keep the stored effect, drop this payload</button> \
-             <button formaction=\"{b}/actions/purge\" class=\"danger\" id=\"row-purge\">Purge</button></form>",
-            csrf_field(&c.inner.csrf),
-            b = esc(base),
+            "(hidden by the console's configuration: {} bytes, sha256 {})",
+            row.payload.len(),
+            row.payload_hash
         )
     } else {
-        "<p class=\"muted\" id=\"read-only\">Read-only: this role cannot act.</p>".to_owned()
+        payload_text(&row.payload, &c.inner.redact)
     };
-    let body = format!(
-        "<h1>Dead letter {id}</h1>{actions}<h2>Envelope</h2>{}<h2>Headers</h2><pre id=\"headers\">{}</pre>\
-         <h2>Payload</h2><pre id=\"payload\">{}</pre><h2>Where the id is now</h2>{where_now}",
-        table("envelope", &["field", "value"], &fields),
-        esc(&cut(&headers, 8000)),
-        if c.inner.hide_payloads {
-            format!(
-                "(hidden by the console's configuration: {} bytes, sha256 {})",
-                row.payload.len(),
-                esc(&row.payload_hash)
-            )
-        } else {
-            esc(&payload_text(&row.payload, &c.inner.redact))
-        },
-    );
-    page(base, &format!("Dead letter {id}"), "", &body)
+    let body = html! {
+        h1 { "Dead letter " (id) }
+        @if operator(role) {
+            form method="post" id="row-actions" action={ (base) "/actions/replay" } {
+                (csrf_field(&c.inner.csrf))
+                input type="hidden" name="id" value=(id);
+                button id="row-replay" disabled[off] { "Replay" } " "
+                button name="force" value="1" id="row-force" disabled[off] { "Replay with force…" } " "
+                button formaction={ (base) "/actions/resolve" } id="row-resolve" {
+                    "Resolve: keep the stored effect, drop this payload"
+                } " "
+                button formaction={ (base) "/actions/purge" } class="danger" id="row-purge" { "Purge" }
+            }
+        } @else {
+            p class="muted" id="read-only" { "Read-only: this role cannot act." }
+        }
+        h2 { "Envelope" }
+        (table("envelope", &["field", "value"], &fields))
+        h2 { "Headers" }
+        pre id="headers" { (cut(&headers, 8000)) }
+        h2 { "Payload" }
+        pre id="payload" { (payload) }
+        h2 { "Where the id is now" }
+        (where_now)
+    };
+    page(base, &format!("Dead letter {id}"), html! {}, body)
 }

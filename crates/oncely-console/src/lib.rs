@@ -33,7 +33,6 @@ mod pages;
 mod prune;
 mod replayers;
 pub mod security;
-mod time;
 
 pub use auth::{Actor, Role};
 pub use jobs::JobStatus;

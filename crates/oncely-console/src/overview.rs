@@ -2,17 +2,18 @@
 //! and error class, the outbox and journal backlog, the charts ([`crate::charts`]), and for
 //! operators the prune form, with its preview and confirmation (`POST /prune`).
 
+use crate::Console;
 use crate::actions;
 use crate::auth::Role;
 use crate::groups::Shown;
-use crate::html::{csrf_field, error, esc, page, table};
-use crate::pages::{count, operator, when};
-use crate::{Console, time};
+use crate::html::{count, csrf_field, error, page, table, url, when, when_opt};
+use crate::pages::operator;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
 use oncely_ops::browse::Query;
 use oncely_ops::{events, stats};
 
@@ -28,115 +29,109 @@ fn window_text(d: std::time::Duration) -> String {
 
 /// The dead-letter groups (consumer, reason, error class) as a table, or why there is none
 /// yet ([`crate::groups`]: a page does not wait for a slow `GROUP BY`).
-pub(crate) fn groups_table(base: &str, id: &str, shown: &Shown) -> String {
+pub(crate) fn groups_table(base: &str, id: &str, shown: &Shown) -> Markup {
     let (groups, age) = match shown {
         Shown::Ready(g, age) => (g, *age),
         Shown::Counting => {
-            return format!(
-                "<p class=\"muted\" id=\"{id}-counting\">The groups are being counted (many rows); \
-                 reload the page to see them.</p>"
-            );
+            return html! {
+                p class="muted" id={ (id) "-counting" } {
+                    "The groups are being counted (many rows); reload the page to see them."
+                }
+            };
         }
         Shown::Failed => {
-            return "<p class=\"err\">The database refused the query (see the console's log).</p>"
-                .to_owned();
+            return html! {
+                p class="err" { "The database refused the query (see the console's log)." }
+            };
         }
     };
-    let rows: Vec<Vec<String>> = groups
+    let rows: Vec<Vec<Markup>> = groups
         .iter()
         .map(|g| {
             vec![
-                esc(&g.consumer),
-                format!(
-                    "<a href=\"{}/dead-letters?consumer={}&amp;reason={}\">{}</a>",
-                    esc(base),
-                    esc(&crate::html::url(&g.consumer)),
-                    esc(&crate::html::url(&g.reason)),
-                    esc(&g.reason)
-                ),
-                format!("<span class=\"class\">{}</span>", esc(&g.error_class)),
+                html! { (g.consumer) },
+                html! {
+                    a href={
+                        (base) "/dead-letters?consumer=" (url(&g.consumer)) "&reason=" (url(&g.reason))
+                    } { (g.reason) }
+                },
+                html! { span class="class" { (g.error_class) } },
                 count(
                     &format!("group:{}:{}:{}", g.consumer, g.reason, g.error_class),
                     g.rows,
                 ),
-                esc(&g.deliveries.to_string()),
-                esc(&time::format(g.first_seen)),
-                esc(&time::format(g.last_seen)),
+                html! { (g.deliveries) },
+                html! { (when(g.first_seen)) },
+                html! { (when(g.last_seen)) },
             ]
         })
         .collect();
-    let note = if age.as_secs() >= 1 {
-        format!(
-            "<p class=\"muted\">Counted {} s ago (recounting in the background).</p>",
-            age.as_secs()
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        "{}{note}",
-        table(
-            id,
-            &[
-                "consumer",
-                "reason",
-                "error class",
-                "rows",
-                "deliveries",
-                "first seen",
-                "last seen"
-            ],
-            &rows
-        )
-    )
+    let headers = [
+        "consumer",
+        "reason",
+        "error class",
+        "rows",
+        "deliveries",
+        "first seen",
+        "last seen",
+    ];
+    html! {
+        (table(id, &headers, &rows))
+        @if age.as_secs() >= 1 {
+            p class="muted" { "Counted " (age.as_secs()) " s ago (recounting in the background)." }
+        }
+    }
 }
 
 /// The outbox and journal backlog (oncely-effects' tables; "not installed" without them).
-fn backlog_section(b: &oncely_ops::backlog::Backlog) -> String {
-    let outbox = match &b.outbox {
-        None => "<p class=\"muted\" id=\"outbox-missing\">Outbox: not installed (no oncely-effects outbox table).</p>".to_owned(),
-        Some(rows) => {
-            let total: i64 = rows.iter().map(|r| r.rows).sum();
-            let cells: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        esc(&r.destination),
-                        count(&format!("outbox:{}", r.destination), r.rows),
-                        esc(&time::format(r.oldest_ms)),
-                    ]
-                })
-                .collect();
-            format!(
-                "<p>Outbox backlog (written, not dispatched): {} rows.</p>{}",
-                count("outbox_backlog", total),
-                table("outbox", &["destination", "rows", "oldest"], &cells)
-            )
+fn backlog_section(b: &oncely_ops::backlog::Backlog) -> Markup {
+    html! {
+        h2 { "Outbox and effect journal" }
+        @match &b.outbox {
+            None => {
+                p class="muted" id="outbox-missing" { "Outbox: not installed (no oncely-effects outbox table)." }
+            },
+            Some(rows) => {
+                @let total: i64 = rows.iter().map(|r| r.rows).sum();
+                @let cells: Vec<Vec<Markup>> = rows
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            html! { (r.destination) },
+                            count(&format!("outbox:{}", r.destination), r.rows),
+                            html! { (when(r.oldest_ms)) },
+                        ]
+                    })
+                    .collect();
+                p { "Outbox backlog (written, not dispatched): " (count("outbox_backlog", total)) " rows." }
+                (table("outbox", &["destination", "rows", "oldest"], &cells))
+            },
         }
-    };
-    let journal = match &b.journal_pending {
-        None => "<p class=\"muted\" id=\"journal-missing\">Effect journal: not installed (no oncely-effects journal table).</p>".to_owned(),
-        Some(rows) => {
-            let total: i64 = rows.iter().map(|r| r.rows).sum();
-            let cells: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        esc(r.consumer.as_deref().unwrap_or("(not known here)")),
-                        format!("<code>{}</code>", esc(&r.key_part)),
-                        count(&format!("journal:{}", r.key_part), r.rows),
-                        esc(&time::format(r.oldest_ms)),
-                    ]
-                })
-                .collect();
-            format!(
-                "<p>Effect-journal rows pending (outside calls begun, not settled): {} rows.</p>{}",
-                count("journal_pending", total),
-                table("journal", &["consumer", "key part", "pending", "oldest"], &cells)
-            )
+        @match &b.journal_pending {
+            None => {
+                p class="muted" id="journal-missing" { "Effect journal: not installed (no oncely-effects journal table)." }
+            },
+            Some(rows) => {
+                @let total: i64 = rows.iter().map(|r| r.rows).sum();
+                @let cells: Vec<Vec<Markup>> = rows
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            html! { (r.consumer.as_deref().unwrap_or("(not known here)")) },
+                            html! { code { (r.key_part) } },
+                            count(&format!("journal:{}", r.key_part), r.rows),
+                            html! { (when(r.oldest_ms)) },
+                        ]
+                    })
+                    .collect();
+                p {
+                    "Effect-journal rows pending (outside calls begun, not settled): "
+                    (count("journal_pending", total)) " rows."
+                }
+                (table("journal", &["consumer", "key part", "pending", "oldest"], &cells))
+            },
         }
-    };
-    format!("<h2>Outbox and effect journal</h2>{outbox}{journal}")
+    }
 }
 
 /// `/`: per consumer, inbox rows and their age, dead letters by reason and error class, store
@@ -161,60 +156,61 @@ pub(crate) async fn overview(
     );
     let backlog = match backlog {
         Ok(b) => backlog_section(&b),
-        Err(e) => format!("<p class=\"err\">{}</p>", esc(&actions::db(e).0)),
+        Err(e) => html! { p class="err" { (actions::db(e).0) } },
     };
     let took = started.elapsed();
-    let rows: Vec<Vec<String>> = s
+    let rows: Vec<Vec<Markup>> = s
         .consumers
         .iter()
         .map(|k| {
             let key = |what: &str| format!("{what}:{}", k.consumer);
             vec![
-                format!(
-                    "<a href=\"{}/dead-letters?consumer={}\">{}</a>",
-                    esc(base),
-                    esc(&crate::html::url(&k.consumer)),
-                    esc(&k.consumer)
-                ),
+                html! {
+                    a href={ (base) "/dead-letters?consumer=" (url(&k.consumer)) } { (k.consumer) }
+                },
                 count(&key("ids_held"), k.ids_held),
-                esc(&when(k.oldest_ms)),
-                esc(&when(k.newest_ms)),
+                html! { (when_opt(k.oldest_ms)) },
+                html! { (when_opt(k.newest_ms)) },
                 count(&key("dead_letters"), k.dead_letters),
             ]
         })
         .collect();
-    let prune = if operator(role) {
-        format!(
-            "<h2>Prune</h2><form method=\"post\" action=\"{}/prune\" id=\"prune-form\">{}\
-             <label>Remove inbox ids received longer ago than \
-             <input name=\"older_than\" id=\"older_than\" value=\"{}\" size=\"6\"></label> \
-             <button id=\"prune\">Prune…</button></form><p class=\"muted\">As <code>oncely prune \
-             --older-than</code>: a preview count first, then batches in the background. Replay then \
-             refuses dead letters older than the cutoff (<code>refused_old</code>).</p>",
-            esc(base),
-            csrf_field(&c.inner.csrf),
-            esc(&window_text(c.inner.window)),
-        )
-    } else {
-        String::new()
-    };
-    let body = format!(
-        "<h1>Overview</h1>\
-         <p class=\"ok\" id=\"health\">Store answering ({} ms for these numbers). Inbox: {} ids; \
-         dead letters: {}. Last prune cutoff: {}.</p>\
-         <h2>Consumers</h2>{}<h2>Dead letters by reason and error class</h2>{}{backlog}{chart}{prune}",
-        took.as_millis(),
-        count("ids_held", s.ids_held),
-        count("dead_letters", s.dead_letters),
-        esc(&when(mark)),
-        table(
+    let body = html! {
+        h1 { "Overview" }
+        p class="ok" id="health" {
+            "Store answering (" (took.as_millis()) " ms for these numbers). Inbox: "
+            (count("ids_held", s.ids_held)) " ids; dead letters: "
+            (count("dead_letters", s.dead_letters)) ". Last prune cutoff: " (when_opt(mark)) "."
+        }
+        h2 { "Consumers" }
+        (table(
             "consumers",
             &["consumer", "inbox ids", "oldest", "newest", "dead letters"],
             &rows
-        ),
-        groups_table(base, "reasons", &groups),
-    );
-    page(base, "Overview", "", &body)
+        ))
+        h2 { "Dead letters by reason and error class" }
+        (groups_table(base, "reasons", &groups))
+        (backlog)
+        (chart)
+        @if operator(role) {
+            h2 { "Prune" }
+            form method="post" action={ (base) "/prune" } id="prune-form" {
+                (csrf_field(&c.inner.csrf))
+                label {
+                    "Remove inbox ids received longer ago than "
+                    input name="older_than" id="older_than" value=(window_text(c.inner.window)) size="6";
+                }
+                " "
+                button id="prune" { "Prune…" }
+            }
+            p class="muted" {
+                "As " code { "oncely prune --older-than" } ": a preview count first, then batches \
+                 in the background. Replay then refuses dead letters older than the cutoff ("
+                code { "refused_old" } ")."
+            }
+        }
+    };
+    page(base, "Overview", html! {}, body)
 }
 
 /// `POST /prune` (form `older_than`, `confirm`): the preview, or the job.
@@ -242,21 +238,25 @@ pub(crate) async fn prune(
             Redirect::to(&format!("{base}/jobs/{job}")).into_response()
         }
         Ok(crate::prune::PruneAnswer::Preview { expired, cutoff_ms }) => {
-            let body = format!(
-                "<h1>Confirm prune</h1><p id=\"preview\">Remove {} inbox id(s) received before {}?</p>\
-                 <p class=\"warn\">After this, replay refuses dead letters first seen before the cutoff \
-                 (<code>refused_old</code>): their claims may be gone.</p>\
-                 <form method=\"post\" action=\"{b}/prune\">{}<input type=\"hidden\" name=\"older_than\" value=\"{}\">\
-                 <input type=\"hidden\" name=\"confirm\" value=\"1\">\
-                 <button id=\"confirm\" class=\"danger\">Yes, prune {expired}</button></form>\
-                 <p><a href=\"{b}/\">Cancel</a></p>",
-                count("preview", expired),
-                esc(&time::format(cutoff_ms)),
-                csrf_field(&c.inner.csrf),
-                esc(&window_text(window)),
-                b = esc(base),
-            );
-            page(base, "Confirm prune", "", &body)
+            let body = html! {
+                h1 { "Confirm prune" }
+                p id="preview" {
+                    "Remove " (count("preview", expired)) " inbox id(s) received before "
+                    (when(cutoff_ms)) "?"
+                }
+                p class="warn" {
+                    "After this, replay refuses dead letters first seen before the cutoff ("
+                    code { "refused_old" } "): their claims may be gone."
+                }
+                form method="post" action={ (base) "/prune" } {
+                    (csrf_field(&c.inner.csrf))
+                    input type="hidden" name="older_than" value=(window_text(window));
+                    input type="hidden" name="confirm" value="1";
+                    button id="confirm" class="danger" { "Yes, prune " (expired) }
+                }
+                p { a href={ (base) "/" } { "Cancel" } }
+            };
+            page(base, "Confirm prune", html! {}, body)
         }
     }
 }

@@ -2,16 +2,17 @@
 //! overview ([`crate::overview`]): an action's preview and confirmation, a job's progress
 //! and its cancel, the audit journal.
 
+use crate::Console;
 use crate::actions::{self, Answer, Ask, Selection};
 use crate::auth::Role;
-use crate::html::{csrf_field, error, esc, page, table};
+use crate::html::{count, csrf_field, cut, error, page, table, when, when_opt};
 use crate::jobs::Action;
-use crate::{Console, time};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
 use oncely_ops::events;
 
 pub(crate) use crate::letters::{dead_letter, dead_letters};
@@ -33,15 +34,6 @@ pub(crate) async fn favicon() -> Response {
         include_str!("../assets/favicon.svg"),
     )
         .into_response()
-}
-
-pub(crate) fn when(ms: Option<i64>) -> String {
-    ms.map_or_else(|| "-".to_owned(), time::format)
-}
-
-/// A number with the name a test compares it by.
-pub(crate) fn count(key: &str, n: impl std::fmt::Display) -> String {
-    format!("<span data-count=\"{}\">{n}</span>", esc(key))
 }
 
 /// `POST /jobs/{id}/cancel`: asks the job to stop, back to its page.
@@ -107,49 +99,45 @@ pub(crate) async fn action(
             matched,
             needs_force_confirmation,
         }) => {
-            let keep: String = pairs
+            let keep: Vec<&(String, String)> = pairs
                 .iter()
                 .filter(|(k, _)| !matches!(k.as_str(), "csrf" | "confirm" | "confirm_force"))
-                .map(|(k, v)| {
-                    format!(
-                        "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
-                        esc(k),
-                        esc(v)
-                    )
-                })
                 .collect();
             let what = match &ask.selection {
-                Selection::Ids(_) => "selected".to_owned(),
-                Selection::Filter(_) => "matching the filter".to_owned(),
+                Selection::Ids(_) => "selected",
+                Selection::Filter(_) => "matching the filter",
             };
-            let force = if ask.force {
-                format!(
-                    "<p class=\"warn\">Forced replay runs rows refused as <b>refused_old</b>: their \
-                     claim may have been pruned, so a replay could apply a message twice. Only go on \
-                     if you know these messages were never applied.</p>\
-                     <p><label><input type=\"checkbox\" name=\"confirm_force\" value=\"1\" id=\"confirm_force\"> \
-                     I confirm the force: these messages were never applied</label>{}</p>",
-                    if needs_force_confirmation && ask.confirm {
-                        " <span class=\"err\">(tick this to go on)</span>"
-                    } else {
-                        ""
+            let a = action.name();
+            let body = html! {
+                h1 { "Confirm " (a) }
+                p id="preview" { (a) " " (count("preview", matched)) " dead letter(s) " (what) "?" }
+                form method="post" action={ (base) "/actions/" (a) } {
+                    (csrf_field(&c.inner.csrf))
+                    @for (k, v) in keep {
+                        input type="hidden" name=(k) value=(v);
                     }
-                )
-            } else {
-                String::new()
+                    @if ask.force {
+                        p class="warn" {
+                            "Forced replay runs rows refused as " b { "refused_old" } ": their \
+                             claim may have been pruned, so a replay could apply a message twice. \
+                             Only go on if you know these messages were never applied."
+                        }
+                        p {
+                            label {
+                                input type="checkbox" name="confirm_force" value="1" id="confirm_force";
+                                " I confirm the force: these messages were never applied"
+                            }
+                            @if needs_force_confirmation && ask.confirm {
+                                " " span class="err" { "(tick this to go on)" }
+                            }
+                        }
+                    }
+                    input type="hidden" name="confirm" value="1";
+                    button id="confirm" class="danger" { "Yes, " (a) " " (matched) }
+                }
+                p { a href={ (base) "/dead-letters" } { "Cancel" } }
             };
-            let body = format!(
-                "<h1>Confirm {a}</h1><p id=\"preview\">{a} {} dead letter(s) {what}?</p>\
-                 <form method=\"post\" action=\"{b}/actions/{a}\">{}{keep}{force}\
-                 <input type=\"hidden\" name=\"confirm\" value=\"1\">\
-                 <button id=\"confirm\" class=\"danger\">Yes, {a} {matched}</button></form>\
-                 <p><a href=\"{b}/dead-letters\">Cancel</a></p>",
-                count("preview", matched),
-                csrf_field(&c.inner.csrf),
-                a = action.name(),
-                b = esc(base),
-            );
-            page(base, "Confirm", "", &body)
+            page(base, "Confirm", html! {}, body)
         }
     }
 }
@@ -168,34 +156,22 @@ pub(crate) async fn job(
             "no such job (jobs live as long as the console process)",
         );
     };
-    let outcomes: Vec<Vec<String>> = j
+    let outcomes: Vec<Vec<Markup>> = j
         .outcomes
         .iter()
-        .map(|(o, n)| vec![esc(o), count(&format!("outcome:{o}"), n)])
+        .map(|(o, n)| vec![html! { (o) }, count(&format!("outcome:{o}"), n)])
         .collect();
-    let results: Vec<Vec<String>> = j
+    let results: Vec<Vec<Markup>> = j
         .results
         .iter()
         .map(|r| {
             vec![
-                format!(
-                    "<a href=\"{}/dead-letters/{}\">{}</a>",
-                    esc(base),
-                    r.id,
-                    r.id
-                ),
-                esc(&r.consumer),
-                esc(&crate::html::cut(
-                    r.message_id.as_deref().unwrap_or("(none)"),
-                    80,
-                )),
-                format!(
-                    "<span class=\"outcome\" data-id=\"{}\">{}</span>",
-                    r.id,
-                    esc(&r.outcome)
-                ),
-                esc(r.detail.as_deref().unwrap_or("")),
-                esc(r.warning.as_deref().unwrap_or("")),
+                html! { a href={ (base) "/dead-letters/" (r.id) } { (r.id) } },
+                html! { (r.consumer) },
+                html! { (cut(r.message_id.as_deref().unwrap_or("(none)"), 80)) },
+                html! { span class="outcome" data-id=(r.id) { (r.outcome) } },
+                html! { (r.detail.as_deref().unwrap_or("")) },
+                html! { (r.warning.as_deref().unwrap_or("")) },
             ]
         })
         .collect();
@@ -205,49 +181,38 @@ pub(crate) async fn job(
         (false, true) => "cancelling",
         (false, false) => "running",
     };
-    let cancel = if !j.finished && !j.cancelled && operator(role) {
-        format!(
-            "<form method=\"post\" action=\"{}/jobs/{id}/cancel\">{}<button id=\"cancel\" class=\"danger\">Cancel the job</button> \
-             <span class=\"muted\">(stops before the next row; rows done stay done)</span></form>",
-            esc(base),
-            csrf_field(&c.inner.csrf)
-        )
-    } else {
-        String::new()
+    let cancel = !j.finished && !j.cancelled && operator(role);
+    let head = html! {
+        @if !j.finished { meta http-equiv="refresh" content="1"; }
     };
-    let head = if j.finished {
-        ""
-    } else {
-        "<meta http-equiv=\"refresh\" content=\"1\">"
-    };
-    let body = format!(
-        "<h1>Job {id}: {}</h1><p id=\"job-state\" data-state=\"{state}\">{state}: \
-         <progress max=\"{}\" value=\"{}\"></progress> {} of {} rows, by {}</p>{cancel}\
-         <p class=\"muted\">Jobs live in this console process: a restart forgets this page, not \
-         what was done (each row's outcome is in the database; the summary goes to the audit \
-         journal when the job ends).</p>\
-         <h2>Summary</h2>{}<h2>Rows</h2>{}",
-        esc(&j.action),
-        j.total.max(1),
-        j.done,
-        j.done,
-        j.total,
-        esc(&j.actor),
-        table("outcomes", &["outcome", "rows"], &outcomes),
-        table(
+    let body = html! {
+        h1 { "Job " (id) ": " (j.action) }
+        p id="job-state" data-state=(state) {
+            (state) ": " progress max=(j.total.max(1)) value=(j.done) {}
+            " " (j.done) " of " (j.total) " rows, by " (j.actor)
+        }
+        @if cancel {
+            form method="post" action={ (base) "/jobs/" (id) "/cancel" } {
+                (csrf_field(&c.inner.csrf))
+                button id="cancel" class="danger" { "Cancel the job" } " "
+                span class="muted" { "(stops before the next row; rows done stay done)" }
+            }
+        }
+        p class="muted" {
+            "Jobs live in this console process: a restart forgets this page, not what was done \
+             (each row's outcome is in the database; the summary goes to the audit journal when \
+             the job ends)."
+        }
+        h2 { "Summary" }
+        (table("outcomes", &["outcome", "rows"], &outcomes))
+        h2 { "Rows" }
+        (table(
             "results",
-            &[
-                "id",
-                "consumer",
-                "message id",
-                "outcome",
-                "detail",
-                "warning"
-            ],
+            &["id", "consumer", "message id", "outcome", "detail", "warning"],
             &results
-        ),
-    );
-    page(base, "Job", head, &body)
+        ))
+    };
+    page(base, "Job", head, body)
 }
 
 /// `/audit`: the operations journal, newest first.
@@ -258,40 +223,32 @@ pub(crate) async fn audit(State(c): State<Console>, RawQuery(q): RawQuery) -> Re
         Ok(r) => r,
         Err(e) => return error(base, StatusCode::SERVICE_UNAVAILABLE, &actions::db(e).0),
     };
-    let cells: Vec<Vec<String>> = rows
+    let cells: Vec<Vec<Markup>> = rows
         .iter()
         .map(|e| {
             vec![
-                e.id.to_string(),
-                esc(&time::format(e.at)),
-                format!("<span class=\"kind\">{}</span>", esc(&e.kind)),
-                esc(&when(e.cutoff)),
-                format!("<code>{}</code>", esc(&crate::html::cut(&e.detail, 2000))),
+                html! { (e.id) },
+                html! { (when(e.at)) },
+                html! { span class="kind" { (e.kind) } },
+                html! { (when_opt(e.cutoff)) },
+                html! { code { (cut(&e.detail, 2000)) } },
             ]
         })
         .collect();
-    let older = rows
-        .last()
-        .filter(|_| rows.len() == 100)
-        .map(|e| {
-            format!(
-                "<p><a href=\"{}/audit?before={}\">Older →</a></p>",
-                esc(base),
-                e.id
-            )
-        })
-        .unwrap_or_default();
-    let body = format!(
-        "<h1>Audit</h1><p class=\"muted\">Every operation recorded in the operations journal: \
-         prune cutoffs, replays and resolutions (by the CLI or this console), console jobs with \
-         who ran them, their selection and outcomes.</p>{}{older}",
-        table(
-            "audit",
-            &["#", "when", "what", "prune cutoff", "detail"],
-            &cells
-        )
-    );
-    page(base, "Audit", "", &body)
+    let older = rows.last().filter(|_| rows.len() == 100);
+    let body = html! {
+        h1 { "Audit" }
+        p class="muted" {
+            "Every operation recorded in the operations journal: prune cutoffs, replays and \
+             resolutions (by the CLI or this console), console jobs with who ran them, their \
+             selection and outcomes."
+        }
+        (table("audit", &["#", "when", "what", "prune cutoff", "detail"], &cells))
+        @if let Some(e) = older {
+            p { a href={ (base) "/audit?before=" (e.id) } { "Older →" } }
+        }
+    };
+    page(base, "Audit", html! {}, body)
 }
 
 /// True when the request may act.

@@ -28,7 +28,7 @@ async fn get_text(base: &str, path: &str) -> String {
 }
 
 /// Installs oncely-effects' tables and writes journal and outbox rows: pending for
-/// `billing` ×3, done ×1, a legacy key pending ×1; outbox to `orders` ×2 undispatched,
+/// `billing` ×3, done ×1, pending ×1 for `mailer` (no inbox rows here); outbox to `orders` ×2 undispatched,
 /// ×1 dispatched, to `mail` ×1 undispatched.
 async fn effects(f: &Fixture) {
     f.store
@@ -45,7 +45,7 @@ async fn effects(f: &Fixture) {
         ("billing:o-2:email", "pending"),
         ("billing:o-3:charge", "pending"),
         ("billing:o-4:email", "done"),
-        ("msg-o-5:email", "pending"),
+        ("mailer:o-5:email", "pending"),
     ] {
         f.exec(
             &journal,
@@ -119,10 +119,10 @@ async fn backlog_is_not_installed_then_counted() {
     assert_eq!((shown, pending), (4, 4), "{journal:?}");
     let billing = journal.iter().find(|r| r["consumer"] == "billing").unwrap();
     assert_eq!(billing["rows"], 3, "billing's pending rows: {journal:?}");
-    let legacy = journal.iter().find(|r| r["key_part"] == "msg-o-5").unwrap();
+    let unknown = journal.iter().find(|r| r["key_part"] == "mailer").unwrap();
     assert!(
-        legacy["consumer"].is_null(),
-        "a legacy key names no consumer"
+        unknown["consumer"].is_null(),
+        "a consumer without inbox rows is not named"
     );
     let page = get_text(&base, "/").await;
     assert!(page.contains("data-count=\"outbox_backlog\">3<"), "{page}");

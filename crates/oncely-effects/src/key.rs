@@ -44,8 +44,7 @@ fn part(text: &str, max: usize, hex_chars: usize) -> String {
 /// `[A-Za-z0-9._-]` (consumer ≤ 64 bytes, id ≤ [`MAX_VERBATIM_ID`], effect ≤ 32), otherwise
 /// `h-` and the first 32 hex digits of its SHA-256 (16 for the effect). So a key is at most
 /// [`MAX_KEY_LEN`] (198) bytes of `[A-Za-z0-9._:-]`: safe in any HTTP header, URL path or
-/// provider key charset. Keys made before consumers were part of them are
-/// [`legacy_effect_key`] (see docs/effects.md, "Migrating keys").
+/// provider key charset.
 ///
 /// ```
 /// use oncely_core::{ConsumerName, MessageId};
@@ -73,33 +72,6 @@ pub fn effect_key_prefix(consumer: &ConsumerName, id: &MessageId) -> String {
         part(consumer.as_str(), MAX_VERBATIM_CONSUMER, 32),
         part(id.as_str(), MAX_VERBATIM_ID, 32)
     )
-}
-
-/// The start every [`legacy_effect_key`] of `id` shares (`msg-<id>:` or `msgh-<hash>:`).
-pub fn legacy_effect_key_prefix(id: &MessageId) -> String {
-    let key = legacy_effect_key(id, "x");
-    key[..key.len() - 1].to_owned()
-}
-
-/// The key earlier versions made, without the consumer: `msg-<id>:<effect>` (id ≤ 100 bytes
-/// of `[A-Za-z0-9._~-]`) or `msgh-<32 hex digits of sha256(id)>:<effect>`, the effect
-/// verbatim when ≤ 16 bytes of `[A-Za-z0-9._-]`, else `h-<16 hex digits>`. Only for finding
-/// journal rows written before the upgrade (`oncely inspect` shows both forms); do not use it
-/// for new effects: two consumers of one message share it.
-pub fn legacy_effect_key(id: &MessageId, effect: &str) -> String {
-    let safe_effect = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    let effect = if !effect.is_empty() && effect.len() <= 16 && effect.chars().all(safe_effect) {
-        effect.to_owned()
-    } else {
-        format!("h-{}", sha_hex(effect, 16))
-    };
-    let id = id.as_str();
-    let safe_id = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~');
-    if id.len() <= MAX_VERBATIM_ID && id.chars().all(safe_id) {
-        format!("msg-{id}:{effect}")
-    } else {
-        format!("msgh-{}:{effect}", sha_hex(id, 32))
-    }
 }
 
 #[cfg(test)]
@@ -170,19 +142,7 @@ mod tests {
         for raw in ["m1", "a b", &"z".repeat(300)[..255]] {
             let (cn, m) = (c("welcome-mailer"), id(raw));
             assert!(effect_key(&cn, &m, "email").starts_with(&effect_key_prefix(&cn, &m)));
-            assert!(legacy_effect_key(&m, "email").starts_with(&legacy_effect_key_prefix(&m)));
         }
-    }
-
-    #[test]
-    fn legacy_keys_are_unchanged() {
-        assert_eq!(legacy_effect_key(&id("8f2c"), "email"), "msg-8f2c:email");
-        assert_eq!(
-            legacy_effect_key(&id("a b"), "email"),
-            "msgh-c8687a08aa5d6ed2044328fa6a697ab8:email"
-        );
-        let k = legacy_effect_key(&id("m1"), "send email");
-        assert!(k.starts_with("msg-m1:h-") && k.len() == "msg-m1:h-".len() + 16);
     }
 
     proptest! {
@@ -196,7 +156,7 @@ mod tests {
             prop_assert_eq!(&ka, &effect_key(&c(&ca), &id(&a), "email"));
             prop_assert!(ka.len() <= MAX_KEY_LEN);
             prop_assert!(ka.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_.:".contains(ch)), "{}", ka);
-            // Two colons: never equal to a legacy key (one colon).
+            // Three parts, none containing ':'.
             prop_assert_eq!(ka.matches(':').count(), 2);
             if (ca.as_str(), a.as_str()) != (cb.as_str(), b.as_str()) {
                 prop_assert_ne!(ka, effect_key(&c(&cb), &id(&b), "email"));

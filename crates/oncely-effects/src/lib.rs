@@ -41,14 +41,8 @@ mod tables;
 mod versioned;
 
 pub use journal::{EffectState, Journal, JournalEntry, Performed};
-pub use key::{
-    MAX_KEY_LEN, MAX_VERBATIM_CONSUMER, MAX_VERBATIM_ID, effect_key, effect_key_prefix,
-    legacy_effect_key, legacy_effect_key_prefix,
-};
+pub use key::{MAX_KEY_LEN, MAX_VERBATIM_CONSUMER, MAX_VERBATIM_ID, effect_key, effect_key_prefix};
 pub use migrate::MIGRATIONS;
-/// The databases oncely-effects supports: [`oncely_sql::SqlDatabase`] (SQLite, PostgreSQL,
-/// MySQL/MariaDB) under the name this crate used first.
-pub use oncely_sql::SqlDatabase as EffectsDb;
 pub use outbox::{DESTINATION_HEADER, Outbox, OutboxMessage, Outgoing, derived_id, outbox_rows};
 pub use prune::{prune_journal, prune_outbox};
 pub use publisher::Publisher;
@@ -56,7 +50,3 @@ pub use reconcile::{ReconcileReport, Reconciler, Resolution, Resolve};
 pub use relay::{DispatchReport, Relay};
 pub use tables::EffectTables;
 pub use versioned::{Versioned, Versions, apply_if_newer};
-
-/// Former names of [`oncely_sql::Value`], [`oncely_sql::Column`] and [`oncely_sql::Done`].
-#[doc(hidden)]
-pub use oncely_sql::{Column as Col, Done, Value as Val};

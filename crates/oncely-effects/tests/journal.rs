@@ -11,10 +11,9 @@ use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, RawEnvelope, RetryPolicy,
 };
 use oncely_effects::{
-    EffectState, EffectsDb, Journal, JournalEntry, Performed, Reconciler, Resolution, Resolve,
-    effect_key,
+    EffectState, Journal, JournalEntry, Performed, Reconciler, Resolution, Resolve, effect_key,
 };
-use oncely_sql::Tables;
+use oncely_sql::{SqlDatabase, Tables};
 use oncely_testkit::provider::FakeProvider;
 use oncely_testkit::{FaultySource, SourceFaults};
 use sqlx::{Pool, Sqlite, Transaction};
@@ -131,7 +130,7 @@ async fn run_mailer(steps: &[JournalStep], provider: FakeProvider) -> Counted {
 }
 
 /// [`run_mailer`] with the journal in any database (the inbox stays on SQLite).
-async fn run_mailer_on<J: EffectsDb>(
+async fn run_mailer_on<J: SqlDatabase>(
     journal_pool: Pool<J>,
     tables: Tables,
     steps: &[JournalStep],
@@ -407,7 +406,7 @@ impl Resolve for HttpResolver {
 
 /// No redelivery: 5 rows crash after record (never called), 5 after the call (performed, not
 /// marked), 1 after record and is rejected, 2 complete. The reconciler resolves the 11 pending.
-async fn reconciler_resolves<DB: EffectsDb>(pool: Pool<DB>, tables: Tables)
+async fn reconciler_resolves<DB: SqlDatabase>(pool: Pool<DB>, tables: Tables)
 where
     oncely_sql::AnyPool: From<Pool<DB>>,
 {

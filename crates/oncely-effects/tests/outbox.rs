@@ -9,10 +9,8 @@ use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource, RawEnvelope,
     RetryPolicy,
 };
-use oncely_effects::{
-    EffectsDb, Outbox, OutboxMessage, Outgoing, Publisher, Relay, derived_id, outbox_rows,
-};
-use oncely_sql::Tables;
+use oncely_effects::{Outbox, OutboxMessage, Outgoing, Publisher, Relay, derived_id, outbox_rows};
+use oncely_sql::{SqlDatabase, Tables};
 use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
 use oncely_testkit::{FaultySource, SourceFaults};
 use sqlx::{Pool, Sqlite, Transaction};
@@ -158,7 +156,7 @@ async fn relay_killed_mid_dispatch_downstream_applies_each_once() {
 
 /// Kills five relays between publish and mark, lets a survivor finish, then runs the
 /// downstream consumer (SQLite, ledger without unique key) and counts applications per id.
-async fn kill_relays_then_check<DB: EffectsDb>(
+async fn kill_relays_then_check<DB: SqlDatabase>(
     pool: Pool<DB>,
     tables: Tables,
     expected: HashSet<String>,

@@ -5,8 +5,8 @@
 mod support;
 
 use oncely_core::{Error, MemorySource};
-use oncely_effects::{EffectsDb, Outbox, OutboxMessage, Outgoing, Publisher, Relay, outbox_rows};
-use oncely_sql::Tables;
+use oncely_effects::{Outbox, OutboxMessage, Outgoing, Publisher, Relay, outbox_rows};
+use oncely_sql::{SqlDatabase, Tables};
 use sqlx::Pool;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,7 +44,7 @@ impl Publisher for Tagged {
     }
 }
 
-async fn two_relays<DB: EffectsDb>(pool: Pool<DB>, tables: Tables)
+async fn two_relays<DB: SqlDatabase>(pool: Pool<DB>, tables: Tables)
 where
     oncely_sql::AnyPool: From<Pool<DB>>,
 {

@@ -7,10 +7,8 @@ mod support;
 
 use crashing_journal::{CrashingJournal, JournalStep};
 use oncely_core::Error;
-use oncely_effects::{
-    EffectState, EffectsDb, Journal, JournalEntry, Reconciler, Resolution, Resolve,
-};
-use oncely_sql::Tables;
+use oncely_effects::{EffectState, Journal, JournalEntry, Reconciler, Resolution, Resolve};
+use oncely_sql::{SqlDatabase, Tables};
 use oncely_testkit::provider::FakeProvider;
 use sqlx::Pool;
 use std::time::Duration;
@@ -56,7 +54,7 @@ impl Resolve for Http {
     }
 }
 
-async fn two_reconcilers_call_once<DB: EffectsDb>(pool: Pool<DB>, tables: Tables)
+async fn two_reconcilers_call_once<DB: SqlDatabase>(pool: Pool<DB>, tables: Tables)
 where
     oncely_sql::AnyPool: From<Pool<DB>>,
 {

@@ -4,8 +4,8 @@
 
 mod support;
 
-use oncely_effects::{EffectsDb, Val, Versioned, Versions};
-use oncely_sql::Tables;
+use oncely_effects::{Versioned, Versions};
+use oncely_sql::{Column, SqlDatabase, Tables, Value};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sqlx::{Connection, Pool};
@@ -46,7 +46,7 @@ fn values_table(tables: &Tables) -> String {
     }
 }
 
-async fn create_values<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) {
+async fn create_values<DB: SqlDatabase>(pool: &Pool<DB>, tables: &Tables) {
     let key = DB::DIALECT.key_text(190);
     let sql = format!(
         "CREATE TABLE IF NOT EXISTS {} (k {key} PRIMARY KEY, value TEXT NOT NULL, version BIGINT NOT NULL)",
@@ -58,7 +58,7 @@ async fn create_values<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) {
 
 /// One update in its own transaction, as a handler would: apply_if_newer, then (only if
 /// applied) the natural upsert of the entity row. Transient errors (deadlocks) are retried.
-async fn apply<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables, u: &Update) -> Versioned {
+async fn apply<DB: SqlDatabase>(pool: &Pool<DB>, tables: &Tables, u: &Update) -> Versioned {
     let d = DB::DIALECT;
     let upsert = format!(
         "INSERT INTO {} (k, value, version) VALUES ({}) {}",
@@ -78,7 +78,7 @@ async fn apply<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables, u: &Update) -> V
                 .await?;
             if seen.is_applied() {
                 let args = vec![
-                    Val::from(u.key.as_str()),
+                    Value::from(u.key.as_str()),
                     u.value.as_str().into(),
                     u.version.into(),
                 ];
@@ -104,7 +104,7 @@ async fn apply<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables, u: &Update) -> V
     unreachable!()
 }
 
-async fn run_case<DB: EffectsDb>(
+async fn run_case<DB: SqlDatabase>(
     pool: &Pool<DB>,
     tables: &Tables,
     case: usize,
@@ -156,13 +156,13 @@ async fn run_case<DB: EffectsDb>(
                 DB::DIALECT.param(1)
             ),
             &[key.as_str().into()],
-            &[oncely_effects::Col::Text, oncely_effects::Col::I64],
+            &[Column::Text, Column::I64],
         )
         .await
         .unwrap();
         prop_assert_eq!(rows.len(), 1);
-        prop_assert_eq!(&rows[0][0], &Val::Text(value.clone()), "value of {}", key);
-        prop_assert_eq!(&rows[0][1], &Val::I64(*version));
+        prop_assert_eq!(&rows[0][0], &Value::Text(value.clone()), "value of {}", key);
+        prop_assert_eq!(&rows[0][1], &Value::I64(*version));
         // A version (duplicates included) is applied at most once, and at least the highest is.
         let n = applied.get(key).copied().unwrap_or(0);
         prop_assert!(
@@ -175,7 +175,7 @@ async fn run_case<DB: EffectsDb>(
     Ok(())
 }
 
-fn property<DB: EffectsDb>(
+fn property<DB: SqlDatabase>(
     rt: &tokio::runtime::Runtime,
     pool: Pool<DB>,
     tables: Tables,
@@ -198,7 +198,7 @@ fn property<DB: EffectsDb>(
 
 /// v1 applied, v3 applied, v2 stale, v3 again stale, v4 applied; a second key is independent.
 /// All on one connection, so MySQL's session state (LAST_INSERT_ID) can't mislead.
-async fn outcomes<DB: EffectsDb>(pool: &Pool<DB>, tables: &Tables) {
+async fn outcomes<DB: SqlDatabase>(pool: &Pool<DB>, tables: &Tables) {
     let versions = Versions::new(tables.clone());
     let mut conn = pool.acquire().await.unwrap();
     let steps = [
@@ -320,24 +320,24 @@ fn last_write_wins_is_caught() {
         create_values(pool, store.tables()).await;
         let mut conn = pool.acquire().await.unwrap();
         for (version, value) in [(3, "shipped"), (2, "paid")] {
-            <sqlx::Sqlite as EffectsDb>::execute(
+            <sqlx::Sqlite as SqlDatabase>::execute(
                 &mut conn,
                 store.engine(),
                 "INSERT INTO entity_values (k, value, version) VALUES (?1, ?2, ?3) ON CONFLICT (k) DO UPDATE SET value = excluded.value, version = excluded.version",
-                &["o1".into(), value.into(), Val::I64(version)],
+                &["o1".into(), value.into(), Value::I64(version)],
             )
             .await
             .unwrap();
         }
-        let rows = <sqlx::Sqlite as EffectsDb>::fetch(
+        let rows = <sqlx::Sqlite as SqlDatabase>::fetch(
             &mut conn,
             store.engine(),
             "SELECT value FROM entity_values WHERE k = 'o1'",
             &[],
-            &[oncely_effects::Col::Text],
+            &[Column::Text],
         )
         .await
         .unwrap();
-        assert_ne!(rows[0][0], Val::Text("shipped".into()), "last write wins must lose v3 here");
+        assert_ne!(rows[0][0], Value::Text("shipped".into()), "last write wins must lose v3 here");
     });
 }

@@ -5,8 +5,8 @@
 mod support;
 
 use oncely_core::{Consumer, ConsumerName, Envelope, Error, Handled, Handler, RawEnvelope, Store};
-use oncely_effects::{Col, EffectsDb, Val, Versions};
-use oncely_sql::{SqlStore, Tables};
+use oncely_effects::Versions;
+use oncely_sql::{Column, SqlDatabase, SqlStore, Tables, Value};
 use oncely_testkit::{FaultySource, SourceFaults};
 use sqlx::Transaction;
 use tokio_util::sync::CancellationToken;
@@ -25,7 +25,7 @@ struct Status {
     tables: Tables,
 }
 
-impl<DB: EffectsDb> Handler<Transaction<'static, DB>> for Status {
+impl<DB: SqlDatabase> Handler<Transaction<'static, DB>> for Status {
     async fn handle(
         &self,
         tx: &mut Transaction<'static, DB>,
@@ -56,7 +56,7 @@ impl<DB: EffectsDb> Handler<Transaction<'static, DB>> for Status {
                 tx,
                 oncely_sql::Engine::assumed(DB::DIALECT),
                 &sql,
-                &[Val::Text(key), Val::Text(value)],
+                &[Value::Text(key), Value::Text(value)],
             )
             .await
             .map_err(Error::transient)?;
@@ -65,7 +65,7 @@ impl<DB: EffectsDb> Handler<Transaction<'static, DB>> for Status {
     }
 }
 
-async fn through_consumer<DB: EffectsDb>(store: SqlStore<DB>)
+async fn through_consumer<DB: SqlDatabase>(store: SqlStore<DB>)
 where
     SqlStore<DB>: Store<Tx = Transaction<'static, DB>>,
 {
@@ -119,17 +119,19 @@ where
         oncely_sql::Engine::assumed(DB::DIALECT),
         &format!("SELECT k, value FROM {} ORDER BY k", table(&tables)),
         &[],
-        &[Col::Text, Col::Text],
+        &[Column::Text, Column::Text],
     )
     .await
     .unwrap();
     assert_eq!(rows.len(), ENTITIES);
     for row in rows {
         let k = row[0].clone();
-        let Val::Text(k) = k else { panic!("text key") };
+        let Value::Text(k) = k else {
+            panic!("text key")
+        };
         assert_eq!(
             row[1],
-            Val::Text(format!("{k} state {VERSIONS}")),
+            Value::Text(format!("{k} state {VERSIONS}")),
             "{k} holds its latest state"
         );
     }

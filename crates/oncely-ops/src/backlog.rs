@@ -21,10 +21,10 @@ pub struct OutboxBacklog {
 /// Effect-journal rows in state `pending` of one consumer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct JournalPending {
-    /// The consumer, or `None` when the keys name none known here (keys made before consumers
-    /// were part of them, `msg-<id>:…`, or a consumer without inbox rows or dead letters).
+    /// The consumer, or `None` when the keys name none known here (a consumer with no inbox
+    /// rows or dead letters in this store).
     pub consumer: Option<String>,
-    /// The consumer part of the keys (`<consumer>` or `h-<hash>`; `msg-…` for legacy keys).
+    /// The consumer part of the keys (`<consumer>` or `h-<hash>`).
     pub key_part: String,
     /// Pending rows.
     pub rows: i64,

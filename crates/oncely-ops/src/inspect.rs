@@ -22,7 +22,7 @@ pub struct Claimed {
 /// One effect-journal row (oncely-effects).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct JournalRow {
-    /// The effect key (`{consumer}:{id}:{effect}`, or the legacy `msg-{id}:{effect}`).
+    /// The effect key (`{consumer}:{id}:{effect}`).
     pub effect_key: String,
     /// Effect kind.
     pub kind: String,
@@ -100,18 +100,16 @@ pub async fn inspect(ops: &Ops, message_id: &str) -> Result<Inspection> {
     })
 }
 
-/// The key prefixes oncely-effects gives this id: one per consumer (`<consumer>:<id>:`), and
-/// the legacy form without consumer (`msg-<id>:` / `msgh-<hash>:`).
+/// The key prefixes oncely-effects gives this id: one per consumer (`<consumer>:<id>:`).
 fn key_prefixes(id: &str, consumers: &[String]) -> Vec<String> {
     let Ok(id) = MessageId::new(id) else {
         return Vec::new();
     };
-    let mut prefixes = vec![oncely_effects::legacy_effect_key_prefix(&id)];
-    for c in consumers {
-        if let Ok(name) = ConsumerName::new(c) {
-            prefixes.push(oncely_effects::effect_key_prefix(&name, &id));
-        }
-    }
+    let mut prefixes: Vec<String> = consumers
+        .iter()
+        .filter_map(|c| ConsumerName::new(c).ok())
+        .map(|name| oncely_effects::effect_key_prefix(&name, &id))
+        .collect();
     prefixes.sort();
     prefixes.dedup();
     prefixes
@@ -119,11 +117,9 @@ fn key_prefixes(id: &str, consumers: &[String]) -> Vec<String> {
 
 async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec<JournalRow>>> {
     let prefixes = key_prefixes(id, consumers);
-    if prefixes.is_empty() {
-        return Ok(Some(Vec::new()));
-    }
-    // Ranges instead of LIKE: no escaping of % and _ in ids; ';' sorts right after ':'.
-    let ranges: Vec<String> = (0..prefixes.len())
+    // Ranges instead of LIKE: no escaping of % and _ in ids; ';' sorts right after ':'. With
+    // no consumer to look under, the query still runs (`1 = 0`): a missing table says so.
+    let mut ranges: Vec<String> = (0..prefixes.len())
         .map(|i| {
             format!(
                 "(effect_key >= {} AND effect_key < {})",
@@ -132,6 +128,9 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
             )
         })
         .collect();
+    if ranges.is_empty() {
+        ranges.push("1 = 0".to_owned());
+    }
     let sql = format!(
         "SELECT {ek} AS effect_key, {kind} AS kind, {state} AS state, updated_at FROM {} WHERE {} ORDER BY effect_key",
         ops.tables().effect_journal(),

@@ -12,7 +12,8 @@
 //!   [`oncely_core::Consumer`], after refusing conflicts, already-applied and possibly-pruned
 //!   rows) and resolve conflicts; [`events`]: the operations journal (prune watermark,
 //!   resolutions).
-//! - [`retention`]: the retention window and the late-message policy, as configuration.
+//! - [`retention`]: the retention window and the late-message policy, as configuration;
+//!   [`time`]: unix milliseconds as UTC dates (the CLI's, the console's and partition names).
 //!
 //! Everything works on SQLite, PostgreSQL and MySQL/MariaDB through [`Ops`], built from an
 //! `oncely-sql` store's pool and [`oncely_sql::Tables`].
@@ -39,5 +40,6 @@ pub mod prune;
 pub mod replay;
 pub mod retention;
 pub mod stats;
+pub mod time;
 
 pub use db::Ops;

@@ -13,13 +13,11 @@
 //! schema/prefix and let the old table age out (prune it as usual), or copy it in a quiet window.
 
 use crate::db::{Ops, doing};
+use crate::time::{DAY_MS, day_digits, day_of_digits};
 use oncely_core::{Error, Result};
 use oncely_sql::now_ms;
 use oncely_sql::{Adopt, AnyStore, Column, Dialect, Migration, MigrationSet, SqlTx, Tables};
 use tracing::{info, warn};
-
-/// Milliseconds in a day.
-pub const DAY_MS: i64 = 86_400_000;
 
 /// The SQL template (with `{schema}` and `{prefix}`) of the partitioned inbox.
 pub const PARTITIONED_INBOX_SQL: &str =
@@ -73,58 +71,16 @@ fn partitions(ops: &Ops) -> Result<()> {
     ))
 }
 
-/// Civil date (year, month, day) of a day number since 1970-01-01 (H. Hinnant's algorithm).
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+/// The partition holding day number `day` (days since 1970-01-01, UTC): `inbox_pYYYYMMDD`.
+fn suffix(day: i64) -> Result<String> {
+    let digits = day_digits(day)
+        .ok_or_else(|| Error::config(format!("day {day} is outside the years -9999..=9999")))?;
+    Ok(format!("inbox_p{digits}"))
 }
 
-/// Day number of a civil date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// `YYYY-MM-DD HH:MM:SSZ` for a unix-ms timestamp (UTC), for human-readable output.
-///
-/// ```
-/// assert_eq!(oncely_ops::partition::format_utc_ms(86_400_000 + 3_723_000), "1970-01-02 01:02:03Z");
-/// ```
-pub fn format_utc_ms(ms: i64) -> String {
-    let (y, m, d) = civil(ms.div_euclid(DAY_MS));
-    let secs = ms.rem_euclid(DAY_MS) / 1000;
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
-}
-
-fn suffix(day: i64) -> String {
-    let (y, m, d) = civil(day);
-    format!("inbox_p{y:04}{m:02}{d:02}")
-}
-
+/// The day number a partition's name (under `prefix`) stands for.
 fn day_of_suffix(name: &str, prefix: &str) -> Option<i64> {
-    let digits = name.strip_prefix(prefix)?.strip_prefix("inbox_p")?;
-    if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n = |r: std::ops::Range<usize>| digits[r].parse::<i64>().ok();
-    Some(days_from_civil(n(0..4)?, n(4..6)?, n(6..8)?))
+    day_of_digits(name.strip_prefix(prefix)?.strip_prefix("inbox_p")?)
 }
 
 /// True when the inbox of `ops` is the partitioned layout.
@@ -200,7 +156,7 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
         "SELECT COUNT(*) FROM (SELECT 1 FROM {default} WHERE received_at >= $1 AND received_at < $2 LIMIT 1) AS stray"
     );
     for day in from_ms.div_euclid(DAY_MS)..=last {
-        let name = ops.tables().table(&suffix(day));
+        let name = ops.tables().table(&suffix(day)?);
         if existing.contains(&name) {
             continue;
         }
@@ -304,17 +260,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn civil_dates_round_trip() {
-        assert_eq!(civil(0), (1970, 1, 1));
-        assert_eq!(suffix(20_422), "inbox_p20251130");
+    fn partition_names_round_trip() {
+        assert_eq!(suffix(0).unwrap(), "inbox_p19700101");
+        assert_eq!(suffix(20_422).unwrap(), "inbox_p20251130");
+        assert!(suffix(i64::MAX / DAY_MS).is_err());
         for day in [-1000, 0, 59, 60, 365, 11_016, 20_422, 30_000] {
-            let (y, m, d) = civil(day);
-            assert_eq!(days_from_civil(y, m, d), day);
             assert_eq!(
-                day_of_suffix(&format!("x_{}", suffix(day)), "x_"),
+                day_of_suffix(&format!("x_{}", suffix(day).unwrap()), "x_"),
                 Some(day)
             );
         }
         assert_eq!(day_of_suffix("x_inbox_default", "x_"), None);
+        assert_eq!(day_of_suffix("y_inbox_p20251130", "x_"), None);
     }
 }

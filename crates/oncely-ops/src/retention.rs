@@ -66,7 +66,9 @@ pub fn parse_late_policy(text: &str) -> Result<LatePolicy> {
     }
 }
 
-/// Parses a duration like `7d`, `36h`, `90m`, `30s`, `500ms` or a sum such as `1d12h`.
+/// Parses a duration like `7d`, `36h`, `90m`, `30s`, `500ms`, `2w` or a sum such as `1d12h` or
+/// `1h 30m` (with `humantime`, which also takes longer unit names and fractions: `7days`,
+/// `90min`, `1.5h`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,39 +78,64 @@ pub fn parse_late_policy(text: &str) -> Result<LatePolicy> {
 /// assert!(parse_duration("7 parsecs").is_err());
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration> {
-    let bad = || {
+    humantime::parse_duration(text.trim()).map_err(|e| {
         Error::config(format!(
-            "duration {text:?}: use e.g. 7d, 36h, 90m, 30s, 500ms"
+            "duration {text:?}: {e}; use e.g. 7d, 36h, 90m, 30s, 500ms"
         ))
-    };
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
     }
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(bad());
+
+    #[test]
+    fn durations_as_the_cli_has_always_taken_them() {
+        for (text, want) in [
+            ("7d", secs(7 * 86_400)),
+            ("36h", secs(36 * 3_600)),
+            ("90m", secs(90 * 60)),
+            ("30s", secs(30)),
+            ("500ms", Duration::from_millis(500)),
+            ("2w", secs(14 * 86_400)),
+            ("1d12h", secs(36 * 3_600)),
+            ("1h30m", secs(5_400)),
+            ("1m1s500ms", Duration::from_millis(61_500)),
+            ("0s", Duration::ZERO),
+            (" 24h ", secs(86_400)),
+            ("1000000d", secs(1_000_000 * 86_400)),
+        ] {
+            assert_eq!(parse_duration(text).unwrap(), want, "{text:?}");
         }
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let ms = match &rest[..unit] {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            "w" => 7 * 86_400_000,
-            _ => return Err(bad()),
-        };
-        total += Duration::from_millis(n.checked_mul(ms).ok_or_else(bad)?);
-        rest = &rest[unit..];
     }
-    Ok(total)
+
+    #[test]
+    fn durations_with_spaces_long_unit_names_and_fractions() {
+        assert_eq!(parse_duration("1h 30m").unwrap(), secs(5_400));
+        assert_eq!(parse_duration("7days").unwrap(), secs(7 * 86_400));
+        assert_eq!(parse_duration("90min").unwrap(), secs(90 * 60));
+        assert_eq!(parse_duration("1.5h").unwrap(), secs(5_400));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_duration() {
+        for text in [
+            "",
+            "  ",
+            "7",
+            "d",
+            "7 parsecs",
+            "-1d",
+            "1h-",
+            "99999999999999999999d",
+        ] {
+            let e = parse_duration(text).unwrap_err().to_string();
+            assert!(e.contains("use e.g. 7d"), "{text:?}: {e}");
+        }
+    }
 }
