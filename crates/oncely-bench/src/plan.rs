@@ -362,7 +362,7 @@ pub(crate) async fn postgres_partitioned(args: &BenchArgs, schema: &str) -> Resu
     fresh_schema(&store, schema).await?;
     let ops = oncely_ops::Ops::from(&oncely_sql::AnyStore::from(store.clone()));
     oncely_ops::partition::install(&ops, 1).await?;
-    let week = 8 * oncely_ops::partition::DAY_MS;
+    let week = 8 * oncely_ops::time::DAY_MS;
     oncely_ops::partition::ensure(&ops, oncely_sql::now_ms() - week, 1).await?;
     migrated_bed(store).await
 }

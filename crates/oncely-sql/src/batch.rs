@@ -132,7 +132,7 @@ impl SqlStore<Postgres> {
         let now = Dialect::Postgres.now_ms_sql();
         let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
         let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
-        let unclaimed = if self.partitioned_inbox(&mut **tx).await? {
+        let unclaimed = if self.partitioned_inbox(tx).await? {
             self.lock_claims(tx, consumer, &ids).await?;
             format!(
                 "WHERE m.id NOT IN (SELECT message_id FROM {inbox} WHERE consumer = $1 AND message_id = ANY($2))"
