@@ -488,21 +488,21 @@ pub(crate) async fn run(args: &BenchArgs, schema: &str) -> Result<bool> {
     let mut cells = Vec::new();
     if !args.no_postgres {
         let bed = crate::plan::postgres(args, schema).await?;
-        cells.extend(sizes(&bed, "postgres", args).await?);
+        cells.extend(Box::pin(sizes(&bed, "postgres", args)).await?);
         drop_schema(&bed, schema).await;
         let bed = crate::plan::postgres_partitioned(args, schema).await?;
-        cells.extend(sizes(&bed, "postgres_partitioned", args).await?);
+        cells.extend(Box::pin(sizes(&bed, "postgres_partitioned", args)).await?);
         drop_schema(&bed, schema).await;
     }
     if !args.no_mariadb {
         let bed = crate::plan::mariadb(args, schema).await?;
-        cells.extend(sizes(&bed, "mariadb", args).await?);
+        cells.extend(Box::pin(sizes(&bed, "mariadb", args)).await?);
         drop_schema(&bed, schema).await;
     }
     if !args.no_sqlite {
         let dir = tempfile::tempdir()?;
         let bed = crate::plan::sqlite(args, dir.path(), oncely_sql::Durability::Full).await?;
-        cells.extend(sizes(&bed, "sqlite", args).await?);
+        cells.extend(Box::pin(sizes(&bed, "sqlite", args)).await?);
     }
     if cells.is_empty() {
         bail!("the long-horizon mode needs a database: all were skipped");

@@ -512,7 +512,8 @@ async fn sweep<B: Ops>(
 pub async fn run(mut args: BenchArgs) -> Result<bool> {
     if args.horizon {
         let schema = format!("oncely_horizon_{}", std::process::id());
-        return crate::horizon::run(&args, &schema).await;
+        // Boxed: its future nested in `run`'s is deeper than the compiler's layout limit.
+        return Box::pin(crate::horizon::run(&args, &schema)).await;
     }
     if args.redis_store_only {
         (
