@@ -116,7 +116,7 @@ pub struct BenchArgs {
     /// Batch sizes of the batch sweep.
     #[arg(long, value_delimiter = ',')]
     pub batches: Option<Vec<usize>>,
-    /// Messages per per-message cell (batch cells use more, see docs/performance.md).
+    /// Messages per per-message cell (batch cells use more, see docs/perf/history.md).
     #[arg(long)]
     pub messages: Option<usize>,
     /// Rounds: each group of compared cells runs this many times back to back; a cell's

@@ -118,7 +118,7 @@ fn stored_hash_of(text: &str) -> Result<PayloadHash> {
 /// rolled back when `tx` drops. After a good commit the trailing `BEGIN` (`begin`: the
 /// store's, with its isolation level) leaves `tx` holding an open, empty transaction, which
 /// the store keeps for its next `begin` ([`crate::warm`]): no `BEGIN` round trip for the next
-/// message, and no `ROLLBACK` for this one. Per-statement timings: docs/performance.md
+/// message, and no `ROLLBACK` for this one. Per-statement timings: docs/perf/history.md
 /// (issue 24).
 ///
 /// Under [`Replication::Replicated`] the check is `SET LOCAL synchronous_commit = on`: it

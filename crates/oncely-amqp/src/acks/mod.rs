@@ -27,7 +27,7 @@
 //! Why the room and not a short hold: with several groups in flight on a quorum queue, the
 //! delivery before a held run often settles 25 ms or more after it; with a 25 ms hold, most
 //! acks of a backlog went out alone and RabbitMQ spent 3 to 5 times the CPU per message
-//! settling them (docs/performance.md).
+//! settling them (docs/perf/history.md).
 
 use futures::future::BoxFuture;
 use lapin::options::{BasicAckOptions, BasicNackOptions};

@@ -40,7 +40,7 @@ use tracing::{debug, error, info, warn};
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The default [`Consumer::concurrency`]: 4 deliveries at once, or with group commit 4 lanes
-/// of groups. Measured in docs/performance.md: on PostgreSQL 4 groups in flight beat 1 and 2,
+/// of groups. Measured in docs/perf/history.md: on PostgreSQL 4 groups in flight beat 1 and 2,
 /// since one group's commit overlaps the others' work, and lock-key lanes keep them off
 /// each other's rows.
 pub const DEFAULT_CONCURRENCY: usize = 4;
@@ -49,7 +49,7 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 /// transaction. A group is what is ready, so at low load it is one message (no added
 /// latency); under a backlog it grows to this cap. 64 is where the commit's cost is spread
 /// thin and a rolled-back group (one bad message) is still cheap to redo one by one
-/// (docs/performance.md).
+/// (docs/perf/history.md).
 pub const DEFAULT_GROUP_COMMIT: usize = 64;
 
 /// What to do with a message whose source time is older than the retention window.
