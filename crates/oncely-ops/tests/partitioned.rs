@@ -208,6 +208,12 @@ async fn partitioned_inbox_batch_claims_once() {
             Claim::Duplicate
         ]
     );
+    // The claim's planner setting is the user's again for the handler's statements.
+    let seqscan: String = sqlx::query_scalar("SELECT current_setting('enable_seqscan')")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(seqscan, "on");
     // The trigger's bypass lasted one statement: a single claim after it is guarded again.
     assert_eq!(
         store.claim(&mut tx, &c, &id("old-1"), h).await.unwrap(),

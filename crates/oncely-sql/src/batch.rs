@@ -132,13 +132,15 @@ impl SqlStore<Postgres> {
         let now = Dialect::Postgres.now_ms_sql();
         let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
         let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
-        let unclaimed = if self.partitioned_inbox(tx).await? {
-            self.lock_claims(tx, consumer, &ids).await?;
-            format!(
+        let partitioned = self.partitioned_inbox(tx).await?;
+        let (unclaimed, seqscan) = if partitioned {
+            let seqscan = self.lock_claims(tx, consumer, &ids).await?;
+            let check = format!(
                 "WHERE m.id NOT IN (SELECT message_id FROM {inbox} WHERE consumer = $1 AND message_id = ANY($2))"
-            )
+            );
+            (check, Some(seqscan))
         } else {
-            String::new()
+            (String::new(), None)
         };
         let inserted: Vec<String> = self.engine().query_scalar(AssertSqlSafe(format!(
             "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) \
@@ -156,12 +158,20 @@ impl SqlStore<Postgres> {
             .into_iter()
             .filter(|id| !found.fresh.contains(id))
             .collect();
-        if rest.is_empty() {
-            return Ok(());
-        }
         let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-        for (id, hash) in self.stored_hashes(&mut **tx, consumer, &rest).await? {
-            found.store_hash(id, &hash)?;
+        if !rest.is_empty() {
+            for (id, hash) in self.stored_hashes(&mut **tx, consumer, &rest).await? {
+                found.store_hash(id, &hash)?;
+            }
+        }
+        if let Some(seqscan) = seqscan {
+            // The handler's statements after the claim plan as the user configured.
+            self.engine()
+                .query("SELECT set_config('enable_seqscan', $1, true)")
+                .bind(seqscan)
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| db("restoring enable_seqscan after a claim", e))?;
         }
         Ok(())
     }
@@ -185,20 +195,28 @@ impl SqlStore<Postgres> {
     /// guard trigger that the next insert's ids are locked and checked ([`CLAIM_LOCKED`]).
     /// Refuses isolation levels above `READ COMMITTED`, as the guard trigger does: the insert's
     /// check must see what the lock holders before it committed.
+    ///
+    /// Also turns `enable_seqscan` off until the claim's end and returns its value to restore:
+    /// a plan of the claim's probes cached while a partition was empty (today's, at midnight
+    /// or in a fresh installation) would scan that partition whole on every claim as it grows
+    /// (measured: 1,212 msgs/s instead of about 5,000 over a 100,000-message run), and an
+    /// index probe of an empty partition costs nothing.
     async fn lock_claims(
         &self,
         tx: &mut Transaction<'static, Postgres>,
         consumer: &ConsumerName,
         ids: &[String],
-    ) -> Result<()> {
+    ) -> Result<String> {
         // OFFSET 0 keeps the sorted subquery whole, so the locks are taken in key order.
         let sql = format!(
-            "SELECT current_setting('transaction_isolation'), set_config('{CLAIM_LOCKED}', 'on', true) \
-             FROM (SELECT count(pg_advisory_xact_lock(k)) \
+            "SELECT current_setting('transaction_isolation'), prev.seqscan, \
+             set_config('{CLAIM_LOCKED}', 'on', true), set_config('enable_seqscan', 'off', true) \
+             FROM (SELECT current_setting('enable_seqscan') AS seqscan) AS prev, \
+             (SELECT count(pg_advisory_xact_lock(k)) \
              FROM (SELECT DISTINCT hashtextextended($1 || E'\\x1f' || id, {CLAIM_LOCK_SEED}) AS k \
              FROM unnest($2::text[]) AS id ORDER BY k OFFSET 0) AS keys) AS locked"
         );
-        let (isolation, _): (String, String) = self
+        let (isolation, seqscan, _, _): (String, String, String, String) = self
             .engine()
             .query_as(AssertSqlSafe(sql))
             .bind(consumer.as_str())
@@ -211,7 +229,7 @@ impl SqlStore<Postgres> {
                 "the partitioned oncely inbox needs READ COMMITTED transactions (got {isolation})"
             )));
         }
-        Ok(())
+        Ok(seqscan)
     }
 
     /// `(message_id, payload_hash)` of the ids the inbox holds for `consumer`.
