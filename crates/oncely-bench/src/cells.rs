@@ -291,6 +291,12 @@ impl Cell {
 
 /// The messages of a cell: unique ids, a few hundred accounts, small amounts.
 pub(crate) fn workload(n: usize, tag: &str) -> (Vec<RawEnvelope>, i64) {
+    workload_with(n, |i| format!("{tag}-{i:07}"))
+}
+
+/// [`workload`] with the `i`-th message's id made by `id`; returns the messages and the sum
+/// of their amounts.
+pub(crate) fn workload_with(n: usize, id: impl Fn(usize) -> String) -> (Vec<RawEnvelope>, i64) {
     let mut total = 0;
     let msgs = (0..n)
         .map(|i| {
@@ -300,7 +306,7 @@ pub(crate) fn workload(n: usize, tag: &str) -> (Vec<RawEnvelope>, i64) {
                 r#"{{"account":"acct-{}","amount":{amount}}}"#,
                 (i * 7919) % 500
             );
-            RawEnvelope::new(format!("{tag}-{i:07}"), payload)
+            RawEnvelope::new(id(i), payload)
         })
         .collect();
     (msgs, total)

@@ -14,11 +14,11 @@
 //! prefill + published.
 
 use crate::bed::{Bed, Ops};
-use crate::cells::Check;
+use crate::cells::{Check, workload_with};
 use crate::group::oncely_group;
 use crate::plan::{BenchArgs, GROUP};
 use anyhow::{Context, Result, bail};
-use oncely_core::{ConsumerName, DEFAULT_CONCURRENCY, MemorySource, RawEnvelope};
+use oncely_core::{ConsumerName, DEFAULT_CONCURRENCY, MemorySource};
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite};
 use oncely_sql::{Dialect, MigrateDb, now_ms};
 use serde::Serialize;
@@ -327,23 +327,6 @@ impl Horizon for Bed<Sqlite> {
     }
 }
 
-/// The messages of the measured run: ids of `kind`, the bench's credit payloads.
-fn messages(n: usize, first: u64, kind: IdKind) -> (Vec<RawEnvelope>, i64) {
-    let mut total = 0;
-    let msgs = (0..n)
-        .map(|i| {
-            let amount = 1 + (i % 97) as i64;
-            total += amount;
-            let payload = format!(
-                r#"{{"account":"acct-{}","amount":{amount}}}"#,
-                (i * 7919) % 500
-            );
-            RawEnvelope::new(kind.id(first + i as u64), payload)
-        })
-        .collect();
-    (msgs, total)
-}
-
 /// Prefills `bed` to `rows`, consumes `n` messages, checks and measures.
 async fn cell<B: Horizon>(
     bed: &B,
@@ -356,7 +339,7 @@ async fn cell<B: Horizon>(
     let started = Instant::now();
     bed.prefill(rows, kind).await?;
     let prefill_seconds = started.elapsed().as_secs_f64();
-    let (msgs, total) = messages(n, rows + 1, kind);
+    let (msgs, total) = workload_with(n, |i| kind.id(rows + 1 + i as u64));
     let source = MemorySource::new();
     for m in &msgs {
         source.publish(m.clone());
