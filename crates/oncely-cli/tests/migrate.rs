@@ -73,9 +73,9 @@ async fn apply_everything_on_postgres() {
     let t = Target::server(url, "cli_mig");
     let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("7 migration(s) applied"), "{out}");
+    assert!(out.starts_with("8 migration(s) applied"), "{out}");
     let ledger = t.tables().migration_ledger();
-    assert_eq!(t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await, 7);
+    assert_eq!(t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await, 8);
     let partitioned = t
         .scalar(&format!(
             "SELECT COUNT(*) FROM pg_partitioned_table WHERE partrelid = to_regclass('{}')",
