@@ -1,5 +1,5 @@
 //! The `oncely` command: the admin commands of `oncely::cli` (with the demo's `credits`
-//! handler registered for `dlq replay`) plus `demo` and `http-demo`. The benchmark is its own
+//! handler registered for `dlq replay`) plus `demo`, `http-demo` and `webhook-demo`. The benchmark is its own
 //! binary: `cargo run --release -p oncely-bench -- --quick` (docs/performance.md).
 
 mod console;
@@ -8,6 +8,7 @@ mod http_demo;
 mod orders_app;
 #[cfg(feature = "otlp")]
 mod otlp;
+mod webhook_demo;
 
 use clap::{Parser, Subcommand};
 use demo::credits::{CreditTables, Credits};
@@ -34,6 +35,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Serve POST /orders behind the HTTP Idempotency-Key layer (docs/http.md).
     HttpDemo(http_demo::HttpDemoArgs),
+    /// Send signed webhooks (Standard Webhooks, Stripe, GitHub) with retries, copies and
+    /// forgeries to a receiver that is SIGKILLed and restarted; check the database (docs/webhooks.md).
+    WebhookDemo(webhook_demo::WebhookDemoArgs),
     /// Serve the operator console: dead letters, safe replay, audit (docs/console.md).
     Console(console::ConsoleArgs),
     #[command(flatten)]
@@ -103,6 +107,7 @@ async fn main() -> ExitCode {
     exit_code(match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::HttpDemo(args) => http_demo::run(args).await,
+        Command::WebhookDemo(args) => webhook_demo::run(args).await,
         Command::Console(args) => console::run(args).await,
         Command::Admin(command) => admin().execute(command).await,
     })
