@@ -68,9 +68,17 @@ async fn recount(url: &str, schema: &str, report: &serde_json::Value) {
         (0, 0),
         "0 double, 0 lost"
     );
-    let sum_ledger = scalar(&store, &format!("SELECT SUM(amount) FROM {ledger}")).await;
+    let sum_ledger = scalar(
+        &store,
+        &format!("SELECT CAST(SUM(amount) AS BIGINT) FROM {ledger}"),
+    )
+    .await;
     let balances = demo_table("demo_accounts");
-    let sum_balances = scalar(&store, &format!("SELECT SUM(balance) FROM {balances}")).await;
+    let sum_balances = scalar(
+        &store,
+        &format!("SELECT CAST(SUM(balance) AS BIGINT) FROM {balances}"),
+    )
+    .await;
     assert_eq!(sum_ledger, sum_balances, "balances equal the ledger");
     assert_eq!(sum_ledger, report["expected_total"].as_i64().unwrap());
     let letters = store.tables().dead_letters();
@@ -125,4 +133,18 @@ async fn webhook_demo_on_postgres_with_a_deferred_source_survives_kills() {
     assert_passed(ok, &report);
     assert_eq!(report["mode"], "deferred");
     recount(&url, &schema, &report).await;
+}
+
+/// The checker can fail: a server without the inbox applies retries and copies again, and
+/// the demo says so (non-zero exit, double effects counted).
+#[tokio::test(flavor = "multi_thread")]
+async fn webhook_demo_catches_a_receiver_without_an_inbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("webhooks.db").display());
+    let (ok, report) = demo(&url, "unused", &["--unsafe-without-inbox"]);
+    assert!(
+        !ok,
+        "the demo passed a receiver without an inbox: {report:#}"
+    );
+    assert!(report["double_effects"].as_u64().unwrap() > 0, "{report:#}");
 }

@@ -54,6 +54,10 @@ pub struct WebhookDemoArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// TESTING ONLY: the server skips the inbox (verify, apply, 200), to show the checker
+    /// catches the double effects of retries.
+    #[arg(long, hide = true)]
+    pub unsafe_without_inbox: bool,
     /// INTERNAL: serve the receiver on this address (the process the demo kills).
     #[arg(long, hide = true)]
     pub serve: Option<String>,
@@ -108,7 +112,10 @@ pub async fn run(args: WebhookDemoArgs) -> Result<bool> {
     let store = open(&url, &args.schema).await?;
     let tables = CreditTables::new(store.dialect(), store.tables().schema());
     if let Some(addr) = &args.serve {
-        return serve::run(addr, store, tables, mode).await.map(|()| true);
+        let unsafe_mode = args.unsafe_without_inbox;
+        return serve::run(addr, store, tables, mode, unsafe_mode)
+            .await
+            .map(|()| true);
     }
 
     reset(&store, &tables, mode).await?;
@@ -252,6 +259,10 @@ impl Server {
             } else {
                 "inline"
             })
+            .args(
+                args.unsafe_without_inbox
+                    .then_some("--unsafe-without-inbox"),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .kill_on_drop(true);

@@ -7,11 +7,17 @@ use super::Mode;
 use super::events::{self, PROVIDERS};
 use crate::demo::credits::{CreditTables, Credits};
 use anyhow::{Context, Result};
-use oncely_core::{CancellationToken, Consumer, Envelope, Error, Handled, Handler, RawEnvelope};
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use oncely_core::{
+    CancellationToken, Consumer, Envelope, Error, Handled, Handler, RawEnvelope, Store,
+};
 use oncely_sql::{AnyStore, AnyTx};
 use oncely_sql_queue::{Dequeue, SqlQueue};
-use oncely_webhook::{Deferred, Endpoint, Provider};
+use oncely_webhook::{Deferred, Endpoint, Provider, Verifier};
 use rand::Rng;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The demo's effect ([`Credits`]: a ledger row and the balance), then a pause with the
@@ -36,8 +42,44 @@ impl Handler<AnyTx> for SlowCredits {
     }
 }
 
+/// TESTING ONLY (`--unsafe-without-inbox`): what a receiver without an inbox does — verify,
+/// apply in a transaction of its own, answer 200 — so every retry applies again. The demo's
+/// checker must catch it. No pause in the transaction: without the inbox a slow event's
+/// every retry would hold SQLite's writer as long again.
+async fn without_inbox(
+    store: AnyStore,
+    handler: SlowCredits,
+    verifier: Arc<Verifier>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, 1 << 20).await else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let Ok(verified) = verifier.verify(&parts.headers, &body) else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    // In a task of its own, as the receiver does: a sender hanging up does not cut it short.
+    let apply = tokio::spawn(async move {
+        let event = Envelope::new(verified.id().as_str(), body.to_vec())?;
+        let mut tx = store.begin().await?;
+        handler.0.handle(&mut tx, &event).await?;
+        store.commit(tx).await
+    });
+    match apply.await {
+        Ok(Ok(_)) => StatusCode::OK.into_response(),
+        _ => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
 /// Serves until killed.
-pub async fn run(addr: &str, store: AnyStore, tables: CreditTables, mode: Mode) -> Result<()> {
+pub async fn run(
+    addr: &str,
+    store: AnyStore,
+    tables: CreditTables,
+    mode: Mode,
+    unsafe_without_inbox: bool,
+) -> Result<()> {
     let handler = SlowCredits(Credits::new(tables));
     let mut app = axum::Router::new().route("/ready", axum::routing::get(|| async { "ready" }));
     for provider in PROVIDERS {
@@ -58,6 +100,14 @@ pub async fn run(addr: &str, store: AnyStore, tables: CreditTables, mode: Mode) 
                 }
             });
             app = app.route(&path, Deferred::new(name, queue, verifier).into_route());
+        } else if unsafe_without_inbox {
+            let (store, handler, verifier) = (store.clone(), handler.clone(), Arc::new(verifier));
+            app = app.route(
+                &path,
+                axum::routing::post(move |request: Request| {
+                    without_inbox(store.clone(), handler.clone(), verifier.clone(), request)
+                }),
+            );
         } else {
             let endpoint = Endpoint::new(name, store.clone(), handler.clone(), verifier);
             endpoint.check_ready().await?;
