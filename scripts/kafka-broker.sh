@@ -6,6 +6,7 @@
 #   scripts/kafka-broker.sh start     install (or reuse), start on 127.0.0.1:9092, wait until it answers
 #   scripts/kafka-broker.sh stop      stop the broker this script started
 #   scripts/kafka-broker.sh status    exit 0 if a Kafka broker answers on the port
+#   scripts/kafka-broker.sh installed exit 0 if tansu is built (start would not build it)
 #
 # Environment:
 #   ONCELY_TANSU_DIR   cache dir of the tansu binary (default ~/.cache/oncely/tansu); the
@@ -94,6 +95,7 @@ case "${1:-}" in
   install) install ;;
   start) start ;;
   stop) stop ;;
+  installed) installed ;;
   status) if tcp_answers && kafka_answers; then say "answers on $HOST:$PORT"; else say "not answering on $HOST:$PORT"; exit 1; fi ;;
-  *) echo "usage: $0 install|start|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|status|installed" >&2; exit 2 ;;
 esac

@@ -19,6 +19,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# Services, packages, the Python venv and the test-owned servers (stopped when this script
+# exits), unless the caller (.ci/run) has set them up already.
+# shellcheck source=setup.sh
+[ "${ONCELY_SETUP_DONE:-}" = 1 ] || . scripts/setup.sh
+
 ORDER=(faults brokers cli kafka core cluster ha doc)
 FEATURES=(--features oncely-cli/brokers,oncely-cli/kafka)
 [ $# -gt 0 ] && ORDER=("$@")

@@ -3,7 +3,7 @@
 //! `stripe` (16.x, `WebhookSignature`) through tests/signers.py, the spec's Rust crate
 //! `standardwebhooks`, and GitHub's documented test vector.
 //!
-//! Python: `ONCELY_WEBHOOK_PYTHON`, else the repository's `.venv-webhook/bin/python`, else
+//! Python: `ONCELY_WEBHOOK_PYTHON`, else the repository's `.venv/bin/python3` (scripts/setup.sh makes it), else
 //! `python3`, whichever imports both packages. None does: the Python tests fail under `CI` /
 //! `ONCELY_REQUIRE_SERVICES` and are a loud SKIPPED line otherwise. Install with
 //! `python3 -m pip install standardwebhooks==1.1.0 stripe==16.1.0`.
@@ -26,7 +26,7 @@ fn script() -> PathBuf {
 
 /// The first Python that imports both libraries; `None` after reporting it missing.
 fn python(test: &str) -> Option<String> {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv-webhook/bin/python");
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python3");
     let candidates = std::env::var("ONCELY_WEBHOOK_PYTHON")
         .ok()
         .into_iter()
