@@ -332,6 +332,91 @@ async fn pg_blackhole_bounds_of_a_store_call() {
     );
 }
 
+/// A long-running consumer meets a silent network: mid-run every connection its store has
+/// open goes silent for good (no RST, no FIN: a NAT or firewall that dropped its state) while
+/// new connections work. The transactions in flight end at the consumer's attempt timeout,
+/// the pool closes each silent connection at its bounded ping and opens another; every
+/// message is applied once, and afterwards the store's own pool answers at once (it used to
+/// fail with `pool timed out`, its slots held by the silent connections).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_connections_stranded_mid_run() {
+    use oncely_broker_tests::check::Report;
+    use oncely_broker_tests::faults::wait_for_rows;
+    use oncely_broker_tests::workload::Workload;
+    use oncely_core::{CancellationToken, Consumer, MemorySource};
+    use oncely_sql::SqlTx;
+    use std::time::{Duration, Instant};
+    let test = "pg_connections_stranded_mid_run";
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "warn,oncely_core=info,oncely_sql=debug",
+        ))
+        .with_test_writer()
+        .try_init();
+    if !pg_up(test) {
+        return;
+    }
+    let (name, url) = pg_fresh_db(PG_SERVER).await;
+    let proxy = FaultProxy::start(PG_SERVER).await.expect("proxy");
+    // The server ends the stranded sessions' transactions after 4 s idle (oncely's default
+    // is 60 s, kept when the URL or the server sets none), so their claims' locks go.
+    let via_proxy = format!(
+        "postgres://postgres@{}/{name}?pooler=none&options=-c%20idle_in_transaction_session_timeout%3D4s",
+        proxy.addr()
+    );
+    let db = Db::open(&via_proxy, None).await.expect("store via proxy");
+    let check = Db::open(&url, None).await.expect("checker");
+    let workload = Workload::new("strand", 3_000, 0.05, 0, 23);
+    let source = MemorySource::new();
+    let publisher = {
+        let (source, messages) = (source.clone(), workload.messages.clone());
+        tokio::spawn(async move {
+            for part in messages.chunks(100) {
+                part.iter().for_each(|m| source.publish(m.clone()));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            source.close();
+        })
+    };
+    let consumer = Consumer::new("stranded", db.store().clone(), db.handler())
+        .attempt_timeout(Duration::from_secs(3));
+    let run = tokio::spawn(async move { consumer.run(source, CancellationToken::new()).await });
+    wait_for_rows(&check, 300).await;
+    proxy.strand();
+    let stranded_at = Instant::now();
+    let ran = tokio::time::timeout(Duration::from_secs(90), run).await;
+    let finished_after = stranded_at.elapsed();
+    publisher.await.expect("publisher");
+    let stats = ran
+        .expect("the consumer finished within 90 s of the strand")
+        .expect("consumer task")
+        .expect("run");
+    let t = Instant::now();
+    let read = tokio::time::timeout(
+        Duration::from_secs(20),
+        db.store().pool().fetch_i64("SELECT CAST(1 AS BIGINT)", &[]),
+    )
+    .await;
+    let read_took = t.elapsed();
+    let report = Report::read(&check, &workload).await.expect("report");
+    let stranded = proxy.stats().stranded;
+    eprintln!(
+        "FIGURES {test}: {stranded} connections stranded; the consumer finished {:.1} s after the strand ({} applied, {} duplicates); a read on its pool afterwards answered in {:.2} s",
+        finished_after.as_secs_f64(),
+        stats.applied,
+        stats.duplicates,
+        read_took.as_secs_f64()
+    );
+    drop((db, check, proxy));
+    pg_drop_db(PG_SERVER, &name).await;
+    report.assert_exact(test);
+    assert!(stranded > 0, "{test}: the strand caught no open connection");
+    assert!(
+        matches!(read, Ok(Ok(Some(1)))),
+        "{test}: the store's pool must answer after the strand: {read:?}"
+    );
+}
+
 // ---- restart of the test-owned PostgreSQL -------------------------------------------
 
 fn test_db(args: &[&str]) -> bool {

@@ -39,8 +39,8 @@ pub mod wire;
 
 pub(crate) use consumer::panic_message;
 pub use consumer::{
-    Consumer, DEFAULT_CONCURRENCY, DEFAULT_GROUP_COMMIT, DEFAULT_RETENTION, GroupCommitStats,
-    LatePolicy,
+    Consumer, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_GROUP_COMMIT,
+    DEFAULT_RETENTION, GroupCommitStats, LatePolicy,
 };
 pub use envelope::{Envelope, Meta, PayloadHash, RawEnvelope};
 pub use error::{BoxError, Error, ErrorKind, Result};

@@ -27,6 +27,10 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, Database, Pool};
 use std::str::FromStr;
+#[cfg(feature = "postgres")]
+use std::sync::Arc;
+#[cfg(feature = "postgres")]
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 type Options<DB> = <<DB as Database>::Connection as Connection>::Options;
@@ -58,7 +62,24 @@ pub struct ConnectOptions {
     /// Forces portable mode ([`Engine::portable`]). Off by default: the store turns it on by
     /// itself when it finds a distributed engine (or a transaction pooler) at connect.
     pub portable: bool,
+    /// PostgreSQL and MySQL: how long a pooled connection may take to answer the ping it
+    /// gets before each use and after each release (default [`DEFAULT_PING_TIMEOUT`]). One
+    /// that does not answer is closed and another taken: a connection stranded by the network
+    /// (no RST, no FIN) costs a statement at most this long, never a pool slot.
+    pub ping_timeout: Duration,
+    /// PostgreSQL, not behind a transaction pooler: the session's
+    /// `idle_in_transaction_session_timeout` when the server has none configured (default
+    /// 60 s, as `oncely_core::DEFAULT_ATTEMPT_TIMEOUT`; zero: leave it off). A transaction
+    /// whose client the network stranded holds its claims' row locks until the server ends
+    /// it; without this, PostgreSQL waits for its TCP keepalive (2 hours on Linux) and every
+    /// retry of those messages waits on the locks. Keep it above the longest pause your
+    /// handler makes between two statements of one transaction. Behind PgBouncer, set its
+    /// `idle_transaction_timeout` instead.
+    pub idle_in_transaction_timeout: Duration,
 }
+
+/// The default [`ConnectOptions::ping_timeout`].
+const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for ConnectOptions {
     fn default() -> Self {
@@ -68,6 +89,8 @@ impl Default for ConnectOptions {
             durability: Durability::Full,
             replication: Replication::AsConfigured,
             portable: false,
+            ping_timeout: DEFAULT_PING_TIMEOUT,
+            idle_in_transaction_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -148,9 +171,24 @@ impl PgStore {
         let mut hosts = parse_hosts::<sqlx::Postgres>(&url, "PostgreSQL", adjust)?;
         let primary = replication::check(&hosts, replication).await?;
         hosts.rotate_left(primary);
+        // Set once the pooler question is answered: a session setting must not leak through
+        // a transaction pooler into other clients' sessions.
+        let end_orphans = Arc::new(AtomicBool::new(false));
+        let ending = end_orphans.clone();
+        let idle_ms = options.idle_in_transaction_timeout.as_millis();
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
-            .after_connect(|conn, _| Box::pin(replication::refuse_standby(conn)));
+            .after_connect(move |conn, _| {
+                let end = ending.load(Ordering::SeqCst);
+                Box::pin(async move {
+                    replication::refuse_standby(conn).await?;
+                    if end {
+                        end_orphaned_transactions(conn, idle_ms).await?;
+                    }
+                    Ok(())
+                })
+            });
+        let pool = bounded_pings(pool, options.ping_timeout);
         let (pool, failover) = open(hosts, pool, "PostgreSQL").await?;
         let behind = match pooler {
             PoolerOption::Transaction => true,
@@ -164,6 +202,18 @@ impl PgStore {
             tracing::info!(
                 "PostgreSQL behind a transaction pooler: unnamed statements, each inside a transaction; lease locks; a polling outbox relay"
             );
+        }
+        if !behind && idle_ms > 0 {
+            end_orphans.store(true, Ordering::SeqCst);
+            // The connection the pool opened before the flag was set (the next ones set it
+            // at connect).
+            let mut conn = pool
+                .acquire()
+                .await
+                .map_err(|e| db("connecting to PostgreSQL", e))?;
+            end_orphaned_transactions(&mut conn, idle_ms)
+                .await
+                .map_err(|e| db("setting idle_in_transaction_session_timeout", e))?;
         }
         let engine = options
             .engine(PoolKind::Postgres(pool.clone()), behind)
@@ -191,6 +241,7 @@ impl MySqlStore {
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .after_connect(|conn, _| Box::pin(galera_sync_wait(conn)));
+        let pool = bounded_pings(pool, options.ping_timeout);
         let (pool, failover) = open(hosts, pool, "MySQL").await?;
         let engine = options.engine(PoolKind::MySql(pool.clone()), false).await?;
         Ok(
@@ -224,6 +275,73 @@ where
             Ok((label, adjust(options)))
         })
         .collect()
+}
+
+/// Sets the session's `idle_in_transaction_session_timeout` to `ms` unless the server, the
+/// role, the database or the URL (`options=-c …`) already set one.
+#[cfg(feature = "postgres")]
+async fn end_orphaned_transactions(
+    conn: &mut sqlx::PgConnection,
+    ms: u128,
+) -> std::result::Result<(), sqlx::Error> {
+    use sqlx::Executor;
+    let sql = format!(
+        "SELECT set_config('idle_in_transaction_session_timeout', '{ms}', false) WHERE current_setting('idle_in_transaction_session_timeout') = '0'"
+    );
+    conn.execute(sqlx::AssertSqlSafe(sql)).await.map(|_| ())
+}
+
+/// Pings each connection before it is used and after it is released, each within `timeout`
+/// (sqlx pings both times anyway, with no bound: a connection the network stranded — a NAT
+/// or firewall that dropped its state sends no RST — would hold the acquire, or the slot of
+/// a released connection, forever). One that does not answer is closed hard, with one WARN
+/// a minute, and the pool takes or opens another.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn bounded_pings<DB: Database>(pool: PoolOptions<DB>, timeout: Duration) -> PoolOptions<DB> {
+    let last_warned = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let released = last_warned.clone();
+    pool.test_before_acquire(false)
+        .before_acquire(move |conn, _| {
+            let warned = last_warned.clone();
+            Box::pin(async move { answers(conn, timeout, &warned, "before use").await })
+        })
+        .after_release(move |conn, _| {
+            let warned = released.clone();
+            Box::pin(async move { answers(conn, timeout, &warned, "after release").await })
+        })
+}
+
+/// Whether `conn` answers a ping within `timeout` (an error closes it hard).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn answers<C: Connection>(
+    conn: &mut C,
+    timeout: Duration,
+    last_warned: &std::sync::atomic::AtomicU64,
+    when: &str,
+) -> std::result::Result<bool, sqlx::Error> {
+    use std::sync::atomic::Ordering;
+    match tokio::time::timeout(timeout, conn.ping()).await {
+        Ok(answer) => answer.map(|()| true),
+        Err(_) => {
+            let now = crate::clock::now_ms().max(0) as u64 / 1000;
+            if now.saturating_sub(last_warned.swap(now, Ordering::Relaxed)) >= 60 {
+                tracing::warn!(
+                    timeout_s = timeout.as_secs_f64(),
+                    when,
+                    "a pooled database connection did not answer a ping within {timeout:?}; closed it and took another (the network dropped the connection's state, e.g. a NAT or firewall timeout, without telling either end?)"
+                );
+            } else {
+                tracing::debug!(
+                    when,
+                    "a pooled database connection did not answer a ping; closed it"
+                );
+            }
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer to a ping within {timeout:?}"),
+            )))
+        }
+    }
 }
 
 /// How long the first connection to a host may take before the store gives up on it.

@@ -8,6 +8,7 @@
 //! proxy.set(Fault::Drop);       // every connection closed, new ones closed at once
 //! proxy.set(Fault::Blackhole);  // connections accepted, nothing forwarded: clients hang
 //! proxy.set(Fault::Pass);       // back to normal
+//! proxy.strand();               // open connections go silent for good; new ones work
 //! ```
 
 use std::io;
@@ -55,6 +56,8 @@ pub struct ProxyStats {
     pub dropped: u64,
     /// Connections cut at a `COMMIT` ([`Fault::CutAtCommit`]).
     pub cut_at_commit: u64,
+    /// Connections open at a [`FaultProxy::strand`] (silent from then on).
+    pub stranded: u64,
 }
 
 #[derive(Default)]
@@ -64,6 +67,11 @@ struct Counters {
     cut_at_commit: AtomicU64,
     /// A [`Fault::CutAtCommit`] that has not fired yet.
     commit_cut_armed: AtomicBool,
+    /// Connections accepted before [`FaultProxy::strand`] set this (their number) are silent.
+    stranded_below: AtomicU64,
+    /// Connections open now.
+    open: AtomicU64,
+    stranded: AtomicU64,
 }
 
 /// A running fault proxy on `127.0.0.1:<random port>`. Dropping it stops it and closes
@@ -108,6 +116,18 @@ impl FaultProxy {
         self.state.send_replace(fault);
     }
 
+    /// Strands every connection open now, as a NAT or firewall that dropped its state does:
+    /// from here on they forward nothing in either direction, for good, and close neither
+    /// end (no RST, no FIN); connections opened later pass (under the fault in force).
+    pub fn strand(&self) {
+        let open = self.counters.open.load(Ordering::SeqCst);
+        self.counters.stranded.fetch_add(open, Ordering::Relaxed);
+        let accepted = self.counters.accepted.load(Ordering::SeqCst);
+        self.counters
+            .stranded_below
+            .store(accepted, Ordering::SeqCst);
+    }
+
     /// The fault in force.
     pub fn fault(&self) -> Fault {
         *self.state.borrow()
@@ -119,6 +139,7 @@ impl FaultProxy {
             accepted: self.counters.accepted.load(Ordering::Relaxed),
             dropped: self.counters.dropped.load(Ordering::Relaxed),
             cut_at_commit: self.counters.cut_at_commit.load(Ordering::Relaxed),
+            stranded: self.counters.stranded.load(Ordering::Relaxed),
         }
     }
 }
@@ -141,7 +162,7 @@ async fn accept_loop(
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        counters.accepted.fetch_add(1, Ordering::Relaxed);
+        let number = counters.accepted.fetch_add(1, Ordering::SeqCst);
         if *rx.borrow() == Fault::Drop {
             counters.dropped.fetch_add(1, Ordering::Relaxed);
             drop(client);
@@ -151,12 +172,14 @@ async fn accept_loop(
         let counters = counters.clone();
         tokio::spawn(async move {
             let _ = client.set_nodelay(true);
+            counters.open.fetch_add(1, Ordering::SeqCst);
             tokio::select! {
-                _ = serve(client, target, rx.clone(), counters.clone()) => {}
+                _ = serve(client, target, rx.clone(), counters.clone(), number) => {}
                 _ = until_dropped(rx) => {
                     counters.dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            counters.open.fetch_sub(1, Ordering::SeqCst);
         });
     }
 }
@@ -191,6 +214,7 @@ async fn serve(
     target: SocketAddr,
     mut rx: watch::Receiver<Fault>,
     counters: Arc<Counters>,
+    number: u64,
 ) {
     // A connection accepted while blackholed reaches the server only once traffic passes.
     if gate(&mut rx).await.is_none() {
@@ -209,7 +233,11 @@ async fn serve(
         Direction {
             rx: rx.clone(),
             cut: cut.clone(),
-            upstream: Some(counters),
+            upstream: Some(counters.clone()),
+            stranded: Stranded {
+                counters: counters.clone(),
+                number,
+            },
         },
     );
     let down = pump(
@@ -219,6 +247,7 @@ async fn serve(
             rx,
             cut: cut.clone(),
             upstream: None,
+            stranded: Stranded { counters, number },
         },
     );
     tokio::pin!(up, down);
@@ -235,6 +264,19 @@ struct Direction {
     rx: watch::Receiver<Fault>,
     cut: Arc<AtomicBool>,
     upstream: Option<Arc<Counters>>,
+    stranded: Stranded,
+}
+
+/// Whether a connection (by its accept number) was open at the last [`FaultProxy::strand`].
+struct Stranded {
+    counters: Arc<Counters>,
+    number: u64,
+}
+
+impl Stranded {
+    fn now(&self) -> bool {
+        self.number < self.counters.stranded_below.load(Ordering::SeqCst)
+    }
 }
 
 impl Direction {
@@ -280,6 +322,10 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut d: Direction)
         }
         if d.cut.load(Ordering::SeqCst) {
             return Ok(());
+        }
+        if d.stranded.now() {
+            // Silent for good: hold the socket open, forward nothing, answer nothing.
+            std::future::pending::<()>().await;
         }
         to.write_all(&buf[..n]).await?;
     }

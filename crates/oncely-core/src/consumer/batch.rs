@@ -213,8 +213,12 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         batch: &[Envelope],
         stop: &CancellationToken,
     ) -> Result<Vec<Committable>> {
-        self.held(stop, Error::is_unavailable, || self.attempt_batch(batch))
-            .await
+        self.held(stop, Error::is_unavailable, || async {
+            self.within_attempt_timeout(self.attempt_batch(batch))
+                .await
+                .and_then(|attempt| attempt)
+        })
+        .await
     }
 
     /// begin → claim_batch → handler for the fresh messages → commit. Any failure rolls the

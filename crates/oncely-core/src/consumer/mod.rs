@@ -52,6 +52,13 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 /// (docs/perf/history.md).
 pub const DEFAULT_GROUP_COMMIT: usize = 64;
 
+/// The default [`Consumer::attempt_timeout`]: one transaction attempt (claim, handler,
+/// commit) may take 60 s. Past it the attempt is rolled back and retried as a store failure:
+/// a statement waiting on a connection the network stranded (a NAT or firewall that dropped
+/// its state sends no RST, so the client would wait forever) then ends instead of holding
+/// its lane, and the delivery goes through again on another connection.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What to do with a message whose source time is older than the retention window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LatePolicy {
@@ -73,6 +80,7 @@ struct ConsumerConfig {
     check_inbox_first: bool,
     group_commit: usize,
     linger: Duration,
+    attempt_timeout: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -85,6 +93,7 @@ impl Default for ConsumerConfig {
             check_inbox_first: false,
             group_commit: DEFAULT_GROUP_COMMIT,
             linger: Duration::ZERO,
+            attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
         }
     }
 }
@@ -263,6 +272,26 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// ```
     pub fn check_inbox_first(mut self, on: bool) -> Self {
         self.config.check_inbox_first = on;
+        self
+    }
+
+    /// How long one transaction attempt (claim, handler, commit) may take (default
+    /// [`DEFAULT_ATTEMPT_TIMEOUT`], 60 s). Past it the attempt is dropped, which rolls it back,
+    /// logged at WARN, and retried like a store failure (the store's backoff and health
+    /// apply): a connection the network stranded mid-statement cannot hold a lane forever.
+    /// A retry after a commit that did land finds the claim and is a `Duplicate`. Set it
+    /// above your handler's longest legitimate run.
+    ///
+    /// ```
+    /// # use oncely_core::{Consumer, ConsumerName};
+    /// # use std::time::Duration;
+    /// # fn f<S: oncely_core::Store, H: oncely_core::Handler<S::Tx>>(store: S, handler: H) {
+    /// let consumer = Consumer::new(ConsumerName::new("billing").unwrap(), store, handler)
+    ///     .attempt_timeout(Duration::from_secs(10));
+    /// # }
+    /// ```
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.config.attempt_timeout = timeout;
         self
     }
 

@@ -98,9 +98,41 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         letter: &DeadLetter,
         stop: &CancellationToken,
     ) -> Result<Committed> {
-        self.held(stop, |_| true, || self.store.dead_letter(letter))
-            .await
-            .map(|()| Committed::new())
+        self.held(
+            stop,
+            |_| true,
+            || async {
+                self.within_attempt_timeout(self.store.dead_letter(letter))
+                    .await
+                    .and_then(|written| written)
+            },
+        )
+        .await
+        .map(|()| Committed::new())
+    }
+
+    /// Runs one transaction (an attempt, or a dead letter's insert) within
+    /// [`Consumer::attempt_timeout`]; past it the future is dropped, which rolls the
+    /// transaction back, and the store is reported unavailable (held, retried with backoff).
+    /// Boxed: the attempt's future is deep, and a timer around it in every caller's state
+    /// would push the callers past the compiler's type-layout depth.
+    pub(super) fn within_attempt_timeout<'a, T: Send + 'a>(
+        &'a self,
+        attempt: impl Future<Output = T> + Send + 'a,
+    ) -> futures::future::BoxFuture<'a, Result<T>> {
+        let limit = self.config.attempt_timeout;
+        Box::pin(async move {
+            tokio::time::timeout(limit, attempt).await.map_err(|_| {
+                warn!(
+                    consumer = %self.name,
+                    timeout_s = limit.as_secs_f64(),
+                    "a transaction did not finish within {limit:?}; rolled back, retrying (a database connection stranded by the network, or a handler waiting on something? Consumer::attempt_timeout)"
+                );
+                Error::unavailable(format!(
+                    "the transaction did not finish within {limit:?} (Consumer::attempt_timeout)"
+                ))
+            })
+        })
     }
 
     /// Runs `op` until it succeeds or fails with an error `holds` does not cover; an error it

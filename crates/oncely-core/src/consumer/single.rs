@@ -62,7 +62,14 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         let mut probe: Probe<'_> = None;
         loop {
             let started = self.health.stamp();
-            let result = self.attempt(&envelope).await;
+            let result = match self.within_attempt_timeout(self.attempt(&envelope)).await {
+                Ok(result) => result,
+                Err(error) => Attempt::Failed {
+                    error,
+                    in_handler: false,
+                    landed: None,
+                },
+            };
             drop(probe.take());
             if !matches!(result, Attempt::Failed { .. }) {
                 self.health.succeeded(started);
