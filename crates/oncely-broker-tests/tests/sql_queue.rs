@@ -101,3 +101,60 @@ async fn pg_queue_keeps_invalid_utf8_ids_exact() {
     .execute(store.pool())
     .await;
 }
+
+/// One lease statement takes the consumer's read-ahead: told 10, the first `next` leases 10
+/// rows and the next nine come from them in the table's order; told nothing, one row a time.
+#[tokio::test]
+async fn pg_queue_leases_the_read_ahead_in_one_statement() {
+    use oncely_core::{RawEnvelope, Source};
+    use oncely_sql::SqlTx;
+    let test = "pg_queue_leases_the_read_ahead_in_one_statement";
+    if !available(test, "PostgreSQL", "127.0.0.1:5432") {
+        return;
+    }
+    let schema = unique("t_queue_batch");
+    let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
+    let oncely_sql::AnyStore::Postgres(store) = db.store() else {
+        unreachable!()
+    };
+    let queue = SqlQueue::of(store);
+    store
+        .migrate_with(&[&oncely_sql_queue::MIGRATIONS])
+        .await
+        .expect("queue table");
+    let messages: Vec<RawEnvelope> = (0..25)
+        .map(|n| RawEnvelope::new(format!("m-{n:02}"), b"payload".to_vec()))
+        .collect();
+    queue.enqueue(&messages).await.expect("enqueue");
+    let leased_sql =
+        format!("SELECT COUNT(*) FROM {schema}.oncely_queue WHERE leased_until IS NOT NULL");
+    let leased = || async {
+        db.store()
+            .pool()
+            .fetch_i64(&leased_sql, &[])
+            .await
+            .unwrap()
+            .unwrap()
+    };
+
+    let mut one_by_one = queue.source(Duration::from_secs(30));
+    let first = one_by_one.next().await.expect("next").expect("a row");
+    assert_eq!(first.message().id.as_deref(), Some(&b"m-00"[..]));
+    assert_eq!(leased().await, 1, "without a read-ahead: one row");
+
+    let mut batched = queue.source(Duration::from_secs(30));
+    batched.read_ahead(10);
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        let d = batched.next().await.expect("next").expect("a row");
+        ids.push(String::from_utf8(d.message().id.clone().unwrap()).unwrap());
+        assert_eq!(leased().await, 11, "one statement leased the ten");
+    }
+    let expected: Vec<String> = (1..=10).map(|n| format!("m-{n:02}")).collect();
+    assert_eq!(ids, expected, "in the table's order");
+    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {schema} CASCADE"
+    )))
+    .execute(store.pool())
+    .await;
+}

@@ -17,4 +17,4 @@
 
 mod queue;
 
-pub use queue::{Dequeue, MIGRATIONS, QUEUE_ROW_HEADER, SqlQueue, SqlQueueSource};
+pub use queue::{Dequeue, MAX_LEASE_BATCH, MIGRATIONS, QUEUE_ROW_HEADER, SqlQueue, SqlQueueSource};

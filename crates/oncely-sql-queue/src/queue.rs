@@ -173,6 +173,9 @@ impl SqlQueue {
             lease,
             poll: Duration::from_millis(100),
             stop_when_empty: false,
+            batch: 1,
+            leased: std::collections::VecDeque::new(),
+            lease_ends: std::time::Instant::now(),
             leasing: None,
         }
     }
@@ -180,41 +183,58 @@ impl SqlQueue {
 
 /// Leases rows with `FOR UPDATE SKIP LOCKED`, so concurrent consumers never get the same
 /// row while its lease runs. Polls when the table has nothing visible.
+///
+/// One statement leases up to the consumer's read-ahead ([`Source::read_ahead`], at most
+/// [`MAX_LEASE_BATCH`]; one row when it is not told) and hands the rows out one by one: a
+/// group-committing consumer then pays one lease per group, not one per row. A row leased
+/// but not yet handed out when the consumer stops waits out its lease.
 pub struct SqlQueueSource {
     queue: SqlQueue,
     lease: Duration,
     poll: Duration,
     stop_when_empty: bool,
+    batch: usize,
+    /// Leased rows not handed out yet, oldest first, and when their lease ends.
+    leased: std::collections::VecDeque<sqlx::postgres::PgRow>,
+    lease_ends: std::time::Instant,
     /// The lease `next` started and has not seen the end of: a `next` dropped while it commits
     /// leaves it here for the next call (a row leased but never returned would wait out its
     /// lease).
-    leasing: Option<BoxFuture<'static, Result<Option<sqlx::postgres::PgRow>>>>,
+    leasing: Option<BoxFuture<'static, Result<Vec<sqlx::postgres::PgRow>>>>,
 }
 
-/// Leases the oldest visible row for `lease` (one statement in its own transaction).
-fn lease_one(
+/// The most rows one lease statement takes.
+pub const MAX_LEASE_BATCH: usize = 256;
+
+/// Leases the `batch` oldest visible rows for `lease` (one statement in its own transaction),
+/// oldest first.
+fn lease_batch(
     queue: SqlQueue,
     lease: Duration,
-) -> BoxFuture<'static, Result<Option<sqlx::postgres::PgRow>>> {
+    batch: usize,
+) -> BoxFuture<'static, Result<Vec<sqlx::postgres::PgRow>>> {
     Box::pin(async move {
         let t = &queue.table;
         let now = now_ms();
         let mut conn = Autocommit::begin(&queue.pool, queue.engine)
             .await
             .map_err(|e| db("lease", e))?;
-        let row = queue.engine.query(AssertSqlSafe(format!(
+        let mut rows = queue.engine.query(AssertSqlSafe(format!(
             "UPDATE {t} SET leased_until = $1, deliveries = deliveries + 1
-             WHERE id = (SELECT id FROM {t} WHERE leased_until IS NULL OR leased_until < $2
-                         ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
+             WHERE id IN (SELECT id FROM {t} WHERE leased_until IS NULL OR leased_until < $2
+                          ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $3)
              RETURNING id, COALESCE(raw_id, convert_to(message_id, 'UTF8')) AS raw_id, payload, headers, deliveries"
         )))
         .bind(now + lease.as_millis() as i64)
         .bind(now)
-        .fetch_optional(&mut *conn)
+        .bind(batch.clamp(1, MAX_LEASE_BATCH) as i64)
+        .fetch_all(&mut *conn)
         .await
         .map_err(|e| db("lease", e))?;
         conn.commit().await.map_err(|e| db("lease", e))?;
-        Ok(row)
+        // RETURNING keeps no order: hand the rows out in the table's.
+        rows.sort_by_key(|row| row.try_get::<i64, _>("id").unwrap_or(i64::MAX));
+        Ok(rows)
     })
 }
 
@@ -227,14 +247,28 @@ impl SqlQueueSource {
 }
 
 impl Source for SqlQueueSource {
+    fn read_ahead(&mut self, deliveries: usize) {
+        self.batch = deliveries.clamp(1, MAX_LEASE_BATCH);
+    }
+
     async fn next(&mut self) -> Result<Option<Delivery>> {
         loop {
-            let leasing = self
-                .leasing
-                .get_or_insert_with(|| lease_one(self.queue.clone(), self.lease));
-            let row = leasing.await;
-            self.leasing = None;
-            if let Some(row) = row? {
+            // Rows whose lease ran out while they waited here are anyone's again: not handed
+            // out (the next lease takes them, here or in another consumer).
+            if std::time::Instant::now() >= self.lease_ends {
+                self.leased.clear();
+            }
+            if self.leased.is_empty() {
+                let leasing = self
+                    .leasing
+                    .get_or_insert_with(|| lease_batch(self.queue.clone(), self.lease, self.batch));
+                let started = std::time::Instant::now();
+                let rows = leasing.await;
+                self.leasing = None;
+                self.leased.extend(rows?);
+                self.lease_ends = started + self.lease;
+            }
+            if let Some(row) = self.leased.pop_front() {
                 let get = |e| db("decode", e);
                 let id: i64 = row.try_get("id").map_err(get)?;
                 let raw_id: Option<Vec<u8>> = row.try_get("raw_id").map_err(get)?;
