@@ -69,7 +69,8 @@ pub struct ConnectOptions {
     pub ping_timeout: Duration,
     /// PostgreSQL, not behind a transaction pooler: the session's
     /// `idle_in_transaction_session_timeout` when the server has none configured (default
-    /// 60 s, as `oncely_core::DEFAULT_ATTEMPT_TIMEOUT`; zero: leave it off). A transaction
+    /// 60 s, as `oncely_core::DEFAULT_ATTEMPT_TIMEOUT`; zero: leave it off); MariaDB: its
+    /// `idle_transaction_timeout`, likewise. A transaction
     /// whose client the network stranded holds its claims' row locks until the server ends
     /// it; without this, PostgreSQL waits for its TCP keepalive (2 hours on Linux) and every
     /// retry of those messages waits on the locks. Keep it above the longest pause your
@@ -238,9 +239,15 @@ impl MySqlStore {
         options.replication.supported_on("MySQL / MariaDB")?;
         let url = url.replacen("mariadb://", "mysql://", 1);
         let hosts = parse_hosts::<sqlx::MySql>(&url, "MySQL", |o| o)?;
+        let idle_s = options.idle_in_transaction_timeout.as_secs();
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
-            .after_connect(|conn, _| Box::pin(galera_sync_wait(conn)));
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    galera_sync_wait(conn).await?;
+                    end_orphaned_transactions_mariadb(conn, idle_s).await
+                })
+            });
         let pool = bounded_pings(pool, options.ping_timeout);
         let (pool, failover) = open(hosts, pool, "MySQL").await?;
         let engine = options.engine(PoolKind::MySql(pool.clone()), false).await?;
@@ -403,6 +410,26 @@ async fn open<DB: Database>(
         }
     }
     Err(last.expect("a multi-host URL has hosts"))
+}
+
+/// On MariaDB, sets the session's `idle_transaction_timeout` to `secs` unless the server
+/// set one (see [`ConnectOptions::idle_in_transaction_timeout`]); MySQL has no such variable
+/// and keeps an orphaned transaction until `wait_timeout`.
+#[cfg(feature = "mysql")]
+async fn end_orphaned_transactions_mariadb(
+    conn: &mut sqlx::MySqlConnection,
+    secs: u64,
+) -> std::result::Result<(), sqlx::Error> {
+    if secs == 0 {
+        return Ok(());
+    }
+    let sql = format!(
+        "SET SESSION idle_transaction_timeout = IF(@@idle_transaction_timeout = 0, {secs}, @@idle_transaction_timeout)"
+    );
+    match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(conn).await {
+        Ok(_) | Err(sqlx::Error::Database(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// On MariaDB Galera, makes the session's reads (and the transaction's start) wait until the
