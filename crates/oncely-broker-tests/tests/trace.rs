@@ -18,9 +18,8 @@
 //! the client's `traceparent`, the handler enqueues inside it, and the relay's publish and the
 //! delivery hang under the request span, in the client's trace.
 
-/// The orders app of `oncely http-demo` (it lives in the binary).
-#[path = "../../oncely-cli/src/orders_app.rs"]
-mod demo;
+/// The orders app of `oncely http-demo` (oncely-http's feature `orders-app`).
+use oncely_http::orders_app as demo;
 
 use oncely_amqp::AmqpProducer;
 use oncely_broker_tests::services::{AMQP_URL, REDIS_URL, available, unique};

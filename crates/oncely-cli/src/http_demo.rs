@@ -1,8 +1,8 @@
-//! `oncely http-demo`: the orders app (`orders_app.rs`) behind the Idempotency-Key layer,
+//! `oncely http-demo`: oncely-http's orders app (`oncely_http::orders_app`) behind the Idempotency-Key layer,
 //! served on `--addr` until Ctrl-C.
 
-use crate::orders_app::{Orders, layer, router, setup};
 use anyhow::{Context, Result};
+use oncely_http::orders_app::{Orders, layer, router, setup};
 use oncely_sql::{AnyStore, ConnectOptions, Dialect, Tables, redact_url};
 use std::time::Duration;
 

@@ -5,7 +5,6 @@
 mod console;
 mod demo;
 mod http_demo;
-mod orders_app;
 #[cfg(feature = "otlp")]
 mod otlp;
 mod webhook_demo;

@@ -47,7 +47,7 @@ impl Server {
             ])
             .args(flags)
             .env("ONCELY_HTTP_DEMO_DELAY_MS", delay_ms.to_string())
-            .env("ONCELY_LOG", "oncely_http=info,oncely::orders_app=info")
+            .env("ONCELY_LOG", "oncely_http=info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

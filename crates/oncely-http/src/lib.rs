@@ -54,6 +54,8 @@ mod key;
 mod keys;
 mod layer;
 mod migrate;
+#[cfg(feature = "orders-app")]
+pub mod orders_app;
 mod problem;
 mod prune;
 mod scope;

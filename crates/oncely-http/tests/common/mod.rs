@@ -6,10 +6,8 @@
 
 pub mod suite;
 
-/// The orders app of `oncely http-demo` (demo code lives in the binary, not in this
-/// library's `src/`); the layer is tested through it.
-#[path = "../../../oncely-cli/src/orders_app.rs"]
-pub mod app;
+/// The orders app of `oncely http-demo` (feature `orders-app`); the layer is tested through it.
+pub use oncely_http::orders_app as app;
 
 use oncely_effects::EffectTables;
 use oncely_sql::{AnyStore, ConnectOptions, SqlTx, Tables};

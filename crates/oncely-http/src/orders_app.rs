@@ -4,10 +4,10 @@
 //! and keys are scoped by it: `Bearer alice` and `Bearer bob` never share a key. Without it
 //! the answer is 401, `application/problem+json`.
 //!
-//! Demo code, so it lives in the binary, not in oncely-http; oncely-http's tests drive the
-//! layer through this same app (`tests/common/mod.rs` includes this file by path).
-#![allow(dead_code)] // each includer uses part of it
+//! A reference application of the layer, behind the feature `orders-app`: the `oncely`
+//! binary serves it, and oncely-http's tests and the trace tests drive the layer through it.
 
+use crate::{IdempotencyLayer, IdempotentTx, Scope, TxError};
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -16,7 +16,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use oncely_core::{MessageId, Result, Store};
 use oncely_effects::{Outbox, Outgoing};
-use oncely_http::{IdempotencyLayer, IdempotentTx, Scope, TxError};
 use oncely_sql::{AnyStore, AnyTx, Column, INBOX, Tables, now_ms};
 use std::time::Duration;
 
@@ -50,11 +49,7 @@ pub fn orders_table(tables: &Tables) -> String {
 /// Creates the tables the demo needs (inbox, effects with the outbox, http keys, orders).
 pub async fn setup(store: &AnyStore) -> Result<()> {
     store
-        .migrate_with(&[
-            &INBOX,
-            &oncely_effects::MIGRATIONS,
-            &oncely_http::MIGRATIONS,
-        ])
+        .migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS, &crate::MIGRATIONS])
         .await?;
     let ddl = format!(
         "CREATE TABLE IF NOT EXISTS {} (id VARCHAR(64) NOT NULL PRIMARY KEY, item VARCHAR(255) NOT NULL, quantity BIGINT NOT NULL, created_at BIGINT NOT NULL)",
