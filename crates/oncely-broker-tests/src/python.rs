@@ -25,8 +25,8 @@ pub fn python_has(test: &str, module: &str) -> bool {
 
 /// The path of `scripts/python_producers.py`.
 pub fn script() -> String {
-    format!(
-        "{}/../../scripts/python_producers.py",
-        env!("CARGO_MANIFEST_DIR")
-    )
+    oncely_testkit::services::workspace_root()
+        .join("scripts/python_producers.py")
+        .display()
+        .to_string()
 }

@@ -24,7 +24,6 @@ use oncely_core::{ConsumerName, MessageId, PayloadHash, Store};
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{AnyStore, ConnectOptions, PgStore, Replication};
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::process::Child;
 
@@ -38,7 +37,7 @@ static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs `scripts/pg-ha.sh args`; its output (never a server's) is captured and printed.
 async fn ha(args: &[&str]) -> String {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg-ha.sh");
+    let script = oncely_testkit::services::workspace_root().join("scripts/pg-ha.sh");
     let out = tokio::process::Command::new("bash")
         .arg(script)
         .args(args)

@@ -420,7 +420,7 @@ async fn pg_connections_stranded_mid_run() {
 // ---- restart of the test-owned PostgreSQL -------------------------------------------
 
 fn test_db(args: &[&str]) -> bool {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/test-db.sh");
+    let script = oncely_testkit::services::workspace_root().join("scripts/test-db.sh");
     let out = Command::new("bash").arg(script).args(args).output();
     match out {
         Ok(o) if o.status.success() => true,

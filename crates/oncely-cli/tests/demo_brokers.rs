@@ -110,11 +110,14 @@ fn demo_via_mqtt() {
 /// started here unless it answers already.
 #[test]
 fn demo_via_mqtt_10k_test_owned_mosquitto() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/mosquitto.sh");
+    let script = oncely_testkit::services::workspace_root()
+        .join("scripts/mosquitto.sh")
+        .display()
+        .to_string();
     let addr = "127.0.0.1:18830";
     if services::probe_blocking(addr).is_err() {
         let started = std::process::Command::new("bash")
-            .args([script, "start"])
+            .args([script.as_str(), "start"])
             .status()
             .is_ok_and(|s| s.success());
         assert!(started || !services::required(), "{script} start failed");

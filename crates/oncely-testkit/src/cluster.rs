@@ -3,8 +3,6 @@
 //! environment variables override them (`ONCELY_GALERA_URLS`, `ONCELY_NATS_CLUSTER_URLS`,
 //! comma-separated, node 1 first).
 
-use std::path::PathBuf;
-
 /// The three Galera nodes' URLs (`mysql://root@127.0.0.1:2330N/test`).
 ///
 /// ```
@@ -45,7 +43,7 @@ pub fn host_port(url: &str) -> String {
 /// Runs `scripts/cluster.sh ARGS…` (e.g. `["kill", "galera", "1"]`), from the workspace root;
 /// true when it exits 0.
 pub fn script(args: &[&str]) -> bool {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = crate::services::workspace_root();
     std::process::Command::new("bash")
         .arg(root.join("scripts/cluster.sh"))
         .args(args)

@@ -45,6 +45,22 @@ pub const PGBOUNCER_URL_VAR: &str = "ONCELY_TEST_PGBOUNCER_URL";
 /// How long [`probe`] and [`probe_blocking`] wait for a TCP connection.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// The workspace's root directory, found at run time: the nearest ancestor of the current
+/// directory (a test runs in its package's directory, under `cargo test` and
+/// `scripts/test.sh` alike) that holds `scripts/setup.sh`; else the root this crate was built
+/// in. Not compiled in: a build cache shared by two checkouts (CI's and a worktree) can hold
+/// a test built in the other one, whose compiled-in paths may no longer exist.
+pub fn workspace_root() -> std::path::PathBuf {
+    if let Ok(dir) = std::env::current_dir()
+        && let Some(root) = dir
+            .ancestors()
+            .find(|d| d.join("scripts/setup.sh").is_file())
+    {
+        return root.to_path_buf();
+    }
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// True when a missing server must fail the test: env `CI` or `ONCELY_REQUIRE_SERVICES` set
 /// (to anything, even empty).
 ///

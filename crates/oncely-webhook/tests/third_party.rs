@@ -21,12 +21,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const NEEDS: &str = "Python with standardwebhooks 1.1.0 and stripe 16.x (python3 -m pip install standardwebhooks==1.1.0 stripe==16.1.0)";
 
 fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/signers.py")
+    oncely_testkit::services::workspace_root().join("crates/oncely-webhook/tests/signers.py")
 }
 
 /// The first Python that imports both libraries; `None` after reporting it missing.
 fn python(test: &str) -> Option<String> {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python3");
+    let venv = oncely_testkit::services::workspace_root().join(".venv/bin/python3");
     let candidates = std::env::var("ONCELY_WEBHOOK_PYTHON")
         .ok()
         .into_iter()

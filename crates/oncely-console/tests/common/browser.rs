@@ -285,9 +285,8 @@ impl Browser {
         let Some(dir) = std::env::var_os("ONCELY_CONSOLE_SCREENSHOTS") else {
             return;
         };
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
-            .join(dir);
+        // The package's directory at run time (tests run there), not a compiled-in path.
+        let dir = std::env::current_dir().unwrap().join("../..").join(dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
