@@ -11,22 +11,41 @@ use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
-    let test = "pg_queue_table_exactly_once_with_crashes_and_two_consumers";
+/// A fresh schema on the shared PostgreSQL with the ledger and the queue table: the
+/// database, its queue and the schema's name; None (after the SKIPPED banner) without
+/// PostgreSQL.
+async fn fresh_queue(test: &str, prefix: &str) -> Option<(Db, SqlQueue, String)> {
     if !available(test, "PostgreSQL", "127.0.0.1:5432") {
-        return;
+        return None;
     }
-    let schema = unique("t_queue");
+    let schema = unique(prefix);
     let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
     let oncely_sql::AnyStore::Postgres(store) = db.store() else {
-        unreachable!()
+        unreachable!("a postgres:// URL")
     };
     let queue = SqlQueue::of(store);
     store
         .migrate_with(&[&oncely_sql_queue::MIGRATIONS])
         .await
         .expect("queue table");
+    Some((db, queue, schema))
+}
+
+async fn drop_schema(db: &Db, schema: &str) {
+    use oncely_sql::SqlTx;
+    let _ = db
+        .store()
+        .pool()
+        .script(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
+    let test = "pg_queue_table_exactly_once_with_crashes_and_two_consumers";
+    let Some((db, queue, schema)) = fresh_queue(test, "t_queue").await else {
+        return;
+    };
     let workload = Workload::new(&schema, 1000, 0.2, 2, 5);
     queue.enqueue(&workload.messages).await.expect("enqueue");
     let plan = CrashPlan::new(3, 0.1).only_at(&[Step::Claimed, Step::Effected, Step::Committed]);
@@ -53,11 +72,7 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
         .await
         .expect("report")
         .assert_exact(test);
-    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA {schema} CASCADE"
-    )))
-    .execute(store.pool())
-    .await;
+    drop_schema(&db, &schema).await;
 }
 
 /// Ids are kept byte-exact: two ids that are not UTF-8 and only differ in their invalid bytes
@@ -66,19 +81,9 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
 async fn pg_queue_keeps_invalid_utf8_ids_exact() {
     use oncely_core::{RawEnvelope, Source};
     let test = "pg_queue_keeps_invalid_utf8_ids_exact";
-    if !available(test, "PostgreSQL", "127.0.0.1:5432") {
+    let Some((db, queue, schema)) = fresh_queue(test, "t_queue_ids").await else {
         return;
-    }
-    let schema = unique("t_queue_ids");
-    let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
-    let oncely_sql::AnyStore::Postgres(store) = db.store() else {
-        unreachable!()
     };
-    let queue = SqlQueue::of(store);
-    store
-        .migrate_with(&[&oncely_sql_queue::MIGRATIONS])
-        .await
-        .expect("queue table");
     let ids: [Vec<u8>; 3] = [vec![0xff, 0x01], vec![0xfe, 0x01], b"plain-1".to_vec()];
     let messages: Vec<RawEnvelope> = ids
         .iter()
@@ -95,11 +100,7 @@ async fn pg_queue_keeps_invalid_utf8_ids_exact() {
         seen.push(d.message().id.clone().expect("an id"));
     }
     assert_eq!(seen, ids.to_vec(), "ids must come back byte-exact");
-    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA {schema} CASCADE"
-    )))
-    .execute(store.pool())
-    .await;
+    drop_schema(&db, &schema).await;
 }
 
 /// One lease statement takes the consumer's read-ahead: told 10, the first `next` leases 10
@@ -109,19 +110,9 @@ async fn pg_queue_leases_the_read_ahead_in_one_statement() {
     use oncely_core::{RawEnvelope, Source};
     use oncely_sql::SqlTx;
     let test = "pg_queue_leases_the_read_ahead_in_one_statement";
-    if !available(test, "PostgreSQL", "127.0.0.1:5432") {
+    let Some((db, queue, schema)) = fresh_queue(test, "t_queue_batch").await else {
         return;
-    }
-    let schema = unique("t_queue_batch");
-    let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
-    let oncely_sql::AnyStore::Postgres(store) = db.store() else {
-        unreachable!()
     };
-    let queue = SqlQueue::of(store);
-    store
-        .migrate_with(&[&oncely_sql_queue::MIGRATIONS])
-        .await
-        .expect("queue table");
     let messages: Vec<RawEnvelope> = (0..25)
         .map(|n| RawEnvelope::new(format!("m-{n:02}"), b"payload".to_vec()))
         .collect();
@@ -152,9 +143,5 @@ async fn pg_queue_leases_the_read_ahead_in_one_statement() {
     }
     let expected: Vec<String> = (1..=10).map(|n| format!("m-{n:02}")).collect();
     assert_eq!(ids, expected, "in the table's order");
-    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA {schema} CASCADE"
-    )))
-    .execute(store.pool())
-    .await;
+    drop_schema(&db, &schema).await;
 }
