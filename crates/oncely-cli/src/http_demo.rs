@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use oncely_http::orders_app::{Orders, layer, router, setup};
-use oncely_sql::{AnyStore, ConnectOptions, Dialect, Tables, redact_url};
+use oncely_sql::{ConnectOptions, redact_url};
 use std::time::Duration;
 
 /// Flags of `oncely http-demo`.
@@ -41,15 +41,8 @@ pub async fn run(args: HttpDemoArgs) -> Result<bool> {
             temp.path().join("oncely-http-demo.db").display()
         )
     });
-    let mut tables = Tables::default();
-    if Dialect::from_url(&url)?.has_schemas() {
-        tables = tables.with_schema(&args.schema)?;
-    }
-    let options = ConnectOptions {
-        tables,
-        ..ConnectOptions::default()
-    };
-    let store = AnyStore::connect_with(&url, &options).await?;
+    let pool = ConnectOptions::default().max_connections;
+    let store = crate::demo::open_in_schema(&url, &args.schema, pool).await?;
     setup(&store).await?;
     let layer = layer(store.clone()).ttl(args.ttl);
     let orders =

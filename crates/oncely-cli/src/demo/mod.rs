@@ -303,19 +303,29 @@ impl Target {
 }
 
 async fn open_store(url: &str, args: &DemoArgs) -> Result<(AnyStore, CreditTables)> {
-    let dialect = Dialect::from_url(url)?;
-    let schema = dialect.has_schemas().then_some(args.schema.as_str());
+    let connections = (args.workers as u32 + 4).max(8);
+    let store = open_in_schema(url, &args.schema, connections).await?;
+    let tables = CreditTables::new(store.dialect(), store.tables().schema());
+    Ok((store, tables))
+}
+
+/// A demo's store at `url`, its tables in `schema` where the database has schemas
+/// (PostgreSQL, MySQL), with a pool of `max_connections`.
+pub(crate) async fn open_in_schema(
+    url: &str,
+    schema: &str,
+    max_connections: u32,
+) -> Result<AnyStore> {
     let mut tables = Tables::default();
-    if let Some(s) = schema {
-        tables = tables.with_schema(s)?;
+    if Dialect::from_url(url)?.has_schemas() {
+        tables = tables.with_schema(schema)?;
     }
     let options = ConnectOptions {
         tables,
-        max_connections: (args.workers as u32 + 4).max(8),
+        max_connections,
         ..ConnectOptions::default()
     };
-    let store = AnyStore::connect_with(url, &options).await?;
-    Ok((store, CreditTables::new(dialect, schema)))
+    Ok(AnyStore::connect_with(url, &options).await?)
 }
 
 /// The crashes a run's plan injected.
@@ -447,6 +457,15 @@ const DEMO_SETS: &[&MigrationSet] = &[&INBOX];
 /// and those of [`DEMO_SETS`] as the migration registry knows them, with their ledger rows (so
 /// the next migration recreates them; a ledger left behind made a second run skip them).
 async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
+    reset_with(store, tables, DEMO_SETS).await
+}
+
+/// [`reset`] for a demo whose store has the migration `sets` (the webhook demo adds the queue).
+pub(crate) async fn reset_with(
+    store: &AnyStore,
+    tables: &CreditTables,
+    sets: &[&MigrationSet],
+) -> Result<()> {
     let schema = store.tables().schema();
     let drops: Vec<String> = match schema.and_then(|s| store.dialect().drop_schema_sql(s)) {
         Some(drop) => vec![drop],
@@ -454,7 +473,7 @@ async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
             .names()
             .iter()
             .map(|t| format!("DROP TABLE IF EXISTS {t}"))
-            .chain(reset_sql(store.dialect(), store.tables(), DEMO_SETS)?)
+            .chain(reset_sql(store.dialect(), store.tables(), sets)?)
             .collect(),
     };
     debug!(statements = ?drops, "resetting the demo store");
@@ -465,12 +484,21 @@ async fn reset(store: &AnyStore, tables: &CreditTables) -> Result<()> {
             .await
             .context("resetting the demo schema")?;
     }
-    create_tables(store, tables).await
+    create_tables_with(store, tables, sets).await
 }
 
 /// Migrates and creates the demo tables if missing (keeps existing data).
 async fn create_tables(store: &AnyStore, tables: &CreditTables) -> Result<()> {
-    let ran = store.migrate_with(DEMO_SETS).await?;
+    create_tables_with(store, tables, DEMO_SETS).await
+}
+
+/// [`create_tables`] with the migration `sets`.
+async fn create_tables_with(
+    store: &AnyStore,
+    tables: &CreditTables,
+    sets: &[&MigrationSet],
+) -> Result<()> {
+    let ran = store.migrate_with(sets).await?;
     debug!(migrations = ran, "demo store migrated");
     for sql in tables.ddl() {
         store

@@ -16,9 +16,7 @@ mod serve;
 use crate::demo::credits::CreditTables;
 use anyhow::{Context, Result, bail};
 use events::Plan;
-use oncely_sql::{
-    AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, SqlTx, Tables, redact_url,
-};
+use oncely_sql::{AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, redact_url};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -81,19 +79,6 @@ fn migration_sets(mode: Mode) -> Vec<&'static MigrationSet> {
     }
 }
 
-/// The demo's store at `url`, in `schema` where the database has schemas.
-async fn open(url: &str, schema: &str) -> Result<AnyStore> {
-    let mut tables = Tables::default();
-    if Dialect::from_url(url)?.has_schemas() {
-        tables = tables.with_schema(schema)?;
-    }
-    let options = ConnectOptions {
-        tables,
-        ..ConnectOptions::default()
-    };
-    Ok(AnyStore::connect_with(url, &options).await?)
-}
-
 /// Runs the demo (or, with `--serve`, the server it kills); returns whether every check held.
 pub async fn run(args: WebhookDemoArgs) -> Result<bool> {
     let temp = tempfile::tempdir().context("creating a temporary directory")?;
@@ -109,7 +94,8 @@ pub async fn run(args: WebhookDemoArgs) -> Result<bool> {
     if mode == Mode::Deferred && dialect != Dialect::Postgres {
         bail!("--github-mode deferred needs PostgreSQL (the queue table is oncely-sql-queue's)");
     }
-    let store = open(&url, &args.schema).await?;
+    let pool = ConnectOptions::default().max_connections;
+    let store = crate::demo::open_in_schema(&url, &args.schema, pool).await?;
     let tables = CreditTables::new(store.dialect(), store.tables().schema());
     if let Some(addr) = &args.serve {
         let unsafe_mode = args.unsafe_without_inbox;
@@ -118,7 +104,7 @@ pub async fn run(args: WebhookDemoArgs) -> Result<bool> {
             .map(|()| true);
     }
 
-    reset(&store, &tables, mode).await?;
+    crate::demo::reset_with(&store, &tables, &migration_sets(mode)).await?;
     let plan = Plan::generate(args.events, args.seed);
     if !args.json {
         println!(
@@ -171,45 +157,6 @@ pub async fn run(args: WebhookDemoArgs) -> Result<bool> {
         let _ = temp.keep();
     }
     Ok(report.holds())
-}
-
-/// A clean slate: the demo's schema (PostgreSQL/MySQL) or its SQLite file's tables, then
-/// the migrations and the ledger tables.
-async fn reset(store: &AnyStore, tables: &CreditTables, mode: Mode) -> Result<()> {
-    let sets = migration_sets(mode);
-    let drops: Vec<String> = match store
-        .tables()
-        .schema()
-        .and_then(|s| store.dialect().drop_schema_sql(s))
-    {
-        Some(drop) => vec![drop],
-        None => tables
-            .names()
-            .iter()
-            .map(|t| format!("DROP TABLE IF EXISTS {t}"))
-            .chain(oncely_sql::reset_sql(
-                store.dialect(),
-                store.tables(),
-                &sets,
-            )?)
-            .collect(),
-    };
-    for sql in &drops {
-        store
-            .pool()
-            .script(sql)
-            .await
-            .context("resetting the demo store")?;
-    }
-    store.migrate_with(&sets).await?;
-    for sql in tables.ddl() {
-        store
-            .pool()
-            .script(&sql)
-            .await
-            .context("creating the ledger")?;
-    }
-    Ok(())
 }
 
 /// Waits until the deferred source's queue is empty (every queued request applied or
