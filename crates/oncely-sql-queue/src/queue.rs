@@ -206,7 +206,8 @@ pub struct SqlQueueSource {
 /// The most rows one lease statement takes.
 pub const MAX_LEASE_BATCH: usize = 256;
 
-/// Leases the `batch` oldest visible rows for `lease` (one statement in its own transaction),
+/// Leases the `batch` oldest visible rows (1..=[`MAX_LEASE_BATCH`], as `read_ahead` keeps it)
+/// for `lease` (one statement in its own transaction),
 /// oldest first.
 fn lease_batch(
     queue: SqlQueue,
@@ -227,7 +228,7 @@ fn lease_batch(
         )))
         .bind(now + lease.as_millis() as i64)
         .bind(now)
-        .bind(batch.clamp(1, MAX_LEASE_BATCH) as i64)
+        .bind(batch as i64)
         .fetch_all(&mut *conn)
         .await
         .map_err(|e| db("lease", e))?;
