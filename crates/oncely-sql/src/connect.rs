@@ -189,8 +189,7 @@ impl PgStore {
                     Ok(())
                 })
             });
-        let pool = bounded_pings(pool, options.ping_timeout);
-        let (pool, failover) = open(hosts, pool, "PostgreSQL").await?;
+        let (pool, failover) = open(hosts, pool, "PostgreSQL", options.ping_timeout).await?;
         let behind = match pooler {
             PoolerOption::Transaction => true,
             PoolerOption::None => false,
@@ -248,8 +247,7 @@ impl MySqlStore {
                     end_orphaned_transactions_mariadb(conn, idle_s).await
                 })
             });
-        let pool = bounded_pings(pool, options.ping_timeout);
-        let (pool, failover) = open(hosts, pool, "MySQL").await?;
+        let (pool, failover) = open(hosts, pool, "MySQL", options.ping_timeout).await?;
         let engine = options.engine(PoolKind::MySql(pool.clone()), false).await?;
         Ok(
             Self::with_engine_and_tables(pool, options.tables.clone(), engine)
@@ -303,7 +301,6 @@ async fn end_orphaned_transactions(
 /// or firewall that dropped its state sends no RST — would hold the acquire, or the slot of
 /// a released connection, forever). One that does not answer is closed hard, with one WARN
 /// a minute, and the pool takes or opens another.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 fn bounded_pings<DB: Database>(pool: PoolOptions<DB>, timeout: Duration) -> PoolOptions<DB> {
     let last_warned = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let released = last_warned.clone();
@@ -319,7 +316,6 @@ fn bounded_pings<DB: Database>(pool: PoolOptions<DB>, timeout: Duration) -> Pool
 }
 
 /// Whether `conn` answers a ping within `timeout` (an error closes it hard).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 async fn answers<C: Connection>(
     conn: &mut C,
     timeout: Duration,
@@ -373,13 +369,16 @@ async fn first_contact<DB: Database>(options: &Options<DB>, doing: &str) -> Resu
     }
 }
 
-/// Opens a pool on the first of `hosts` that answers; for several hosts, also the
-/// [`Failover`] that moves the pool to the next host when the one in use fails.
+/// Opens a pool on the first of `hosts` that answers, its pings bounded by `ping_timeout`
+/// ([`bounded_pings`]); for several hosts, also the [`Failover`] that moves the pool to the
+/// next host when the one in use fails.
 async fn open<DB: Database>(
     hosts: Vec<(String, Options<DB>)>,
     pool: PoolOptions<DB>,
     server: &str,
+    ping_timeout: Duration,
 ) -> Result<(Pool<DB>, Option<Failover<DB>>)> {
+    let pool = bounded_pings(pool, ping_timeout);
     if let [(_, options)] = hosts.as_slice() {
         first_contact::<DB>(options, &format!("connecting to {server}")).await?;
         let pool = pool
