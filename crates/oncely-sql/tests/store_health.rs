@@ -13,7 +13,9 @@ use oncely_sql::{PgStore, db};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-const MESSAGES: usize = 500;
+/// Enough that the run is still going when the database turns read-only: with group commit,
+/// 500 messages were sometimes all applied in the moment the switch took (CI, 2026-12-06).
+const MESSAGES: usize = 2000;
 /// Lanes of the consumer (group commit's groups in flight).
 const LANES: usize = 2;
 // What the lanes may read ahead is fewer than the messages left when the outage starts.
