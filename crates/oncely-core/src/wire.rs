@@ -95,6 +95,32 @@ pub fn dropped(header: &str, value: &[u8], why: &str) {
     );
 }
 
+/// An envelope with every field the wire carries set: id `m-1`, a JSON payload, version 7,
+/// entity key, source time (ms precision), a plain header and W3C trace context. A broker
+/// mapping's round-trip test maps it to the broker's form and back and expects it unchanged.
+///
+/// ```
+/// let raw = oncely_core::wire::sample_envelope();
+/// assert_eq!(raw.meta.entity_key.as_deref(), Some("acct-17"));
+/// assert!(raw.meta.headers.contains_key("traceparent"));
+/// ```
+pub fn sample_envelope() -> crate::RawEnvelope {
+    let mut raw = crate::RawEnvelope::new("m-1", br#"{"account":"acct-17","amount":5}"#.to_vec());
+    raw.meta.version = Some(7);
+    raw.meta.entity_key = Some("acct-17".into());
+    raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
+    raw.meta.headers.insert("trace".into(), "abc".into());
+    // W3C trace context passes through as plain headers (docs/tracing.md).
+    raw.meta.headers.insert(
+        "traceparent".into(),
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+    );
+    raw.meta
+        .headers
+        .insert("tracestate".into(), "vendor=1".into());
+    raw
+}
+
 fn truncated(text: &str, max: usize) -> &str {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {

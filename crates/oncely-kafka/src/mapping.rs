@@ -140,19 +140,7 @@ mod tests {
 
     #[test]
     fn round_trips_id_and_meta() {
-        let mut raw = RawEnvelope::new("m-1", br#"{"account":"acct-17","amount":5}"#.to_vec());
-        raw.meta.version = Some(7);
-        raw.meta.entity_key = Some("acct-17".into());
-        raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
-        raw.meta.headers.insert("trace".into(), "abc".into());
-        // W3C trace context passes through as plain headers (docs/tracing.md)
-        raw.meta.headers.insert(
-            "traceparent".into(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
-        );
-        raw.meta
-            .headers
-            .insert("tracestate".into(), "vendor=1".into());
+        let raw = oncely_core::wire::sample_envelope();
         assert_eq!(
             round_trip(&raw, Some(5)),
             raw,

@@ -70,25 +70,12 @@ pub fn envelope_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, UNIX_EPOCH};
 
     const NONE: Option<SystemTime> = None;
 
     #[test]
     fn round_trips() {
-        let mut raw = RawEnvelope::new("m-1", br#"{"account":"acct-17","amount":5}"#.to_vec());
-        raw.meta.version = Some(3);
-        raw.meta.entity_key = Some("acct-17".into());
-        raw.meta.source_time = Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
-        raw.meta.headers.insert("trace".into(), "t".into());
-        // W3C trace context passes through as plain headers (docs/tracing.md)
-        raw.meta.headers.insert(
-            "traceparent".into(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
-        );
-        raw.meta
-            .headers
-            .insert("tracestate".into(), "vendor=1".into());
+        let raw = oncely_core::wire::sample_envelope();
         let h = headers_of(&raw).unwrap();
         assert_eq!(envelope_of(Some(&h), &raw.payload, NONE), raw);
         assert!(headers_of(&RawEnvelope::new("a\nb", "x")).is_err());

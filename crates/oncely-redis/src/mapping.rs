@@ -89,14 +89,7 @@ mod tests {
 
     #[test]
     fn trace_context_round_trips_as_fields() {
-        let mut raw = RawEnvelope::new("m-1", "x");
-        raw.meta.headers.insert(
-            "traceparent".into(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
-        );
-        raw.meta
-            .headers
-            .insert("tracestate".into(), "vendor=1".into());
+        let raw = oncely_core::wire::sample_envelope();
         let map = fields_of(&raw)
             .into_iter()
             .map(|(k, v)| (k, Value::BulkString(v)))

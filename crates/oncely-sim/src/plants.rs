@@ -4,10 +4,7 @@
 
 use crate::faults::{SimStore, SimTx};
 use crate::world::World;
-use futures::future::BoxFuture;
-use oncely_core::{
-    Acker, Claim, ConsumerName, DeadLetter, Delivery, MessageId, PayloadHash, Result, Source, Store,
-};
+use oncely_core::{Claim, ConsumerName, DeadLetter, MessageId, PayloadHash, Result, Store};
 use std::time::Duration;
 
 /// A planted fault.
@@ -145,40 +142,5 @@ impl Store for Planted {
             return Ok(());
         }
         self.inner.dead_letter(letter).await
-    }
-}
-
-/// Plant `ack-before-commit`: acks each delivery as it arrives.
-pub struct AckOnReceipt<Src>(pub Src);
-
-impl<Src: Source> Source for AckOnReceipt<Src> {
-    async fn next(&mut self) -> Result<Option<Delivery>> {
-        let Some(delivery) = self.0.next().await? else {
-            return Ok(None);
-        };
-        let mut original = None;
-        let early = delivery.relay(|d| {
-            original = Some(d);
-            Box::new(AlreadyAcked)
-        });
-        original.expect("relay hands it over").discard().await?;
-        Ok(Some(early))
-    }
-
-    fn read_ahead(&mut self, deliveries: usize) {
-        self.0.read_ahead(deliveries);
-    }
-}
-
-/// The acker of a delivery acked already.
-struct AlreadyAcked;
-
-impl Acker for AlreadyAcked {
-    fn ack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn nack(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
-        Box::pin(async { Ok(()) })
     }
 }

@@ -6,12 +6,13 @@
 use crate::check;
 use crate::faults::{SimHandler, SimSource, SimStore};
 use crate::plan::{Plan, Stop};
-use crate::plants::{AckOnReceipt, Plant, Planted};
+use crate::plants::{Plant, Planted};
 use crate::world::World;
 use futures::future::LocalBoxFuture;
 use oncely_core::{
     Consumer, ConsumerName, Inspect, RawEnvelope, RetryPolicy, Source, StatsSnapshot, Store,
 };
+use oncely_testkit::chaos::AckEarly;
 use oncely_testkit::{FaultySource, SourceFaults};
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -189,7 +190,7 @@ async fn simulate(plan: Plan, plant: Option<Plant>) -> RunResult {
         let runs = consumers.iter().enumerate().map(|(w, c)| {
             let src = SimSource::new(source.clone(), world.clone(), sim.memory.clone(), w);
             if plant == Some(Plant::AckBeforeCommit) {
-                start(c, AckOnReceipt(src), &token)
+                start(c, AckEarly(src), &token)
             } else {
                 start(c, src, &token)
             }
