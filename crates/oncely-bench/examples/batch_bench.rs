@@ -17,6 +17,7 @@ use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{
     AnyStore, AnyTx, ConnectOptions, MySqlStore, PgStore, SqliteStore, Tables, Value,
 };
+use oncely_testkit::services::unique;
 use oncely_testkit::{FaultySource, SourceFaults};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -186,10 +187,6 @@ macro_rules! bench {
             batch.as_secs_f64() * 1e3
         );
     }};
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", std::process::id())
 }
 
 #[tokio::main]

@@ -14,7 +14,7 @@ use oncely_core::{
 };
 use oncely_ops::prune::{PruneOptions, prune};
 use oncely_ops::{Ops, partition};
-use oncely_sql::now_ms;
+use oncely_sql::clock::now_ms;
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Transaction};
 use oncely_sql::{ConnectOptions, PgStore, Tables};
 use std::future::Future;

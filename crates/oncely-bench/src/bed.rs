@@ -4,29 +4,17 @@
 
 use anyhow::{Context, Result};
 use oncely_core::{Envelope, Error, Handled, Handler};
+use oncely_sql::clock::now_ms;
 use oncely_sql::sqlx::{
     self, AssertSqlSafe, MySql, Pool, Postgres, SqlSafeStr, SqlStr, Sqlite, Transaction,
 };
-use oncely_sql::{AnyStore, AnyTx, Dialect, Engine, SqlStore, Tables, now_ms};
-use serde::Deserialize;
+use oncely_sql::{AnyStore, AnyTx, Dialect, Engine, SqlStore, Tables};
+use oncely_testkit::credits::CreditTables;
 use std::future::Future;
 
-/// The payload every message carries: `{"account": "acct-17", "amount": 5}`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Credit {
-    /// Account to credit.
-    pub account: String,
-    /// Amount added.
-    pub amount: i64,
-}
-
-impl Credit {
-    /// Decodes a payload (the same work for every consumer in the benchmark).
-    pub fn parse(payload: &[u8]) -> oncely_core::Result<Self> {
-        serde_json::from_slice(payload)
-            .map_err(|e| Error::permanent(format!("undecodable credit payload: {e}")))
-    }
-}
+/// The payload every message carries: the testkit's credits workload,
+/// `{"account": "acct-17", "amount": 5}`.
+pub use oncely_testkit::credits::Credit;
 
 /// One message as the raw reference sees it: id, payload hash (hex) and decoded credit.
 #[derive(Debug, Clone)]
@@ -65,7 +53,7 @@ pub struct Sql {
     upsert_balance: SqlStr,
     claim: SqlStr,
     lookup: SqlStr,
-    dialect: Dialect,
+    credits: CreditTables,
 }
 
 fn s(text: String) -> SqlStr {
@@ -74,12 +62,8 @@ fn s(text: String) -> SqlStr {
 
 impl Sql {
     fn new(d: Dialect, tables: &Tables) -> Self {
-        let q = |t: &str| match tables.schema() {
-            Some(schema) => format!("{schema}.{t}"),
-            None => t.to_owned(),
-        };
-        let ledger = q("bench_ledger");
-        let accounts = q("bench_accounts");
+        let credits = CreditTables::new(d, tables.schema(), "bench_");
+        let (ledger, accounts) = (credits.ledger.clone(), credits.accounts.clone());
         let inbox = tables.table("inbox");
         Self {
             insert_ledger: s(format!(
@@ -100,7 +84,7 @@ impl Sql {
                 d.param(1),
                 d.param(2)
             )),
-            dialect: d,
+            credits,
             dead_letters: tables.table("dead_letters"),
             ledger,
             accounts,
@@ -108,24 +92,14 @@ impl Sql {
         }
     }
 
-    fn ddl(&self) -> [String; 2] {
-        let (seq, key) = (self.dialect.serial_key(), self.dialect.key_text(255));
-        [
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (account {key} PRIMARY KEY, balance BIGINT NOT NULL)",
-                self.accounts
-            ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (seq {seq}, message_id TEXT NOT NULL, account TEXT NOT NULL, amount BIGINT NOT NULL)",
-                self.ledger
-            ),
-        ]
+    fn ddl(&self) -> Vec<String> {
+        self.credits.ddl()
     }
 }
 
 /// A credit write's sqlx error, classified by the workspace's one classifier.
 pub(crate) fn db_err(e: sqlx::Error) -> Error {
-    oncely_sql::db("credit write", e)
+    oncely_sql::error::db("credit write", e)
 }
 
 /// The oncely handler: the same two statements as the plain consumer, through the store's
@@ -260,7 +234,7 @@ impl Handler<AnyTx> for Credits {
 
     /// The account row is what the effect locks: group commit's lanes go by account.
     fn lock_key(&self, message: &oncely_core::RawEnvelope) -> Option<String> {
-        Credit::parse(&message.payload).ok().map(|c| c.account)
+        Credit::lock_key(&message.payload)
     }
 }
 
@@ -325,7 +299,7 @@ impl<DB: oncely_sql::SqlDatabase> Bed<DB> {
         }
     }
 
-    pub(crate) fn ddl(&self) -> [String; 2] {
+    pub(crate) fn ddl(&self) -> Vec<String> {
         self.sql.ddl()
     }
 }
@@ -378,7 +352,7 @@ macro_rules! common_ops {
             .context("counting ledger rows")?;
             let total: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
                 "SELECT {} FROM {}",
-                sql.dialect.cast_i64("sum(balance)"),
+                sql.credits.dialect().cast_i64("sum(balance)"),
                 sql.accounts
             )))
             .fetch_one(&self.pool)

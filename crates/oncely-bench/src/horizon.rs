@@ -19,8 +19,10 @@ use crate::group::oncely_group;
 use crate::plan::{BenchArgs, GROUP};
 use anyhow::{Context, Result, bail};
 use oncely_core::{ConsumerName, DEFAULT_CONCURRENCY, MemorySource};
+use oncely_sql::Dialect;
+use oncely_sql::clock::now_ms;
+use oncely_sql::migrate::MigrateDb;
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite};
-use oncely_sql::{Dialect, MigrateDb, now_ms};
 use serde::Serialize;
 use std::time::Instant;
 

@@ -7,10 +7,10 @@ use crate::report::{Machine, Report};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncely_core::DEFAULT_CONCURRENCY;
+use oncely_sql::migrate::MigrateDb;
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite};
 use oncely_sql::{
-    ConnectOptions, Durability, MigrateDb, MySqlStore, PgStore, SqlStore, SqliteStore, Tables,
-    redact_url,
+    ConnectOptions, Durability, MySqlStore, PgStore, SqlStore, SqliteStore, Tables, redact_url,
 };
 use std::path::PathBuf;
 
@@ -363,7 +363,7 @@ pub(crate) async fn postgres_partitioned(args: &BenchArgs, schema: &str) -> Resu
     let ops = oncely_ops::Ops::from(&oncely_sql::AnyStore::from(store.clone()));
     oncely_ops::partition::install(&ops, 1).await?;
     let week = 8 * oncely_ops::time::DAY_MS;
-    oncely_ops::partition::ensure(&ops, oncely_sql::now_ms() - week, 1).await?;
+    oncely_ops::partition::ensure(&ops, oncely_sql::clock::now_ms() - week, 1).await?;
     migrated_bed(store).await
 }
 

@@ -3,7 +3,7 @@
 //! PostgreSQL, multi-row `VALUES` on SQLite, one transaction per batch.
 
 use crate::bed::{Credit, Item, Sql, db_err};
-use oncely_sql::now_ms;
+use oncely_sql::clock::now_ms;
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite, Transaction};
 use std::collections::{BTreeMap, HashSet};
 

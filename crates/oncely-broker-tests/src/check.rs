@@ -1,10 +1,11 @@
 //! The independent checker: counts effects in the database (or the Redis store) against the
 //! workload.
 
-use crate::ledger::{Db, db_err, parse_payload};
+use crate::ledger::{Db, db_err};
 use crate::workload::Workload;
 use oncely_core::Result;
 use oncely_sql::{Column, SqlTx};
+use oncely_testkit::credits::Credit;
 use std::collections::{HashMap, HashSet};
 
 /// What the database holds, compared with what was published.
@@ -87,7 +88,8 @@ impl Report {
             .iter()
             .map(|r| (r[0].opt_text(), r[1].text(), r[2].bytes()))
             .collect();
-        Ok(Self::judge(workload, &ledger, &dead, None))
+        let total = db.balance_total().await?;
+        Ok(Self::judge(workload, &ledger, &dead, Some(total)))
     }
 
     /// Compares effects with `workload`: `ledger` holds `(message id, amount)` per applied
@@ -110,7 +112,7 @@ impl Report {
             .iter()
             .map(|(id, p)| (id.as_str(), p.as_slice()))
             .collect();
-        let amount = |p: &[u8]| parse_payload(p).ok().map(|(_, a)| a);
+        let amount = |p: &[u8]| Credit::parse(p).ok().map(|c| c.amount);
         let mut per_id: HashMap<&str, Vec<i64>> = HashMap::new();
         for (id, a) in ledger {
             per_id.entry(id.as_str()).or_default().push(*a);
@@ -236,7 +238,6 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::payload;
 
     /// 20 ids, ids 0 and 1 also published with amount + 1000 (conflicts).
     fn workload() -> Workload {
@@ -244,15 +245,18 @@ mod tests {
         w.conflicts = w.unique[..2]
             .iter()
             .map(|(id, p)| {
-                let (account, amount) = parse_payload(p).unwrap();
-                (id.clone(), payload(&account, amount + 1000))
+                let credit = Credit::parse(p).unwrap();
+                (
+                    id.clone(),
+                    Credit::payload(&credit.account, credit.amount + 1000),
+                )
             })
             .collect();
         w
     }
 
     fn amount(p: &[u8]) -> i64 {
-        parse_payload(p).unwrap().1
+        Credit::parse(p).unwrap().amount
     }
 
     #[test]

@@ -1,20 +1,23 @@
-//! The test database: oncely's tables plus an effect ledger without a unique key, and the
-//! handler that writes one ledger row per applied message.
+//! The test database: oncely's tables plus the credits workload's ledger (without a unique
+//! key, so a double effect shows as a second row) and balances, written by the testkit's
+//! [`Credits`] handler.
 
-use oncely_core::{Envelope, Error, Handled, Handler, Result};
-use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Dialect, SqlTx, Tables};
+use oncely_core::{Error, Result};
+use oncely_sql::{AnyStore, ConnectOptions, Dialect, SqlTx, Tables};
+use oncely_testkit::credits::{CreditTables, Credits};
+use oncely_testkit::test_db::TestDb;
 
 /// A store for tests: SQLite file, PostgreSQL schema or MySQL/MariaDB database, migrated,
-/// with a ledger table.
+/// with the credits tables `ledger` and `accounts`.
 #[derive(Clone)]
 pub struct Db {
     store: AnyStore,
-    ledger: String,
+    credits: CreditTables,
 }
 
 impl Db {
     /// Opens `url` (sqlite:, postgres:, mysql: or mariadb:), applies oncely's migrations and
-    /// creates the ledger table. `schema` (PostgreSQL) holds the tables; None: the default.
+    /// creates the credits tables. `schema` (PostgreSQL) holds the tables; None: the default.
     pub async fn open(url: &str, schema: Option<&str>) -> Result<Self> {
         let dialect = Dialect::from_url(url)?;
         let mut tables = Tables::default();
@@ -28,25 +31,9 @@ impl Db {
         };
         let store = AnyStore::connect_with(url, &opts).await?;
         store.migrate().await?;
-        let ledger = match schema {
-            Some(s) => format!("{s}.ledger"),
-            None => "ledger".to_owned(),
-        };
-        let ddl = format!(
-            "CREATE TABLE IF NOT EXISTS {ledger} (id {}, message_id {text} NOT NULL, \
-             account {text} NOT NULL, amount BIGINT NOT NULL)",
-            dialect.serial_key(),
-            text = dialect.key_text(255),
-        );
-        let mut tx = store.pool().begin().await?;
-        // Two concurrent `CREATE TABLE IF NOT EXISTS` of one table can collide (PostgreSQL's
-        // catalog): where they can, a transaction-scoped lock serializes them.
-        if let Some(lock) = dialect.ddl_lock_sql(4242) {
-            tx.execute(&lock, &[]).await?;
-        }
-        tx.script(&ddl).await?;
-        tx.commit().await?;
-        Ok(Self { store, ledger })
+        let credits = CreditTables::new(dialect, schema, "");
+        credits.create(&store).await?;
+        Ok(Self { store, credits })
     }
 
     /// The store.
@@ -56,7 +43,7 @@ impl Db {
 
     /// The ledger's qualified table name.
     pub fn ledger(&self) -> String {
-        self.ledger.clone()
+        self.credits.ledger.clone()
     }
 
     /// The dead-letter table's qualified name.
@@ -64,13 +51,17 @@ impl Db {
         self.store.tables().dead_letters()
     }
 
-    /// The handler writing to this database's ledger.
-    pub fn handler(&self) -> Ledger {
-        let insert = format!(
-            "INSERT INTO {} (message_id, account, amount) VALUES ($1, $2, $3)",
-            self.ledger
-        );
-        Ledger { insert }
+    /// The handler writing to this database's ledger and balances.
+    pub fn handler(&self) -> Credits {
+        Credits::new(self.credits.clone())
+    }
+
+    /// The sum of every account's balance.
+    pub async fn balance_total(&self) -> Result<i64> {
+        self.credits
+            .balance_total(&self.store)
+            .await
+            .map_err(db_err)
     }
 
     /// Ledger rows and dead letters so far: `(ledger rows, dead-letter rows)`.
@@ -88,36 +79,14 @@ pub(crate) fn db_err(e: Error) -> Error {
     Error::transient("test database").with_source(e)
 }
 
-/// Writes one ledger row `(message_id, account, amount)` per applied message.
-/// A payload that is not the demo's JSON is a permanent error (dead-lettered).
-#[derive(Debug, Clone)]
-pub struct Ledger {
-    insert: String,
-}
-
-/// Parses `{"account": "acct-17", "amount": 5}`.
-pub fn parse_payload(payload: &[u8]) -> Result<(String, i64)> {
-    let v: serde_json::Value = serde_json::from_slice(payload)
-        .map_err(|e| Error::permanent(format!("payload is not JSON: {e}")))?;
-    let account = v["account"]
-        .as_str()
-        .ok_or_else(|| Error::permanent("payload has no string \"account\""))?;
-    let amount = v["amount"]
-        .as_i64()
-        .ok_or_else(|| Error::permanent("payload has no integer \"amount\""))?;
-    Ok((account.to_owned(), amount))
-}
-
-impl Handler<AnyTx> for Ledger {
-    async fn handle(&self, tx: &mut AnyTx, message: &Envelope) -> Result<Handled> {
-        let (account, amount) = parse_payload(message.payload())?;
-        let args = [message.id().as_str().into(), account.into(), amount.into()];
-        // Transient whatever the database said, as every test database error here.
-        tx.execute(&self.insert, &args)
-            .await
-            .map_err(|e| Error::transient("test database").with_source(e))?;
-        Ok(Handled::Applied)
-    }
+/// A PostgreSQL schema of the test's own (the testkit's [`TestDb`], dropped with it) with the
+/// credits tables; None after the SKIPPED banner (a failure under CI) without PostgreSQL.
+pub async fn postgres_db(test: &str) -> Option<(Db, TestDb)> {
+    let place = TestDb::postgres(test).await?;
+    let db = Db::open(place.url(), place.schema())
+        .await
+        .expect("postgres");
+    Some((db, place))
 }
 
 /// A fresh SQLite database in a temp dir (kept alive by the returned guard).

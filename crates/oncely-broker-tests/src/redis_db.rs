@@ -1,12 +1,13 @@
-//! The ledger on the Redis store (`--store redis://…` of the consumer binary): per applied
-//! message a ledger entry and the account's balance read (guarded) and set, committed with
-//! the claim in one Lua script; read back by the checker from Redis alone.
+//! The credits workload on the Redis store (`--store redis://…` of the consumer binary): the
+//! testkit's [`RedisCredits`] writes per applied message a ledger entry and the account's
+//! balance, committed with the claim in one Lua script; read back by the checker from Redis
+//! alone.
 
 use crate::check::{DeadRow, Effects, Report};
-use crate::ledger::parse_payload;
 use crate::workload::Workload;
-use oncely_core::{Envelope, Error, Handled, Handler, Inspect, RawEnvelope, Result};
-use oncely_redis::{RedisStore, RedisStoreOptions, RedisTx, redis};
+use oncely_core::{Error, Inspect, Result};
+use oncely_redis::{RedisStore, RedisStoreOptions, redis};
+use oncely_testkit::credits::RedisCredits;
 
 /// A Redis store whose keys carry one hash tag, with the ledger's keys under it.
 #[derive(Clone)]
@@ -38,64 +39,24 @@ impl RedisDb {
     }
 
     /// The handler writing this store's ledger and balances.
-    pub fn handler(&self) -> RedisLedger {
-        RedisLedger
+    pub fn handler(&self) -> RedisCredits {
+        RedisCredits
     }
 
     /// Deletes every key of the tag: claims, dead letters, ledger and balances.
     pub async fn reset(&self) -> Result<()> {
-        let mut conn = self.store.connection();
-        for chunk in self
-            .store
-            .scan_keys(&self.store.key("*"))
-            .await?
-            .chunks(500)
-        {
-            let _: i64 = redis::cmd("DEL")
-                .arg(chunk)
-                .query_async(&mut conn)
-                .await
-                .map_err(redis_err("DEL"))?;
-        }
-        Ok(())
+        RedisCredits::reset(&self.store).await
     }
 
     /// The ledger: `(message id, amount)` per applied effect.
     pub async fn ledger(&self) -> Result<Vec<(String, i64)>> {
-        let rows: Vec<String> = redis::cmd("LRANGE")
-            .arg(self.store.key("ledger"))
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut self.store.connection())
-            .await
-            .map_err(redis_err("LRANGE"))?;
-        rows.iter()
-            .map(|r| {
-                r.split_once(' ')
-                    .and_then(|(a, id)| Some((id.to_owned(), a.parse().ok()?)))
-                    .ok_or_else(|| Error::permanent(format!("ledger entry {r:?}")))
-            })
-            .collect()
+        RedisCredits::ledger(&self.store).await
     }
 
     /// The sum of every account's balance.
     pub async fn balance_total(&self) -> Result<i64> {
-        let mut conn = self.store.connection();
-        let mut total = 0;
-        for chunk in self
-            .store
-            .scan_keys(&self.store.key("balance:*"))
-            .await?
-            .chunks(500)
-        {
-            let values: Vec<Option<i64>> = redis::cmd("MGET")
-                .arg(chunk)
-                .query_async(&mut conn)
-                .await
-                .map_err(redis_err("MGET"))?;
-            total += values.into_iter().flatten().sum::<i64>();
-        }
-        Ok(total)
+        let balances = RedisCredits::balances(&self.store).await?;
+        Ok(balances.iter().map(|(_, b)| b).sum())
     }
 
     async fn dead(&self) -> Result<Vec<DeadRow>> {
@@ -126,29 +87,5 @@ impl Effects for RedisDb {
         let total = self.balance_total().await?;
         let dead = self.dead().await?;
         Ok(Report::judge(workload, &ledger, &dead, Some(total)))
-    }
-}
-
-/// Per applied message: `RPUSH {tag}:ledger "<amount> <id>"`, and the balance
-/// `{tag}:balance:<account>` read and set (a read-modify-write the commit step guards).
-/// A payload that is not the demo's JSON is a permanent error (dead-lettered).
-#[derive(Debug, Clone, Copy)]
-pub struct RedisLedger;
-
-impl Handler<RedisTx> for RedisLedger {
-    async fn handle(&self, tx: &mut RedisTx, message: &Envelope) -> Result<Handled> {
-        let (account, amount) = parse_payload(message.payload())?;
-        let ledger = tx.key("ledger");
-        tx.rpush(&ledger, format!("{amount} {}", message.id().as_str()))?;
-        let balance = tx.key(&format!("balance:{account}"));
-        let now = tx.get_i64(&balance).await?;
-        tx.set(&balance, now + amount)?;
-        Ok(Handled::Applied)
-    }
-
-    fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
-        parse_payload(&message.payload)
-            .ok()
-            .map(|(account, _)| account)
     }
 }

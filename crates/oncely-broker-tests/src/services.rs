@@ -12,15 +12,10 @@ pub const MQTT_URL: &str = "mqtt://127.0.0.1:1883";
 pub const PG_URL: &str = oncely_testkit::services::DEFAULT_PG_URL;
 
 pub use oncely_testkit::services::required;
+pub use oncely_testkit::services::unique;
 
 /// True if something listens on `addr`. When not: panics if services are required,
 /// else prints a loud SKIPPED line for `test` and returns false (`oncely_testkit::services`).
 pub fn available(test: &str, service: &str, addr: &str) -> bool {
     oncely_testkit::services::available_blocking(test, service, addr)
-}
-
-/// A short random suffix for per-test names.
-pub fn unique(prefix: &str) -> String {
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    format!("{prefix}_{}", &id[..10])
 }

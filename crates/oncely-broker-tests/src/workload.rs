@@ -1,6 +1,7 @@
 //! Workloads: unique messages, exact duplicates and bad ids, shuffled.
 
 use oncely_core::{Meta, RawEnvelope};
+use oncely_testkit::credits::Credit;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
@@ -18,11 +19,6 @@ pub struct Workload {
     pub conflicts: Vec<(String, Vec<u8>)>,
 }
 
-/// The demo's payload: `{"account":"acct-17","amount":5}`.
-pub fn payload(account: &str, amount: i64) -> Vec<u8> {
-    format!(r#"{{"account":"{account}","amount":{amount}}}"#).into_bytes()
-}
-
 impl Workload {
     /// `n` unique messages with ids `{prefix}-{i}`, about `dup_rate` of them published twice
     /// (the copy at a random later position), and `bad` messages without an id (one of them,
@@ -34,7 +30,7 @@ impl Workload {
                 let account = format!("acct-{}", i % 50);
                 (
                     format!("{prefix}-{i}"),
-                    payload(&account, rng.random_range(1..=100)),
+                    Credit::payload(&account, rng.random_range(1..=100)),
                 )
             })
             .collect();
@@ -49,7 +45,7 @@ impl Workload {
             .collect();
         messages.extend(dups);
         let bad: Vec<Vec<u8>> = (0..bad)
-            .map(|i| payload(&format!("bad-{prefix}-{i}"), 1))
+            .map(|i| Credit::payload(&format!("bad-{prefix}-{i}"), 1))
             .collect();
         for (i, p) in bad.iter().enumerate() {
             let id = (i == 1).then(|| b"bad\nid".to_vec());

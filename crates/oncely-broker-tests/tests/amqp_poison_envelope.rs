@@ -11,7 +11,6 @@ use oncely_broker_tests::ledger::sqlite_db;
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
 use oncely_broker_tests::services::{AMQP_URL, available, unique};
 use oncely_core::RawEnvelope;
-use oncely_sql::sqlx;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -69,22 +68,24 @@ async fn amqp_timestamp_beyond_i64_does_not_stop_the_consumer() {
     let run = run_until_idle(&db, source, &options, CancellationToken::new()).await;
     run.expect("the consumer ran to the end");
 
-    let oncely_sql::AnyStore::Sqlite(store) = db.store() else {
-        unreachable!()
-    };
-    let applied: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT message_id, COUNT(*) FROM ledger GROUP BY message_id ORDER BY message_id",
-    )
-    .fetch_all(store.pool())
-    .await
-    .expect("ledger");
-    let dead: Vec<(Option<String>, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT message_id, reason FROM {}",
-        db.dead_letters()
-    )))
-    .fetch_all(store.pool())
-    .await
-    .expect("dead letters");
+    use oncely_sql::{Column, SqlTx};
+    let mut pool = db.store().pool();
+    let sql = "SELECT message_id, COUNT(*) FROM ledger GROUP BY message_id ORDER BY message_id";
+    let rows = pool.fetch(sql, &[], &[Column::Text, Column::I64]).await;
+    let applied: Vec<(String, i64)> = rows
+        .expect("ledger")
+        .iter()
+        .map(|r| (r[0].text(), r[1].i64()))
+        .collect();
+    let sql = format!("SELECT message_id, reason FROM {}", db.dead_letters());
+    let rows = pool
+        .fetch(&sql, &[], &[Column::OptText, Column::Text])
+        .await;
+    let dead: Vec<(Option<String>, String)> = rows
+        .expect("dead letters")
+        .iter()
+        .map(|r| (r[0].opt_text(), r[1].text()))
+        .collect();
     for i in 0..GOOD {
         let id = format!("good-{i}");
         let n = applied.iter().find(|(m, _)| *m == id).map(|(_, n)| *n);

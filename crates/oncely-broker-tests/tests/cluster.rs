@@ -12,6 +12,7 @@
 
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::ledger::postgres_db;
 use oncely_broker_tests::procs;
 use oncely_broker_tests::services::{AMQP_URL, PG_URL, available, unique};
 use oncely_broker_tests::workload::Workload;
@@ -139,10 +140,12 @@ async fn nats_r3_stream_leader_killed_mid_run() {
         "{}?stream={stream}&subject={subject}&replicas=3",
         nodes.join(",")
     );
-    let schema = unique("t_nats_r3");
+    let Some((db, place)) = postgres_db(test).await else {
+        return;
+    };
+    let schema = place.schema().expect("a schema").to_owned();
     // One bad message: a NATS header cannot carry the control character of the second kind.
     let workload = Workload::new(&subject, 20_000, 0.2, 1, 17);
-    let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
     oncely_nats::publish(&source, &workload.messages)
         .await
         .expect("publish");
@@ -207,13 +210,6 @@ async fn nats_r3_stream_leader_killed_mid_run() {
         "the killed server rejoins"
     );
     let _ = js.delete_stream(&stream).await;
-    if let oncely_sql::AnyStore::Postgres(store) = db.store() {
-        let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA {schema} CASCADE"
-        )))
-        .execute(store.pool())
-        .await;
-    }
 }
 
 /// Steps the stream's leader down until the durable consumer's leader and the stream's are

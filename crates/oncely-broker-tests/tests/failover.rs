@@ -22,7 +22,7 @@ use oncely_broker_tests::services::{AMQP_URL, available, unique};
 use oncely_broker_tests::workload::Workload;
 use oncely_core::{ConsumerName, MessageId, PayloadHash, Store};
 use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{AnyStore, ConnectOptions, PgStore, Replication};
+use oncely_sql::{ConnectOptions, PgStore, Replication};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tokio::process::Child;
@@ -72,17 +72,13 @@ async fn counts(db: &Db) -> i64 {
 }
 
 async fn ledger_ids(db: &Db) -> HashSet<String> {
-    let AnyStore::Postgres(store) = db.store() else {
-        unreachable!("PostgreSQL")
-    };
-    let ids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT message_id FROM {}",
-        db.ledger()
-    )))
-    .fetch_all(store.pool())
-    .await
-    .expect("ledger ids");
-    ids.into_iter().collect()
+    use oncely_sql::{Column, SqlTx};
+    let sql = format!("SELECT message_id FROM {}", db.ledger());
+    let rows = db.store().pool().fetch(&sql, &[], &[Column::Text]).await;
+    rows.expect("ledger ids")
+        .iter()
+        .map(|r| r[0].text())
+        .collect()
 }
 
 /// A checker on whichever node is primary now (retried while a promotion finishes).
@@ -171,11 +167,13 @@ async fn failover_run(mode: &str, store_query: &str, n: usize, kill_at: i64) -> 
         .map(|(id, _)| id.as_str())
         .filter(|id| !applied.contains(*id))
         .collect();
-    if let AnyStore::Postgres(s) = db.store() {
-        let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-            .execute(s.pool())
-            .await;
-    }
+    // The HA cluster's two-host URL is no test server's: its schema is dropped here.
+    let drop_sql = db
+        .store()
+        .dialect()
+        .drop_schema_sql(&schema)
+        .expect("a schema");
+    let _ = oncely_sql::SqlTx::script(&mut db.store().pool(), &drop_sql).await;
     drop(db);
     // What the killed primary had committed when it died: its data directory, started again
     // on its own (a diverged primary nobody else uses).

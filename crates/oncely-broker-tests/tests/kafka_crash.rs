@@ -12,21 +12,16 @@ use oncely_broker_tests::faults::{kill_mid_stream, run_until};
 use oncely_broker_tests::fixture::Broker;
 use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::procs::consumer_args;
-use oncely_broker_tests::workload::payload;
 use oncely_core::RawEnvelope;
-use oncely_sql::sqlx;
+use oncely_testkit::credits::Credit;
 
 /// `(ledger rows, distinct ids, sum of amounts)`.
 async fn ledger_totals(db: &Db) -> (i64, i64, i64) {
-    let oncely_sql::AnyStore::Sqlite(s) = db.store() else {
-        unreachable!("SQLite in this test")
-    };
-    sqlx::query_as(
-        "SELECT COUNT(*), COUNT(DISTINCT message_id), COALESCE(SUM(amount), 0) FROM ledger",
-    )
-    .fetch_one(s.pool())
-    .await
-    .expect("ledger totals")
+    use oncely_sql::{Column, SqlTx};
+    let sql = "SELECT COUNT(*), COUNT(DISTINCT message_id), COALESCE(SUM(amount), 0) FROM ledger";
+    let rows = db.store().pool().fetch(sql, &[], &[Column::I64; 3]).await;
+    let row = &rows.expect("ledger totals")[0];
+    (row[0].i64(), row[1].i64(), row[2].i64())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,7 +38,7 @@ async fn kafka_sigkill_crash_offset_ids() {
     let messages: Vec<RawEnvelope> = (1..=n)
         .map(|i| RawEnvelope {
             id: None,
-            payload: payload(&format!("acct-{}", i % 50), i),
+            payload: Credit::payload(&format!("acct-{}", i % 50), i),
             meta: Default::default(),
         })
         .collect();

@@ -2,7 +2,7 @@
 //! one of them is killed with SIGKILL and restarted twice. 0 double, 0 lost.
 
 use oncely_broker_tests::check::Report;
-use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::ledger::postgres_db;
 use oncely_broker_tests::procs;
 use oncely_broker_tests::services::{AMQP_URL, PG_URL, available, unique};
 use oncely_broker_tests::workload::Workload;
@@ -28,10 +28,12 @@ async fn amqp_three_processes_one_postgres_schema_one_killed_twice() {
         return;
     }
     let queue = unique("scale");
-    let schema = unique("t_scale");
+    let Some((db, place)) = postgres_db(test).await else {
+        return;
+    };
+    let schema = place.schema().expect("a schema").to_owned();
     let url = format!("{AMQP_URL}?queue={queue}&prefetch=16");
     let workload = Workload::new(&queue, 10_000, 0.2, 3, 9);
-    let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
     oncely_amqp::publish(&url, &workload.messages)
         .await
         .expect("publish");
@@ -71,11 +73,4 @@ async fn amqp_three_processes_one_postgres_schema_one_killed_twice() {
         report = Report::read(&db, &workload).await.expect("report");
     }
     report.assert_exact("scale-out (3 processes, RabbitMQ + PostgreSQL)");
-    if let oncely_sql::AnyStore::Postgres(store) = db.store() {
-        let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA {schema} CASCADE"
-        )))
-        .execute(store.pool())
-        .await;
-    }
 }

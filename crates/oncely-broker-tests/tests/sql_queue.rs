@@ -3,50 +3,38 @@
 
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::ledger::Db;
-use oncely_broker_tests::services::{PG_URL, available, unique};
+use oncely_broker_tests::ledger::postgres_db;
 use oncely_broker_tests::workload::Workload;
 use oncely_core::{Consumer, ConsumerName};
+use oncely_sql::PgStore;
 use oncely_sql_queue::{Dequeue, SqlQueue};
 use oncely_testkit::chaos::{CrashPlan, CrashingHandler, CrashingStore, Step};
+use oncely_testkit::test_db::TestDb;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// A fresh schema on the shared PostgreSQL with the ledger and the queue table: the
-/// database, its queue and the schema's name; None (after the SKIPPED banner) without
-/// PostgreSQL.
-async fn fresh_queue(test: &str, prefix: &str) -> Option<(Db, SqlQueue, String)> {
-    if !available(test, "PostgreSQL", "127.0.0.1:5432") {
-        return None;
-    }
-    let schema = unique(prefix);
-    let db = Db::open(PG_URL, Some(&schema)).await.expect("postgres");
-    let oncely_sql::AnyStore::Postgres(store) = db.store() else {
-        unreachable!("a postgres:// URL")
-    };
-    let queue = SqlQueue::of(store);
+/// A schema of the test's own on the shared PostgreSQL (dropped with the [`TestDb`]) with the
+/// credits tables and the queue table; None (after the SKIPPED banner) without PostgreSQL.
+async fn fresh_queue(test: &str) -> Option<(Db, SqlQueue, TestDb)> {
+    let (db, place) = postgres_db(test).await?;
+    let store = PgStore::connect_with(place.url(), &place.options())
+        .await
+        .expect("postgres");
     store
         .migrate_with(&[&oncely_sql_queue::MIGRATIONS])
         .await
         .expect("queue table");
-    Some((db, queue, schema))
-}
-
-async fn drop_schema(db: &Db, schema: &str) {
-    use oncely_sql::SqlTx;
-    let _ = db
-        .store()
-        .pool()
-        .script(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await;
+    Some((db, SqlQueue::of(&store), place))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
     let test = "pg_queue_table_exactly_once_with_crashes_and_two_consumers";
-    let Some((db, queue, schema)) = fresh_queue(test, "t_queue").await else {
+    let Some((db, queue, place)) = fresh_queue(test).await else {
         return;
     };
-    let workload = Workload::new(&schema, 1000, 0.2, 2, 5);
+    let schema = place.schema().expect("a schema");
+    let workload = Workload::new(schema, 1000, 0.2, 2, 5);
     queue.enqueue(&workload.messages).await.expect("enqueue");
     let plan = CrashPlan::new(3, 0.1).only_at(&[Step::Claimed, Step::Effected, Step::Committed]);
     let mut runs = Vec::new();
@@ -72,7 +60,6 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
         .await
         .expect("report")
         .assert_exact(test);
-    drop_schema(&db, &schema).await;
 }
 
 /// Ids are kept byte-exact: two ids that are not UTF-8 and only differ in their invalid bytes
@@ -81,9 +68,10 @@ async fn pg_queue_table_exactly_once_with_crashes_and_two_consumers() {
 async fn pg_queue_keeps_invalid_utf8_ids_exact() {
     use oncely_core::{RawEnvelope, Source};
     let test = "pg_queue_keeps_invalid_utf8_ids_exact";
-    let Some((db, queue, schema)) = fresh_queue(test, "t_queue_ids").await else {
+    let Some((_db, queue, place)) = fresh_queue(test).await else {
         return;
     };
+    let _schema = place.schema().expect("a schema");
     let ids: [Vec<u8>; 3] = [vec![0xff, 0x01], vec![0xfe, 0x01], b"plain-1".to_vec()];
     let messages: Vec<RawEnvelope> = ids
         .iter()
@@ -100,7 +88,6 @@ async fn pg_queue_keeps_invalid_utf8_ids_exact() {
         seen.push(d.message().id.clone().expect("an id"));
     }
     assert_eq!(seen, ids.to_vec(), "ids must come back byte-exact");
-    drop_schema(&db, &schema).await;
 }
 
 /// One lease statement takes the consumer's read-ahead: told 10, the first `next` leases 10
@@ -110,9 +97,10 @@ async fn pg_queue_leases_the_read_ahead_in_one_statement() {
     use oncely_core::{RawEnvelope, Source};
     use oncely_sql::SqlTx;
     let test = "pg_queue_leases_the_read_ahead_in_one_statement";
-    let Some((db, queue, schema)) = fresh_queue(test, "t_queue_batch").await else {
+    let Some((db, queue, place)) = fresh_queue(test).await else {
         return;
     };
+    let schema = place.schema().expect("a schema");
     let messages: Vec<RawEnvelope> = (0..25)
         .map(|n| RawEnvelope::new(format!("m-{n:02}"), b"payload".to_vec()))
         .collect();
@@ -143,5 +131,4 @@ async fn pg_queue_leases_the_read_ahead_in_one_statement() {
     }
     let expected: Vec<String> = (1..=10).map(|n| format!("m-{n:02}")).collect();
     assert_eq!(ids, expected, "in the table's order");
-    drop_schema(&db, &schema).await;
 }

@@ -1,10 +1,10 @@
 //! The queue table in the one migration ledger: a fresh schema gets both versions; a queue
 //! table made by the older inline DDL (no ledger) is adopted at version 1 and keeps its rows.
 
-use oncely_broker_tests::services::{PG_URL, available, unique};
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{ConnectOptions, PgStore, Tables};
 use oncely_sql_queue::SqlQueue;
+use oncely_testkit::test_db::TestDb;
 
 async fn ledger(store: &PgStore) -> Vec<(i64, String)> {
     sqlx::query_as(AssertSqlSafe(format!(
@@ -19,21 +19,21 @@ async fn ledger(store: &PgStore) -> Vec<(i64, String)> {
 #[tokio::test]
 async fn pg_queue_migrations_adopt_an_older_table() {
     let test = "pg_queue_migrations_adopt_an_older_table";
-    if !available(test, "PostgreSQL", "127.0.0.1:5432") {
+    let Some(place) = TestDb::postgres(test).await else {
         return;
-    }
-    let schema = unique("t_queue_mig");
-    let options = ConnectOptions {
-        tables: Tables::default().with_schema(&schema).expect("schema"),
-        max_connections: 2,
-        ..ConnectOptions::default()
     };
-    let store = PgStore::connect_with(PG_URL, &options).await.expect("pg");
+    let schema = place.schema().expect("a schema");
+    let options = ConnectOptions {
+        max_connections: 2,
+        ..place.options()
+    };
+    let store = PgStore::connect_with(place.url(), &options)
+        .await
+        .expect("pg");
     let t = store.tables().table("queue");
     // The DDL the queue's migration ran before the ledger, and one waiting row.
     sqlx::raw_sql(AssertSqlSafe(format!(
-        "CREATE SCHEMA {schema};
-         CREATE TABLE {t} (id BIGSERIAL PRIMARY KEY, message_id TEXT, payload BYTEA NOT NULL,
+        "CREATE TABLE {t} (id BIGSERIAL PRIMARY KEY, message_id TEXT, payload BYTEA NOT NULL,
              headers TEXT NOT NULL DEFAULT '{{}}', enqueued_at BIGINT NOT NULL, leased_until BIGINT,
              deliveries INTEGER NOT NULL DEFAULT 0);
          CREATE INDEX {schema}_oncely_queue_lease ON {t} (leased_until, id);
@@ -67,9 +67,6 @@ async fn pg_queue_migrations_adopt_an_older_table() {
     );
     store.migrate_with(&sets).await.expect("migrate again");
     assert_eq!(ledger(&store).await.len(), 2);
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-        .execute(store.pool())
-        .await;
 }
 
 #[test]

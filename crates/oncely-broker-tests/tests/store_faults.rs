@@ -292,16 +292,14 @@ async fn pg_blackhole_bounds_of_a_store_call() {
     let proxy = FaultProxy::start(PG_SERVER).await.expect("proxy");
     let url = format!("postgres://postgres@{}/{name}?pooler=none", proxy.addr());
     let db = Db::open(&url, None).await.expect("store");
-    let oncely_sql::AnyStore::Postgres(store) = db.store().clone() else {
-        unreachable!("a postgres:// URL")
-    };
+    let store = db.store().clone();
     let mut tx = store.begin().await.expect("begin");
     proxy.set(Fault::Blackhole);
     let in_tx = tokio::spawn(async move {
         let t = Instant::now();
         let r = tokio::time::timeout(
             Duration::from_secs(45),
-            sqlx::query("SELECT 1").execute(&mut *tx),
+            oncely_sql::SqlTx::execute(&mut tx, "SELECT 1", &[]),
         )
         .await;
         (t.elapsed(), r.map(|r| r.map(|_| ())))

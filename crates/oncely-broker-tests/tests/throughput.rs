@@ -7,11 +7,10 @@ use oncely_broker_tests::brokers::{connect_source, publish};
 use oncely_broker_tests::check::Report;
 use oncely_broker_tests::faults::paced_publish;
 use oncely_broker_tests::ledger::Db;
+use oncely_broker_tests::ledger::postgres_db;
 use oncely_broker_tests::ledger::sqlite_db;
 use oncely_broker_tests::runner::{RunOptions, run_until_idle};
-use oncely_broker_tests::services::{
-    AMQP_URL, MQTT_URL, NATS_URL, PG_URL, REDIS_URL, available, unique,
-};
+use oncely_broker_tests::services::{AMQP_URL, MQTT_URL, NATS_URL, REDIS_URL, available, unique};
 use oncely_broker_tests::workload::Workload;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -78,17 +77,8 @@ async fn throughput_per_broker() {
         }
         let (db, _dir) = sqlite_db().await;
         measure(&format!("{name} -> sqlite"), &url, &db, n).await;
-        if available("throughput_per_broker", "PostgreSQL", "127.0.0.1:5432") {
-            let schema = unique("t_tp");
-            let pg = Db::open(PG_URL, Some(&schema)).await.expect("pg");
+        if let Some((pg, _place)) = postgres_db("throughput_per_broker").await {
             measure(&format!("{name} -> postgres"), &url, &pg, n).await;
-            if let oncely_sql::AnyStore::Postgres(store) = pg.store() {
-                let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-                    "DROP SCHEMA {schema} CASCADE"
-                )))
-                .execute(store.pool())
-                .await;
-            }
         }
     }
 }

@@ -396,7 +396,7 @@ async fn http_request_outbox_rabbitmq_consumer_is_one_trace() {
     }
     otel();
     let (store, _dir) = sqlite().await;
-    let any = AnyStore::Sqlite(store.clone());
+    let any = AnyStore::from(store.clone());
     demo::setup(&any).await.expect("demo tables");
     let app = demo::router(demo::Orders::new(any.clone()), demo::layer(any));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

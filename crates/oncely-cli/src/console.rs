@@ -1,9 +1,9 @@
 //! `oncely console --database URL [--addr 127.0.0.1:9898]`: the operator console of
 //! oncely-console (docs/console.md), with the demo's ledger handler registered for replay.
 
-use crate::demo::credits::{CreditTables, Credits};
 use anyhow::Result;
 use oncely_sql::{AnyStore, ConnectOptions, Tables};
+use oncely_testkit::credits::Credits;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -61,7 +61,7 @@ pub async fn run(args: ConsoleArgs) -> Result<bool> {
         ..ConnectOptions::default()
     };
     let store = AnyStore::connect_with(&args.database, &options).await?;
-    let credits = Credits::new(CreditTables::new(store.dialect(), store.tables().schema()));
+    let credits = Credits::new(crate::demo::credit_tables(&store));
     let mut console = oncely_console::Console::new(store)
         .default_handler(credits)
         .redact(args.redact)

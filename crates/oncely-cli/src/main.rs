@@ -10,8 +10,8 @@ mod otlp;
 mod webhook_demo;
 
 use clap::{Parser, Subcommand};
-use demo::credits::{CreditTables, Credits};
 use oncely::cli::{Admin, AdminCommand, exit_code};
+use oncely_testkit::credits::Credits;
 use std::process::ExitCode;
 
 /// oncely: idempotent consumers — each message's effect once under at-least-once delivery.
@@ -46,7 +46,7 @@ enum Command {
 /// The admin tool of the `oncely` binary: `dlq replay` can run the demo's ledger handler.
 fn admin() -> Admin {
     Admin::new().handler_with("credits", |store| {
-        Credits::new(CreditTables::new(store.dialect(), store.tables().schema()))
+        Credits::new(crate::demo::credit_tables(store))
     })
 }
 

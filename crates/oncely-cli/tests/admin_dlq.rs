@@ -1,7 +1,7 @@
 //! `oncely dlq list | show | replay | purge`, with the effects counted from the demo's ledger.
 
 mod admin_support;
-use admin_support::{Target, mysql_url, n, oncely, pg_url};
+use admin_support::{Target, n, oncely};
 use oncely_core::{ConsumerName, DeadLetter, DeadLetterReason, RawEnvelope, Store};
 
 /// Stores a dead letter the way the runtime would (reason: the database was down).
@@ -153,7 +153,7 @@ async fn dlq_round_trip(t: &Target) {
         .as_array()
         .unwrap()
         .len() as i64;
-    let old = (oncely_sql::now_ms() - 40 * 86_400_000).to_string();
+    let old = (oncely_sql::clock::now_ms() - 40 * 86_400_000).to_string();
     let dl = t.tables().dead_letters();
     t.exec(&format!(
         "UPDATE {dl} SET dead_lettered_at = {old} WHERE reason = 'conflict'"
@@ -177,27 +177,4 @@ async fn dlq_round_trip(t: &Target) {
     assert!(err.contains("no dead letter with id 999999"), "{err}");
 }
 
-#[tokio::test]
-async fn dlq_on_sqlite() {
-    dlq_round_trip(&Target::sqlite()).await;
-}
-
-#[tokio::test]
-async fn dlq_on_postgres() {
-    let Some(url) = pg_url("dlq_on_postgres").await else {
-        return;
-    };
-    let t = Target::server(url, "dlq");
-    dlq_round_trip(&t).await;
-    t.cleanup().await;
-}
-
-#[tokio::test]
-async fn dlq_on_mariadb() {
-    let Some(url) = mysql_url("dlq_on_mariadb").await else {
-        return;
-    };
-    let t = Target::server(url, "dlq");
-    dlq_round_trip(&t).await;
-    t.cleanup().await;
-}
+admin_support::on_each_database!(dlq_round_trip: dlq_on_sqlite, dlq_on_postgres, dlq_on_mariadb);

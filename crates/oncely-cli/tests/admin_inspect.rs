@@ -1,7 +1,7 @@
 //! `oncely inspect MESSAGE_ID`: an applied id, a conflicting id, an unknown id.
 
 mod admin_support;
-use admin_support::{Target, mysql_url, n, oncely, pg_url};
+use admin_support::{Target, n, oncely};
 use oncely::effects::EffectTables;
 
 async fn inspect_finds_each_kind_of_id(t: &Target) {
@@ -80,27 +80,4 @@ async fn inspect_finds_each_kind_of_id(t: &Target) {
     assert_eq!(rows[0]["state"], "done");
 }
 
-#[tokio::test]
-async fn inspect_on_sqlite() {
-    inspect_finds_each_kind_of_id(&Target::sqlite()).await;
-}
-
-#[tokio::test]
-async fn inspect_on_postgres() {
-    let Some(url) = pg_url("inspect_on_postgres").await else {
-        return;
-    };
-    let t = Target::server(url, "inspect");
-    inspect_finds_each_kind_of_id(&t).await;
-    t.cleanup().await;
-}
-
-#[tokio::test]
-async fn inspect_on_mariadb() {
-    let Some(url) = mysql_url("inspect_on_mariadb").await else {
-        return;
-    };
-    let t = Target::server(url, "inspect");
-    inspect_finds_each_kind_of_id(&t).await;
-    t.cleanup().await;
-}
+admin_support::on_each_database!(inspect_finds_each_kind_of_id: inspect_on_sqlite, inspect_on_postgres, inspect_on_mariadb);

@@ -3,7 +3,7 @@
 //! quarantined one on the operator's decision, still deduplicated.
 
 mod admin_support;
-use admin_support::{Target, pg_url};
+use admin_support::Target;
 use oncely::ops::retention::Retention;
 use oncely_core::{
     Consumer, ConsumerName, Envelope, Error, Handled, Handler, LatePolicy, MemorySource,
@@ -60,10 +60,9 @@ async fn run(
 
 #[tokio::test]
 async fn late_message_is_quarantined_on_postgres() {
-    let Some(url) = pg_url("late_message_is_quarantined_on_postgres").await else {
+    let Some(t) = Target::postgres("late_message_is_quarantined_on_postgres").await else {
         return;
     };
-    let t = Target::server(url, "late");
     let store = PgStore::connect_with(
         &t.url,
         &ConnectOptions {
@@ -213,5 +212,4 @@ async fn late_message_is_quarantined_on_postgres() {
         .await,
         1
     );
-    t.cleanup().await;
 }

@@ -140,7 +140,7 @@ async fn prune_metrics_report_inbox_size_and_lag() {
     t.seed_with_demo(300);
     let inbox = t.tables().inbox();
     let held = t.scalar(&format!("SELECT COUNT(*) FROM {inbox}")).await;
-    let old = oncely_sql::now_ms() - 9 * 86_400_000;
+    let old = oncely_sql::clock::now_ms() - 9 * 86_400_000;
     t.exec(&format!("UPDATE {inbox} SET received_at = {old} WHERE message_id IN (SELECT message_id FROM {inbox} ORDER BY message_id LIMIT 100)")).await;
     let mut args = vec![
         "prune".to_owned(),

@@ -12,7 +12,7 @@
 //! replay applies nothing. Counted from the demo's ledger (rows vs distinct ids).
 
 mod admin_support;
-use admin_support::{Target, mysql_url, n, pg_url, pgbouncer_url};
+use admin_support::{Target, n};
 
 async fn ledger(t: &Target) -> (i64, i64) {
     let ledger = t.table("demo_ledger");
@@ -68,39 +68,18 @@ async fn sequence(t: &Target) {
     assert_eq!(after_second.0, after_second.1, "double effects");
 }
 
-#[tokio::test]
-async fn operator_sequence_on_sqlite() {
-    sequence(&Target::sqlite()).await;
-}
-
-#[tokio::test]
-async fn operator_sequence_on_postgres() {
-    let Some(url) = pg_url("operator_sequence_on_postgres").await else {
-        return;
-    };
-    let t = Target::server(url, "opseq");
-    sequence(&t).await;
-    t.cleanup().await;
-}
+admin_support::on_each_database!(
+    sequence: operator_sequence_on_sqlite,
+    operator_sequence_on_postgres,
+    operator_sequence_on_mariadb
+);
 
 /// Through PgBouncer in transaction pooling mode, with the plain URL: the demo (its
 /// migrations and consumer), `dlq replay`, `prune` (its single-run lock) and `dlq replay`.
 #[tokio::test]
 async fn operator_sequence_through_pgbouncer() {
-    let Some(url) = pgbouncer_url("operator_sequence_through_pgbouncer").await else {
+    let Some(t) = Target::pgbouncer("operator_sequence_through_pgbouncer").await else {
         return;
     };
-    let t = Target::server(url, "opseq_bouncer");
     sequence(&t).await;
-    t.cleanup().await;
-}
-
-#[tokio::test]
-async fn operator_sequence_on_mariadb() {
-    let Some(url) = mysql_url("operator_sequence_on_mariadb").await else {
-        return;
-    };
-    let t = Target::server(url, "opseq");
-    sequence(&t).await;
-    t.cleanup().await;
 }

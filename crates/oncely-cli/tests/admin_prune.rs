@@ -1,9 +1,9 @@
 //! `oncely prune`: batched on every database, by partition on PostgreSQL.
 
 mod admin_support;
-use admin_support::{Target, mysql_url, n, pg_url};
+use admin_support::{Target, n};
 use oncely::ops::{Ops, partition};
-use oncely_sql::now_ms;
+use oncely_sql::clock::now_ms;
 
 const DAY: i64 = 86_400_000;
 
@@ -69,37 +69,13 @@ async fn batched_prune(t: &Target) {
     assert_eq!(n(&t.json(&["prune", "--older-than", "1h"])["deleted"]), 100);
 }
 
-#[tokio::test]
-async fn prune_on_sqlite() {
-    batched_prune(&Target::sqlite()).await;
-}
-
-#[tokio::test]
-async fn prune_on_postgres() {
-    let Some(url) = pg_url("prune_on_postgres").await else {
-        return;
-    };
-    let t = Target::server(url, "prune");
-    batched_prune(&t).await;
-    t.cleanup().await;
-}
-
-#[tokio::test]
-async fn prune_on_mariadb() {
-    let Some(url) = mysql_url("prune_on_mariadb").await else {
-        return;
-    };
-    let t = Target::server(url, "prune");
-    batched_prune(&t).await;
-    t.cleanup().await;
-}
+admin_support::on_each_database!(batched_prune: prune_on_sqlite, prune_on_postgres, prune_on_mariadb);
 
 #[tokio::test]
 async fn partitioned_prune_on_postgres_drops_whole_days() {
-    let Some(url) = pg_url("partitioned_prune_on_postgres_drops_whole_days").await else {
+    let Some(t) = Target::postgres("partitioned_prune_on_postgres_drops_whole_days").await else {
         return;
     };
-    let t = Target::server(url, "ppart");
     let installed = t.json(&["partition", "install", "--days-ahead", "2"]);
     assert_eq!(
         installed.as_array().unwrap().len(),
@@ -149,5 +125,4 @@ async fn partitioned_prune_on_postgres_drops_whole_days() {
     );
     let s = t.json(&["stats"]);
     assert_eq!(s["partitioned"], true, "{s}");
-    t.cleanup().await;
 }

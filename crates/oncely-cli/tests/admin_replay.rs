@@ -5,7 +5,7 @@
 //! On SQLite, PostgreSQL and MariaDB.
 
 mod admin_support;
-use admin_support::{Target, mysql_url, n, oncely, pg_url};
+use admin_support::{Target, n, oncely};
 use oncely_core::{ConsumerName, DeadLetter, DeadLetterReason, RawEnvelope, Store};
 
 /// Stores a dead letter the way the runtime would (reason: the database was down).
@@ -133,7 +133,7 @@ async fn refusals(t: &Target) {
     // (b) Older than the retention window: refused; --force applies it with a warning.
     dead_letter(t, "old-1", payload).await;
     let row = row_of(t, "old-1");
-    let old = oncely_sql::now_ms() - 8 * 86_400_000;
+    let old = oncely_sql::clock::now_ms() - 8 * 86_400_000;
     t.exec(&format!(
         "UPDATE {} SET dead_lettered_at = {old} WHERE id = {row}",
         t.tables().dead_letters()
@@ -149,7 +149,7 @@ async fn refusals(t: &Target) {
     t.exec(&format!(
         "UPDATE {} SET dead_lettered_at = {} WHERE id = {young}",
         t.tables().dead_letters(),
-        oncely_sql::now_ms() - 2 * 3_600_000
+        oncely_sql::clock::now_ms() - 2 * 3_600_000
     ))
     .await;
     let r = t.json(&["dlq", "replay", &young, "--retention", "1h"]);
@@ -187,27 +187,4 @@ async fn refusals(t: &Target) {
     assert_eq!(doubles(t).await, 0);
 }
 
-#[tokio::test]
-async fn replay_refusals_on_sqlite() {
-    refusals(&Target::sqlite()).await;
-}
-
-#[tokio::test]
-async fn replay_refusals_on_postgres() {
-    let Some(url) = pg_url("replay_refusals_on_postgres").await else {
-        return;
-    };
-    let t = Target::server(url, "replay");
-    refusals(&t).await;
-    t.cleanup().await;
-}
-
-#[tokio::test]
-async fn replay_refusals_on_mariadb() {
-    let Some(url) = mysql_url("replay_refusals_on_mariadb").await else {
-        return;
-    };
-    let t = Target::server(url, "replay");
-    refusals(&t).await;
-    t.cleanup().await;
-}
+admin_support::on_each_database!(refusals: replay_refusals_on_sqlite, replay_refusals_on_postgres, replay_refusals_on_mariadb);

@@ -1,7 +1,7 @@
 //! `oncely stats` against the demo's data, checked against counts read directly with SQL.
 
 mod admin_support;
-use admin_support::{Target, mysql_url, n, pg_url};
+use admin_support::{Target, n};
 
 async fn stats_match_the_tables(t: &Target) {
     let report = t.seed_with_demo(400);
@@ -58,7 +58,7 @@ async fn stats_match_the_tables(t: &Target) {
         .scalar(&format!(
             "SELECT COUNT(*) FROM {} WHERE received_at >= {}",
             t.tables().inbox(),
-            oncely_sql::now_ms() - 3_600_000
+            oncely_sql::clock::now_ms() - 3_600_000
         ))
         .await;
     assert_eq!(last_hour, held, "the demo ran just now");
@@ -77,27 +77,4 @@ async fn stats_match_the_tables(t: &Target) {
     );
 }
 
-#[tokio::test]
-async fn stats_on_sqlite() {
-    stats_match_the_tables(&Target::sqlite()).await;
-}
-
-#[tokio::test]
-async fn stats_on_postgres() {
-    let Some(url) = pg_url("stats_on_postgres").await else {
-        return;
-    };
-    let t = Target::server(url, "stats");
-    stats_match_the_tables(&t).await;
-    t.cleanup().await;
-}
-
-#[tokio::test]
-async fn stats_on_mariadb() {
-    let Some(url) = mysql_url("stats_on_mariadb").await else {
-        return;
-    };
-    let t = Target::server(url, "stats");
-    stats_match_the_tables(&t).await;
-    t.cleanup().await;
-}
+admin_support::on_each_database!(stats_match_the_tables: stats_on_sqlite, stats_on_postgres, stats_on_mariadb);

@@ -4,8 +4,9 @@
 
 mod admin_support;
 
-use admin_support::{oncely, unique};
+use admin_support::oncely;
 use oncely_testkit::services;
+use oncely_testkit::services::unique;
 use serde_json::Value;
 
 fn n(report: &Value, key: &str) -> i64 {

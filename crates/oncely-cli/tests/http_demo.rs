@@ -223,19 +223,19 @@ async fn http_demo_killed_mid_request_sqlite() {
 #[tokio::test(flavor = "multi_thread")]
 async fn http_demo_killed_mid_request_postgres() {
     let test = "http_demo_killed_mid_request_postgres";
-    let Some(url) = admin_support::pg_url(test).await else {
+    let Some(t) = admin_support::Target::postgres(test).await else {
         return;
     };
-    killed_mid_request_then_retried(&url, &admin_support::unique("httpkill")).await;
+    killed_mid_request_then_retried(&t.url, t.schema.as_deref().unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn http_demo_killed_mid_request_mariadb() {
     let test = "http_demo_killed_mid_request_mariadb";
-    let Some(url) = admin_support::mysql_url(test).await else {
+    let Some(t) = admin_support::Target::mysql(test).await else {
         return;
     };
-    killed_mid_request_then_retried(&url, &admin_support::unique("httpkill")).await;
+    killed_mid_request_then_retried(&t.url, t.schema.as_deref().unwrap()).await;
 }
 
 /// `oncely prune` deletes the keys past their TTL (and keeps the others): one retention tool.

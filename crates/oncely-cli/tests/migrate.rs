@@ -1,7 +1,7 @@
 //! `oncely migrate [--print] [--with effects,outbox,queue,partitioned]`: one registry, one ledger.
 
 mod admin_support;
-use admin_support::{Target, oncely, pg_url, pgbouncer_url};
+use admin_support::{Target, oncely};
 
 fn migrate(t: &Target, extra: &[&str]) -> (i32, String, String) {
     let mut args = vec!["migrate".to_owned()];
@@ -67,10 +67,9 @@ fn apply_with_effects_on_sqlite_then_nothing() {
 
 #[tokio::test]
 async fn apply_everything_on_postgres() {
-    let Some(url) = pg_url("cli_migrate").await else {
+    let Some(t) = Target::postgres("cli_migrate").await else {
         return;
     };
-    let t = Target::server(url, "cli_mig");
     let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("8 migration(s) applied"), "{out}");
@@ -89,17 +88,15 @@ async fn apply_everything_on_postgres() {
     let (code, out, _) = migrate(&t, &["--with", "effects,queue,partitioned"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("0 migration(s) applied"), "{out}");
-    t.cleanup().await;
 }
 
 /// Through PgBouncer in transaction pooling mode with the plain URL: every set, including the
 /// partitioned inbox and HTTP keys, applied once under the migration lock, then nothing.
 #[tokio::test]
 async fn apply_everything_through_pgbouncer() {
-    let Some(url) = pgbouncer_url("cli_migrate_through_pgbouncer").await else {
+    let Some(t) = Target::pgbouncer("cli_migrate_through_pgbouncer").await else {
         return;
     };
-    let t = Target::server(url, "cli_mig_bouncer");
     let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned,http"]);
     assert_eq!(code, 0, "{err}");
     let ledger = t.tables().migration_ledger();
@@ -112,17 +109,15 @@ async fn apply_everything_through_pgbouncer() {
     let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned,http"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("0 migration(s) applied"), "{out}");
-    t.cleanup().await;
 }
 
 /// `--with partitioned` over an inbox that already exists as a regular table: a clear error
 /// that says what to do, and nothing applied.
 #[tokio::test]
 async fn partitioned_over_a_regular_inbox_is_refused_clearly() {
-    let Some(url) = pg_url("cli_migrate_partitioned_over_regular").await else {
+    let Some(t) = Target::postgres("cli_migrate_partitioned_over_regular").await else {
         return;
     };
-    let t = Target::server(url, "cli_mig_reg");
     let (code, _, err) = migrate(&t, &[]);
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = migrate(&t, &["--with", "partitioned"]);
@@ -137,7 +132,6 @@ async fn partitioned_over_a_regular_inbox_is_refused_clearly() {
         2,
         "only the inbox set's migrations"
     );
-    t.cleanup().await;
 }
 
 /// `--with http` over a key table of `http` version 1 that holds a key: version 2 adds the

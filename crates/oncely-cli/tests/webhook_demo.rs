@@ -125,14 +125,14 @@ async fn webhook_demo_on_sqlite_survives_kills() {
 #[tokio::test(flavor = "multi_thread")]
 async fn webhook_demo_on_postgres_with_a_deferred_source_survives_kills() {
     let test = "webhook_demo_on_postgres_with_a_deferred_source_survives_kills";
-    let Some(url) = admin_support::pg_url(test).await else {
+    let Some(t) = admin_support::Target::postgres(test).await else {
         return;
     };
-    let schema = admin_support::unique("webhookdemo");
-    let (ok, report) = demo(&url, &schema, &[]);
+    let schema = t.schema.as_deref().unwrap();
+    let (ok, report) = demo(&t.url, schema, &[]);
     assert_passed(ok, &report);
     assert_eq!(report["mode"], "deferred");
-    recount(&url, &schema, &report).await;
+    recount(&t.url, schema, &report).await;
 }
 
 /// The checker can fail: a server without the inbox applies retries and copies again, and

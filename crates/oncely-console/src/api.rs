@@ -44,7 +44,7 @@ pub(crate) async fn overview(State(c): State<Console>) -> Response {
     use browse::{Timeline, per_bucket};
     let ops = &c.inner.ops;
     let all = Query::default();
-    let now = oncely_sql::now_ms();
+    let now = oncely_sql::clock::now_ms();
     let (min, hour) = (
         now - now % 60_000 - 59 * 60_000,
         now - now % 3_600_000 - 23 * 3_600_000,

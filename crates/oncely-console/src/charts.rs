@@ -90,7 +90,7 @@ fn svg(w: &Window, since: i64, data: &[Vec<i64>]) -> Markup {
 
 /// The charts section of the overview.
 pub(crate) async fn section(c: &Console) -> Markup {
-    let now = oncely_sql::now_ms();
+    let now = oncely_sql::clock::now_ms();
     let minutes = Window {
         size: MINUTE,
         buckets: 60,

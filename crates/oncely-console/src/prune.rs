@@ -39,7 +39,7 @@ pub(crate) async fn act(
     let ops = &console.inner.ops;
     let expired = prune::expired(ops, window).await.map_err(db)?;
     if !confirm {
-        let cutoff_ms = oncely_sql::now_ms() - window.as_millis() as i64;
+        let cutoff_ms = oncely_sql::clock::now_ms() - window.as_millis() as i64;
         return Ok(PruneAnswer::Preview { expired, cutoff_ms });
     }
     Ok(PruneAnswer::Started(

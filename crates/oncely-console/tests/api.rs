@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Db, Letter};
+use common::{Dialect, Letter};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -44,7 +44,7 @@ async fn wait(http: &reqwest::Client, base: &str, token: &str, job: &Value) -> V
 
 #[tokio::test]
 async fn posts_need_the_csrf_token_and_the_operator_role() {
-    let Some(f) = common::fixture("posts_need_csrf", Db::Sqlite).await else {
+    let Some(f) = common::fixture("posts_need_csrf", Dialect::Sqlite).await else {
         return;
     };
     let id = f.letter(&Letter::new("billing", "m-1", "permanent")).await;
@@ -145,7 +145,7 @@ async fn posts_need_the_csrf_token_and_the_operator_role() {
 
 #[tokio::test]
 async fn non_loopback_needs_a_token() {
-    let Some(f) = common::fixture("non_loopback", Db::Sqlite).await else {
+    let Some(f) = common::fixture("non_loopback", Dialect::Sqlite).await else {
         return;
     };
     let console = oncely_console::Console::new(f.store.clone());
@@ -155,7 +155,7 @@ async fn non_loopback_needs_a_token() {
     assert!(e.to_string().contains("not a loopback address"), "{e}");
 }
 
-async fn sequence(test: &str, db: Db) {
+async fn sequence(test: &str, db: Dialect) {
     let Some(f) = common::fixture(test, db).await else {
         return;
     };
@@ -265,17 +265,17 @@ async fn sequence(test: &str, db: Db) {
 
 #[tokio::test]
 async fn replay_prune_replay_sqlite() {
-    sequence("replay_prune_replay_sqlite", Db::Sqlite).await
+    sequence("replay_prune_replay_sqlite", Dialect::Sqlite).await
 }
 
 #[tokio::test]
 async fn replay_prune_replay_postgres() {
-    sequence("replay_prune_replay_postgres", Db::Postgres).await
+    sequence("replay_prune_replay_postgres", Dialect::Postgres).await
 }
 
 #[tokio::test]
 async fn replay_prune_replay_mariadb() {
-    sequence("replay_prune_replay_mariadb", Db::MySql).await
+    sequence("replay_prune_replay_mariadb", Dialect::MySql).await
 }
 
 /// A handler that takes its time, so a job is still running when it is cancelled.
@@ -295,7 +295,7 @@ impl oncely_core::Handler<oncely_sql::AnyTx> for Slow {
 
 #[tokio::test]
 async fn a_job_can_be_cancelled() {
-    let Some(f) = common::fixture("cancel", Db::Sqlite).await else {
+    let Some(f) = common::fixture("cancel", Dialect::Sqlite).await else {
         return;
     };
     for i in 0..40 {

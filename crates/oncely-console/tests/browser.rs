@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Db, Fixture, Letter, browser};
+use common::{Dialect, Fixture, Letter, browser};
 use std::collections::BTreeMap;
 
 /// One browser at a time (two cores; each test starts its own chromedriver).
@@ -122,7 +122,7 @@ async fn assert_counts(b: &browser::Browser, f: &Fixture, consumer: Option<&str>
     }
 }
 
-async fn operator_flow(test: &str, db: Db) {
+async fn operator_flow(test: &str, db: Dialect) {
     let _one = BROWSER.lock().await;
     let Some(f) = common::fixture(test, db).await else {
         return;
@@ -132,7 +132,7 @@ async fn operator_flow(test: &str, db: Db) {
     };
     let (expect, resolve) = seed(&f).await;
     let base = common::serve(&f, |c| c).await;
-    let shots = db == Db::Sqlite;
+    let shots = db == Dialect::Sqlite;
 
     // Overview: consumers, dead letters by reason; every number equals the database's.
     b.goto(&format!("{base}/")).await;
@@ -261,7 +261,7 @@ async fn operator_flow(test: &str, db: Db) {
     assert_counts(&b, &f, None, "overview after the actions").await;
 }
 
-async fn hostile(test: &str, db: Db) {
+async fn hostile(test: &str, db: Dialect) {
     let _one = BROWSER.lock().await;
     let Some(f) = common::fixture(test, db).await else {
         return;
@@ -365,7 +365,7 @@ async fn hostile(test: &str, db: Db) {
         shown.len()
     );
     b.assert_clean("70 KB id").await;
-    if db == Db::Sqlite {
+    if db == Dialect::Sqlite {
         b.goto(&format!("{base}/dead-letters/{}", rows[0])).await;
         b.screenshot("hostile").await;
     }
@@ -373,7 +373,7 @@ async fn hostile(test: &str, db: Db) {
 
 async fn read_only(test: &str) {
     let _one = BROWSER.lock().await;
-    let Some(f) = common::fixture(test, Db::Sqlite).await else {
+    let Some(f) = common::fixture(test, Dialect::Sqlite).await else {
         return;
     };
     let Some(b) = browser::start(test).await else {
@@ -417,15 +417,15 @@ macro_rules! on_each_db {
     ($scenario:ident: $sqlite:ident, $pg:ident, $my:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $sqlite() {
-            $scenario(stringify!($sqlite), Db::Sqlite).await
+            $scenario(stringify!($sqlite), Dialect::Sqlite).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $pg() {
-            $scenario(stringify!($pg), Db::Postgres).await
+            $scenario(stringify!($pg), Dialect::Postgres).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $my() {
-            $scenario(stringify!($my), Db::MySql).await
+            $scenario(stringify!($my), Dialect::MySql).await
         }
     };
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Db, Fixture, Letter};
+use common::{Dialect, Fixture, Letter};
 use serde_json::Value;
 
 async fn get_json(base: &str, path: &str) -> Value {
@@ -35,7 +35,7 @@ async fn effects(f: &Fixture) {
         .migrate_with(&[&oncely_effects::MIGRATIONS])
         .await
         .unwrap();
-    let now = oncely_sql::now_ms();
+    let now = oncely_sql::clock::now_ms();
     let journal = format!(
         "INSERT INTO {} (effect_key, kind, state, request, calls, recorded_at, updated_at) VALUES ($1, 'email', $2, $3, 1, $4, $4)",
         f.table("effect_journal")
@@ -87,7 +87,7 @@ async fn effects(f: &Fixture) {
 
 #[tokio::test]
 async fn backlog_is_not_installed_then_counted() {
-    let Some(f) = common::fixture("backlog", Db::Sqlite).await else {
+    let Some(f) = common::fixture("backlog", Dialect::Sqlite).await else {
         return;
     };
     f.claim("billing", "o-1", b"x").await;
@@ -135,7 +135,7 @@ async fn since_count(f: &Fixture, table: &str, condition: &str, since: i64) -> i
 
 #[tokio::test]
 async fn timelines_count_what_the_tables_hold() {
-    let Some(f) = common::fixture("timelines", Db::Sqlite).await else {
+    let Some(f) = common::fixture("timelines", Dialect::Sqlite).await else {
         return;
     };
     for i in 0..4 {
@@ -223,7 +223,7 @@ const CLASSES: [(&str, &str, &str); 6] = [
     ),
 ];
 
-async fn error_classes(test: &str, db: Db) {
+async fn error_classes(test: &str, db: Dialect) {
     let Some(f) = common::fixture(test, db).await else {
         return;
     };
@@ -274,22 +274,22 @@ async fn error_classes(test: &str, db: Db) {
 
 #[tokio::test]
 async fn error_classes_sqlite() {
-    error_classes("error_classes_sqlite", Db::Sqlite).await
+    error_classes("error_classes_sqlite", Dialect::Sqlite).await
 }
 
 #[tokio::test]
 async fn error_classes_postgres() {
-    error_classes("error_classes_postgres", Db::Postgres).await
+    error_classes("error_classes_postgres", Dialect::Postgres).await
 }
 
 #[tokio::test]
 async fn error_classes_mariadb() {
-    error_classes("error_classes_mariadb", Db::MySql).await
+    error_classes("error_classes_mariadb", Dialect::MySql).await
 }
 
 #[tokio::test]
 async fn hidden_payloads_are_not_shown() {
-    let Some(f) = common::fixture("hidden_payloads", Db::Sqlite).await else {
+    let Some(f) = common::fixture("hidden_payloads", Dialect::Sqlite).await else {
         return;
     };
     let mut l = Letter::new("billing", "m-1", "permanent");

@@ -4,34 +4,34 @@
 
 mod common;
 
-use common::Db;
+use common::Dialect;
 use oncely_ops::browse::{self, Query};
 use std::time::Instant;
 
 const ROWS: i64 = 1_000_000;
 
-async fn million(test: &str, db: Db) {
+async fn million(test: &str, db: Dialect) {
     let Some(f) = common::fixture(test, db).await else {
         return;
     };
     let dl = f.table("dead_letters");
     let cols = "consumer, message_id, raw_id, payload, payload_hash, reason, detail, attempts, headers, dead_lettered_at, id_hash, last_seen, deliveries";
     let fill = match db {
-        Db::Sqlite => format!(
+        Dialect::Sqlite => format!(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS}) \
              INSERT INTO {dl} ({cols}) SELECT CASE i % 4 WHEN 0 THEN 'billing' ELSE 'shipping' END, 'm-' || i, CAST('m-' || i AS BLOB), \
              CAST('{{}}' AS BLOB), 'h', CASE i % 10 WHEN 0 THEN 'conflict' ELSE 'permanent' END, 'x', 1, '{{}}', i, 'k' || i, i, 1 FROM n"
         ),
-        Db::Postgres => format!(
+        Dialect::Postgres => format!(
             "INSERT INTO {dl} ({cols}) SELECT CASE i % 4 WHEN 0 THEN 'billing' ELSE 'shipping' END, 'm-' || i, convert_to('m-' || i, 'UTF8'), \
              '\\x7b7d'::bytea, 'h', CASE i % 10 WHEN 0 THEN 'conflict' ELSE 'permanent' END, 'x', 1, '{{}}', i, 'k' || i, i, 1 \
              FROM generate_series(1, {ROWS}) AS i"
         ),
-        Db::MySql => unreachable!(),
+        Dialect::MySql => unreachable!(),
     };
     let t = Instant::now();
     f.exec(&fill, &[]).await;
-    if db == Db::Postgres {
+    if db == Dialect::Postgres {
         f.exec(&format!("ANALYZE {dl}"), &[]).await;
     }
     eprintln!("{test}: {ROWS} rows inserted in {:?}", t.elapsed());
@@ -69,7 +69,7 @@ async fn million(test: &str, db: Db) {
     );
     // The plan: a range on the primary key, not a sort of the table.
     let plan_sql = match db {
-        Db::Sqlite => format!(
+        Dialect::Sqlite => format!(
             "EXPLAIN QUERY PLAN SELECT id FROM {dl} WHERE 1 = 1 AND id < 500000 ORDER BY id DESC LIMIT 50"
         ),
         _ => format!(
@@ -78,7 +78,7 @@ async fn million(test: &str, db: Db) {
     };
     use oncely_sql::Column;
     let (cols, at): (&[Column], usize) = match db {
-        Db::Sqlite => (&[Column::I64, Column::I64, Column::I64, Column::Text], 3),
+        Dialect::Sqlite => (&[Column::I64, Column::I64, Column::I64, Column::Text], 3),
         _ => (&[Column::Text], 0),
     };
     let mut tx = oncely_core::Store::begin(&f.store).await.unwrap();
@@ -141,10 +141,14 @@ async fn million(test: &str, db: Db) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyset_paging_at_a_million_rows_sqlite() {
-    million("keyset_paging_at_a_million_rows_sqlite", Db::Sqlite).await
+    million("keyset_paging_at_a_million_rows_sqlite", Dialect::Sqlite).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyset_paging_at_a_million_rows_postgres() {
-    million("keyset_paging_at_a_million_rows_postgres", Db::Postgres).await
+    million(
+        "keyset_paging_at_a_million_rows_postgres",
+        Dialect::Postgres,
+    )
+    .await
 }

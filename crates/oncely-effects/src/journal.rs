@@ -4,8 +4,8 @@
 
 use crate::EffectTables;
 use oncely_core::{Error, Result};
+use oncely_sql::clock::{from_ms, now_ms};
 use oncely_sql::{AnyPool, Column, SqlTx, Tables, Value};
-use oncely_sql::{from_ms, now_ms};
 use std::fmt;
 use std::future::Future;
 use std::time::{Duration, SystemTime};

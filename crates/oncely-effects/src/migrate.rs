@@ -1,7 +1,8 @@
 //! The effects tables (versions, effect journal, outbox) as plain `.sql` files per dialect: the
 //! `effects` set of oncely-sql's one migration registry.
 
-use oncely_sql::{Adopt, MigrationSet};
+use oncely_sql::MigrationSet;
+use oncely_sql::migrate::Adopt;
 
 /// The `effects` migration set: entity versions, effect journal and outbox (one set: the
 /// outbox table is created by its first migration). Installations migrated before the shared
@@ -12,7 +13,8 @@ use oncely_sql::{Adopt, MigrationSet};
 /// tool:
 ///
 /// ```
-/// use oncely_sql::{Dialect, INBOX, Tables, print_migration_sets};
+/// use oncely_sql::{Dialect, INBOX, Tables};
+/// use oncely_sql::migrate::print_migration_sets;
 /// let sql = print_migration_sets(Dialect::MySql, &Tables::default(), &[&INBOX, &oncely_effects::MIGRATIONS]).unwrap();
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS oncely_effect_journal"));
 /// let sql = oncely_effects::MIGRATIONS.print(Dialect::Postgres, &Tables::default()).unwrap();

@@ -4,8 +4,8 @@
 
 use crate::EffectTables;
 use oncely_core::{Error, MessageId, Meta, RawEnvelope, Result};
+use oncely_sql::clock::{from_ms, now_ms};
 use oncely_sql::{Column, SqlTx, Tables, Value};
-use oncely_sql::{from_ms, now_ms};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::time::SystemTime;

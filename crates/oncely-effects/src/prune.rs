@@ -2,7 +2,8 @@
 
 use crate::EffectTables;
 use oncely_core::Result;
-use oncely_sql::{AnyPool, SqlTx, Tables, now_ms};
+use oncely_sql::clock::now_ms;
+use oncely_sql::{AnyPool, SqlTx, Tables};
 use std::time::Duration;
 
 async fn delete_batch(

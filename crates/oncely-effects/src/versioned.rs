@@ -4,7 +4,8 @@
 
 use crate::EffectTables;
 use oncely_core::{Handled, Result};
-use oncely_sql::{Column, Dialect, SqlTx, Tables, Value, now_ms};
+use oncely_sql::clock::now_ms;
+use oncely_sql::{Column, Dialect, SqlTx, Tables, Value};
 
 /// What [`apply_if_newer`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -301,7 +301,7 @@ const ALL_STEPS: [JournalStep; 4] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_at_every_step_effect_once_per_key_postgres_journal() {
-    let Some(store) = support::postgres("jcrash").await else {
+    let Some((store, _db)) = support::postgres("jcrash").await else {
         return;
     };
     let provider = FakeProvider::start().await.unwrap();
@@ -314,12 +314,11 @@ async fn crash_at_every_step_effect_once_per_key_postgres_journal() {
     )
     .await;
     assert_once_per_key(&c);
-    support::drop_pg(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_at_every_step_effect_once_per_key_mariadb_journal() {
-    let Some(store) = support::mysql("jcrash").await else {
+    let Some((store, _db)) = support::mysql("jcrash").await else {
         return;
     };
     let provider = FakeProvider::start().await.unwrap();
@@ -332,7 +331,6 @@ async fn crash_at_every_step_effect_once_per_key_mariadb_journal() {
     )
     .await;
     assert_once_per_key(&c);
-    support::drop_mysql(&store).await;
 }
 
 /// A provider that ignores the key is still called once per key when the journal asks it
@@ -517,26 +515,4 @@ where
     assert_eq!(provider.requests(), requests);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconciler_resolves_stuck_rows_on_sqlite() {
-    let (store, _dir) = support::sqlite().await;
-    reconciler_resolves(store.pool().clone(), store.tables().clone()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconciler_resolves_stuck_rows_on_postgres() {
-    let Some(store) = support::postgres("jrec").await else {
-        return;
-    };
-    reconciler_resolves(store.pool().clone(), store.tables().clone()).await;
-    support::drop_pg(&store).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconciler_resolves_stuck_rows_on_mariadb() {
-    let Some(store) = support::mysql("jrec").await else {
-        return;
-    };
-    reconciler_resolves(store.pool().clone(), store.tables().clone()).await;
-    support::drop_mysql(&store).await;
-}
+support::on_each_database!(reconciler_resolves: reconciler_resolves_stuck_rows_on_sqlite, reconciler_resolves_stuck_rows_on_postgres, reconciler_resolves_stuck_rows_on_mariadb);

@@ -12,7 +12,7 @@ use sqlx::{AssertSqlSafe, Executor};
 
 #[tokio::test]
 async fn mysql_lock_wait_timeout_is_transient_in_the_journal() {
-    let Some(store) = support::mysql("jlockwait").await else {
+    let Some((store, _db)) = support::mysql("jlockwait").await else {
         return;
     };
     let tables = store.tables().clone();
@@ -26,7 +26,7 @@ async fn mysql_lock_wait_timeout_is_transient_in_the_journal() {
                     .map(drop)
             })
         })
-        .connect(&support::mysql_url())
+        .connect(&oncely_testkit::services::mysql_url())
         .await
         .unwrap();
     let journal = Journal::new(pool, tables.clone());
@@ -49,5 +49,4 @@ async fn mysql_lock_wait_timeout_is_transient_in_the_journal() {
     assert_eq!(err.kind(), ErrorKind::Transient, "{err:?}");
     // Once the lock is gone the same call succeeds.
     assert!(journal.mark_done("c:m1:email", "ref-1").await.unwrap());
-    support::drop_mysql(&store).await;
 }

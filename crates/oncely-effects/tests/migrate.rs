@@ -19,20 +19,18 @@ async fn migrate_twice_applies_once_sqlite() {
 
 #[tokio::test]
 async fn migrate_twice_applies_once_postgres() {
-    let Some(store) = support::postgres("mig").await else {
+    let Some((store, _db)) = support::postgres("mig").await else {
         return;
     };
     assert_eq!(store.migrate_with(&[&MIGRATIONS]).await.unwrap(), 0);
-    support::drop_pg(&store).await;
 }
 
 #[tokio::test]
 async fn migrate_twice_applies_once_mariadb() {
-    let Some(store) = support::mysql("mig").await else {
+    let Some((store, _db)) = support::mysql("mig").await else {
         return;
     };
     assert_eq!(store.migrate_with(&[&MIGRATIONS]).await.unwrap(), 0);
-    support::drop_mysql(&store).await;
 }
 
 #[test]
@@ -145,18 +143,16 @@ async fn prune_sqlite() {
 
 #[tokio::test]
 async fn prune_postgres() {
-    let Some(store) = support::postgres("prune").await else {
+    let Some((store, _db)) = support::postgres("prune").await else {
         return;
     };
     prunes(store.any_pool(), store.tables().clone()).await;
-    support::drop_pg(&store).await;
 }
 
 #[tokio::test]
 async fn prune_mariadb() {
-    let Some(store) = support::mysql("prune").await else {
+    let Some((store, _db)) = support::mysql("prune").await else {
         return;
     };
     prunes(store.any_pool(), store.tables().clone()).await;
-    support::drop_mysql(&store).await;
 }

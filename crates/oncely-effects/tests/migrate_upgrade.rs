@@ -129,18 +129,16 @@ async fn older_ledgers_are_adopted_sqlite() {
 
 #[tokio::test]
 async fn older_ledgers_are_adopted_postgres() {
-    let Some(store) = support::postgres("upgrade").await else {
+    let Some((store, _db)) = support::postgres("upgrade").await else {
         return;
     };
     upgrade!(store, "TEXT");
-    support::drop_pg(&store).await;
 }
 
 #[tokio::test]
 async fn older_ledgers_are_adopted_mariadb() {
-    let Some(store) = support::mysql("upgrade").await else {
+    let Some((store, _db)) = support::mysql("upgrade").await else {
         return;
     };
     upgrade!(store, "VARCHAR(128)");
-    support::drop_mysql(&store).await;
 }

@@ -254,20 +254,18 @@ async fn kill_relays_then_check<DB: SqlDatabase>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_killed_mid_dispatch_postgres() {
-    let Some(store) = support::postgres("kill").await else {
+    let Some((store, _db)) = support::postgres("kill").await else {
         return;
     };
     let ids = support::enqueue_rows(&store.any_pool(), store.tables(), 40, 4).await;
     kill_relays_then_check(store.pool().clone(), store.tables().clone(), ids).await;
-    support::drop_pg(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_killed_mid_dispatch_mariadb() {
-    let Some(store) = support::mysql("kill").await else {
+    let Some((store, _db)) = support::mysql("kill").await else {
         return;
     };
     let ids = support::enqueue_rows(&store.any_pool(), store.tables(), 40, 4).await;
     kill_relays_then_check(store.pool().clone(), store.tables().clone(), ids).await;
-    support::drop_mysql(&store).await;
 }

@@ -101,29 +101,7 @@ where
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_relays_never_dispatch_a_row_twice_sqlite() {
-    let (store, _dir) = support::sqlite().await;
-    two_relays(store.pool().clone(), store.tables().clone()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_relays_never_dispatch_a_row_twice_postgres() {
-    let Some(store) = support::postgres("relays").await else {
-        return;
-    };
-    two_relays(store.pool().clone(), store.tables().clone()).await;
-    support::drop_pg(&store).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_relays_never_dispatch_a_row_twice_mariadb() {
-    let Some(store) = support::mysql("relays").await else {
-        return;
-    };
-    two_relays(store.pool().clone(), store.tables().clone()).await;
-    support::drop_mysql(&store).await;
-}
+support::on_each_database!(two_relays: two_relays_never_dispatch_a_row_twice_sqlite, two_relays_never_dispatch_a_row_twice_postgres, two_relays_never_dispatch_a_row_twice_mariadb);
 
 /// Fails the first `failures` publishes of ids in `flaky`.
 struct Flaky {
@@ -212,7 +190,7 @@ async fn failed_publishes_back_off_and_keep_entity_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_notify_wakes_the_relay() {
-    let Some(store) = support::postgres("notify").await else {
+    let Some((store, _db)) = support::postgres("notify").await else {
         return;
     };
     let tables = store.tables().clone();
@@ -245,5 +223,4 @@ async fn postgres_notify_wakes_the_relay() {
     }
     stop.cancel();
     assert_eq!(task.await.unwrap().unwrap().dispatched, 3);
-    support::drop_pg(&store).await;
 }

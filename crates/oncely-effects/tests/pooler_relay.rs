@@ -38,7 +38,7 @@ impl Publisher for Recorder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_relays_dispatch_each_row_once_through_pgbouncer() {
     let url = oncely_testkit::services::pgbouncer_url();
-    let Some(store) = support::postgres_at("relay_bouncer", &url, "PgBouncer").await else {
+    let Some((store, _db)) = support::postgres_at("relay_bouncer", &url, "PgBouncer").await else {
         return;
     };
     assert!(store.engine().behind_transaction_pooler());
@@ -95,5 +95,4 @@ async fn two_relays_dispatch_each_row_once_through_pgbouncer() {
             "order broken for {entity}"
         );
     }
-    support::drop_pg(&store).await;
 }

@@ -78,7 +78,7 @@ fn channel(tables: &Tables) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_portable_relay_polls_without_notify() {
-    let Some(store) = support::postgres("portable_relay").await else {
+    let Some((store, _db)) = support::postgres("portable_relay").await else {
         return;
     };
     let tables = store.tables().clone();
@@ -138,12 +138,11 @@ async fn postgres_portable_relay_polls_without_notify() {
         matches!(heard, Ok(Ok(_))),
         "control: NOTIFY is heard without portable mode"
     );
-    support::drop_pg(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_portable_relay_dispatches_every_row() {
-    let Some(store) = support::mysql("portable_relay").await else {
+    let Some((store, _db)) = support::mysql("portable_relay").await else {
         return;
     };
     let tables = store.tables().clone();
@@ -152,5 +151,4 @@ async fn mariadb_portable_relay_dispatches_every_row() {
         per_id.values().all(|&n| n == 1),
         "each row published once: {per_id:?}"
     );
-    support::drop_mysql(&store).await;
 }

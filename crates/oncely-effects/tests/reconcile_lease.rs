@@ -119,26 +119,4 @@ where
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_reconcilers_call_each_stuck_row_once_on_sqlite() {
-    let (store, _dir) = support::sqlite().await;
-    two_reconcilers_call_once(store.pool().clone(), store.tables().clone()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_reconcilers_call_each_stuck_row_once_on_postgres() {
-    let Some(store) = support::postgres("jlease").await else {
-        return;
-    };
-    two_reconcilers_call_once(store.pool().clone(), store.tables().clone()).await;
-    support::drop_pg(&store).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_reconcilers_call_each_stuck_row_once_on_mariadb() {
-    let Some(store) = support::mysql("jlease").await else {
-        return;
-    };
-    two_reconcilers_call_once(store.pool().clone(), store.tables().clone()).await;
-    support::drop_mysql(&store).await;
-}
+support::on_each_database!(two_reconcilers_call_once: two_reconcilers_call_each_stuck_row_once_on_sqlite, two_reconcilers_call_each_stuck_row_once_on_postgres, two_reconcilers_call_each_stuck_row_once_on_mariadb);

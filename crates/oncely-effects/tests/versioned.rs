@@ -264,22 +264,20 @@ fn outcomes_on_sqlite() {
 #[test]
 fn outcomes_on_postgres() {
     rt().block_on(async {
-        let Some(store) = support::postgres("vout").await else {
+        let Some((store, _db)) = support::postgres("vout").await else {
             return;
         };
         outcomes(store.pool(), store.tables()).await;
-        support::drop_pg(&store).await;
     });
 }
 
 #[test]
 fn outcomes_on_mariadb() {
     rt().block_on(async {
-        let Some(store) = support::mysql("vout").await else {
+        let Some((store, _db)) = support::mysql("vout").await else {
             return;
         };
         outcomes(store.pool(), store.tables()).await;
-        support::drop_mysql(&store).await;
     });
 }
 
@@ -293,21 +291,19 @@ fn reorder_property_on_sqlite() {
 #[test]
 fn reorder_property_on_postgres() {
     let rt = rt();
-    let Some(store) = rt.block_on(support::postgres("vprop")) else {
+    let Some((store, _db)) = rt.block_on(support::postgres("vprop")) else {
         return;
     };
     property(&rt, store.pool().clone(), store.tables().clone(), 24);
-    rt.block_on(support::drop_pg(&store));
 }
 
 #[test]
 fn reorder_property_on_mariadb() {
     let rt = rt();
-    let Some(store) = rt.block_on(support::mysql("vprop")) else {
+    let Some((store, _db)) = rt.block_on(support::mysql("vprop")) else {
         return;
     };
     property(&rt, store.pool().clone(), store.tables().clone(), 24);
-    rt.block_on(support::drop_mysql(&store));
 }
 
 /// The checker can fail: without apply_if_newer (last write wins), v2 arriving after v3

@@ -152,18 +152,16 @@ async fn consumer_converges_under_reordering_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_converges_under_reordering_postgres() {
-    let Some(store) = support::postgres("vcons").await else {
+    let Some((store, _db)) = support::postgres("vcons").await else {
         return;
     };
     through_consumer(store.clone()).await;
-    support::drop_pg(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_converges_under_reordering_mariadb() {
-    let Some(store) = support::mysql("vcons").await else {
+    let Some((store, _db)) = support::mysql("vcons").await else {
         return;
     };
     through_consumer(store.clone()).await;
-    support::drop_mysql(&store).await;
 }

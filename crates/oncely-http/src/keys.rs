@@ -13,7 +13,8 @@
 //! key of another scope is another row, never read, never a conflict.
 
 use oncely_core::Result;
-use oncely_sql::{AnyTx, Column, Tables, Value, now_ms};
+use oncely_sql::clock::now_ms;
+use oncely_sql::{AnyTx, Column, Tables, Value};
 use std::time::Duration;
 
 /// A completed response, as stored.

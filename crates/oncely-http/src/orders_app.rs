@@ -16,7 +16,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use oncely_core::{MessageId, Result, Store};
 use oncely_effects::{Outbox, Outgoing};
-use oncely_sql::{AnyStore, AnyTx, Column, INBOX, Tables, now_ms};
+use oncely_sql::clock::now_ms;
+use oncely_sql::{AnyStore, AnyTx, Column, INBOX, Tables};
 use std::time::Duration;
 
 /// The outbox destination of the `order created` events.

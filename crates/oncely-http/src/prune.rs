@@ -1,7 +1,9 @@
 //! Retention: expired keys deleted in bounded batches, one short statement each.
 
 use oncely_core::Result;
-use oncely_sql::{AnyPool, Tables, Value, is_missing_table, now_ms};
+use oncely_sql::clock::now_ms;
+use oncely_sql::error::is_missing_table;
+use oncely_sql::{AnyPool, Tables, Value};
 
 /// Deletes up to `batch` key rows whose TTL has passed and returns how many; call it until it
 /// returns 0 (`oncely prune` does). Keys not expired are never deleted; an expired key that

@@ -1,7 +1,7 @@
 //! [`Ops`]: an oncely-sql pool of any database plus its table naming.
 
 use oncely_core::{Error, Result};
-use oncely_sql::is_missing_table;
+use oncely_sql::error::is_missing_table;
 use oncely_sql::sqlx::Pool;
 use oncely_sql::{AnyPool, AnyStore, AnyTx, Dialect, SqlDatabase, SqlStore, Tables};
 

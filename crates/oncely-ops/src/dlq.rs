@@ -6,8 +6,10 @@
 
 use crate::db::{Ops, doing};
 use oncely_core::{RawEnvelope, Result, StoredDeadLetter};
-use oncely_sql::{Column, DEAD_LETTER_TYPES, SqlTx, Value};
-use oncely_sql::{dead_letter_columns, decode_dead_letter, now_ms, to_ms};
+use oncely_sql::clock::{now_ms, to_ms};
+use oncely_sql::letter::DEAD_LETTER_TYPES;
+use oncely_sql::letter::{dead_letter_columns, decode_dead_letter};
+use oncely_sql::{Column, SqlTx, Value};
 use std::time::Duration;
 
 /// A [`StoredDeadLetter`] as JSON: times in unix ms, the raw id in hex, the payload as

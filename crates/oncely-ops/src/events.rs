@@ -13,7 +13,8 @@
 
 use crate::db::Ops;
 use oncely_core::Result;
-use oncely_sql::{Column, now_ms};
+use oncely_sql::Column;
+use oncely_sql::clock::now_ms;
 
 /// The qualified name of the operations journal (`{schema}.{prefix}ops_events`).
 ///

@@ -14,6 +14,8 @@
 //!   resolutions).
 //! - [`retention`]: the retention window and the late-message policy, as configuration;
 //!   [`time`]: unix milliseconds as UTC dates (the CLI's, the console's and partition names).
+//! - `cli` (feature `cli`): the admin commands (clap) over all of the above, for your own
+//!   admin binary; the `oncely` binary and the facade's `oncely::cli` are this module.
 //!
 //! Everything works on SQLite, PostgreSQL and MySQL/MariaDB through [`Ops`], built from an
 //! `oncely-sql` store's pool and [`oncely_sql::Tables`].
@@ -30,6 +32,8 @@
 
 pub mod backlog;
 pub mod browse;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod db;
 pub mod dlq;
 pub mod events;

@@ -15,8 +15,9 @@
 use crate::db::{Ops, doing};
 use crate::time::{DAY_MS, day_digits, day_of_digits};
 use oncely_core::{Error, Result};
-use oncely_sql::now_ms;
-use oncely_sql::{Adopt, AnyStore, Column, Dialect, Migration, MigrationSet, SqlTx, Tables};
+use oncely_sql::clock::now_ms;
+use oncely_sql::migrate::{Adopt, Migration};
+use oncely_sql::{AnyStore, Column, Dialect, MigrationSet, SqlTx, Tables};
 use tracing::{info, warn};
 
 /// The SQL template (with `{schema}` and `{prefix}`) of the partitioned inbox.

@@ -20,7 +20,8 @@
 use crate::db::Ops;
 use crate::partition;
 use oncely_core::Result;
-use oncely_sql::{Column, DbLock, Value, now_ms};
+use oncely_sql::clock::now_ms;
+use oncely_sql::{Column, DbLock, Value};
 use std::time::{Duration, Instant};
 use tracing::info;
 

@@ -24,7 +24,8 @@ use oncely_core::{
     Acker, Consumer, ConsumerName, Delivery, Error, Handler, Inspect, MessageId, Outcome,
     PayloadHash, Result, StoredDeadLetter,
 };
-use oncely_sql::{SqlTx, now_ms, to_ms};
+use oncely_sql::SqlTx;
+use oncely_sql::clock::{now_ms, to_ms};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

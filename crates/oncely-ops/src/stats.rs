@@ -135,7 +135,7 @@ pub async fn projection(ops: &Ops, stats: &InboxStats, window: Duration) -> Resu
     const HOUR_MS: i64 = 3_600_000;
     let inbox = ops.tables().inbox();
     let sql = format!("SELECT COUNT(*) FROM {inbox} WHERE received_at >= $1");
-    let since = oncely_sql::now_ms() - HOUR_MS;
+    let since = oncely_sql::clock::now_ms() - HOUR_MS;
     let last_hour = ops.autocommit().fetch_i64(&sql, &[since.into()]).await;
     let last_hour = last_hour.map_err(doing("counting the last hour's claims"))?;
     let ids_per_sec = last_hour.unwrap_or(0).max(0) as f64 / 3600.0;

@@ -5,15 +5,15 @@ mod common;
 use oncely_core::{Claim, ConsumerName, Inspect, MessageId, PayloadHash, Store};
 use oncely_ops::partition;
 use oncely_sql::Isolation;
-use oncely_sql::now_ms;
+use oncely_sql::clock::now_ms;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 
 const DAY: i64 = 86_400_000;
 
 #[tokio::test]
 async fn partitioned_inbox_claims_once_across_partitions() {
-    let Some((store, ops, schema)) =
-        common::postgres("partitioned_inbox_claims_once_across_partitions", "part").await
+    let Some((store, ops, _db)) =
+        common::postgres("partitioned_inbox_claims_once_across_partitions").await
     else {
         return;
     };
@@ -114,15 +114,11 @@ async fn partitioned_inbox_claims_once_across_partitions() {
     assert!(dropped.len() >= 2, "{dropped:?}");
     assert_eq!(store.claimed_hash(&c, "old-1").await.unwrap(), None);
     assert_eq!(store.claimed_hash(&c, "race-1").await.unwrap(), Some(h));
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-        .execute(store.pool())
-        .await;
 }
 
 #[tokio::test]
 async fn stray_rows_in_the_default_partition_move_into_a_new_partition() {
-    let Some((store, ops, schema)) =
-        common::postgres("stray_rows_in_the_default_partition", "stray").await
+    let Some((store, ops, _db)) = common::postgres("stray_rows_in_the_default_partition").await
     else {
         return;
     };
@@ -155,17 +151,13 @@ async fn stray_rows_in_the_default_partition_move_into_a_new_partition() {
     .await
     .unwrap();
     assert_eq!(total, 1);
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-        .execute(store.pool())
-        .await;
 }
 
 /// The group-commit path: oncely-sql claims a group with one lock statement and one checked
 /// insert, and the guard trigger skips its own check for that insert only.
 #[tokio::test]
 async fn partitioned_inbox_batch_claims_once() {
-    let Some((store, ops, schema)) =
-        common::postgres("partitioned_inbox_batch_claims_once", "partbatch").await
+    let Some((store, ops, _db)) = common::postgres("partitioned_inbox_batch_claims_once").await
     else {
         return;
     };
@@ -260,7 +252,4 @@ async fn partitioned_inbox_batch_claims_once() {
             .is_err()
     );
     rr.rollback(tx).await.unwrap();
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-        .execute(store.pool())
-        .await;
 }

@@ -5,8 +5,8 @@
 mod common;
 use oncely_ops::Ops;
 use oncely_ops::prune::{PruneOptions, prune};
-use oncely_sql::sqlx::{self, AssertSqlSafe};
-use oncely_sql::{Column, SqlTx, now_ms};
+use oncely_sql::clock::now_ms;
+use oncely_sql::{Column, SqlTx};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -125,29 +125,21 @@ fn portable(ops: &Ops) -> Ops {
 
 #[tokio::test]
 async fn postgres_portable_prune_by_key_ranges() {
-    let Some((store, ops, schema)) =
-        common::postgres("postgres_portable_prune_by_key_ranges", "pprune").await
+    let Some((store, ops, _db)) = common::postgres("postgres_portable_prune_by_key_ranges").await
     else {
         return;
     };
     store.migrate().await.unwrap();
     check(&portable(&ops)).await;
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-        .execute(store.pool())
-        .await;
 }
 
 #[tokio::test]
 async fn mariadb_portable_prune_by_key_ranges() {
-    let Some((store, ops, schema)) =
-        common::mysql("mariadb_portable_prune_by_key_ranges", "pprune").await
+    let Some((_store, ops, _db)) = common::mysql("mariadb_portable_prune_by_key_ranges").await
     else {
         return;
     };
     check(&portable(&ops)).await;
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE {schema}")))
-        .execute(store.pool())
-        .await;
 }
 
 #[tokio::test]

@@ -72,33 +72,22 @@ async fn sqlite_lease_serializes_pruners() {
 
 #[tokio::test]
 async fn postgres_advisory_lock_serializes_pruners() {
-    let Some((store, ops, schema)) =
-        common::postgres("postgres_advisory_lock_serializes_pruners", "lock").await
+    let Some((store, ops, _db)) =
+        common::postgres("postgres_advisory_lock_serializes_pruners").await
     else {
         return;
     };
     store.migrate().await.unwrap();
     check(&ops).await;
-    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA {schema} CASCADE"
-    )))
-    .execute(store.pool())
-    .await;
 }
 
 #[tokio::test]
 async fn mariadb_named_lock_serializes_pruners() {
-    let Some((store, ops, schema)) =
-        common::mysql("mariadb_named_lock_serializes_pruners", "lock").await
+    let Some((_store, ops, _db)) = common::mysql("mariadb_named_lock_serializes_pruners").await
     else {
         return;
     };
     check(&ops).await;
-    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {schema}"
-    )))
-    .execute(store.pool())
-    .await;
 }
 
 /// Portable mode (issue 16): the pruners exclude each other through the lease table.
@@ -108,31 +97,20 @@ fn portable(ops: &Ops) -> Ops {
 
 #[tokio::test]
 async fn postgres_portable_lease_serializes_pruners() {
-    let Some((store, ops, schema)) =
-        common::postgres("postgres_portable_lease_serializes_pruners", "plock").await
+    let Some((store, ops, _db)) =
+        common::postgres("postgres_portable_lease_serializes_pruners").await
     else {
         return;
     };
     store.migrate().await.unwrap();
     check(&portable(&ops)).await;
-    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA {schema} CASCADE"
-    )))
-    .execute(store.pool())
-    .await;
 }
 
 #[tokio::test]
 async fn mariadb_portable_lease_serializes_pruners() {
-    let Some((store, ops, schema)) =
-        common::mysql("mariadb_portable_lease_serializes_pruners", "plock").await
+    let Some((_store, ops, _db)) = common::mysql("mariadb_portable_lease_serializes_pruners").await
     else {
         return;
     };
     check(&portable(&ops)).await;
-    let _ = oncely_sql::sqlx::raw_sql(oncely_sql::sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {schema}"
-    )))
-    .execute(store.pool())
-    .await;
 }

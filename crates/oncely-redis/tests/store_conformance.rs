@@ -5,24 +5,15 @@
 use oncely_core::{Claim, ConsumerName, ErrorKind, Inspect, MessageId, PayloadHash, Result, Store};
 use oncely_redis::{RedisStore, RedisTx};
 use oncely_testkit::{StoreHarness, services};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 const URL: &str = "redis://127.0.0.1:6379/13";
 
-fn unique_tag() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "t{}-{now}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 async fn fresh_store() -> Result<RedisStore> {
-    RedisStore::connect(&format!("{URL}?tag={}", unique_tag())).await
+    RedisStore::connect(&format!(
+        "{URL}?tag={}",
+        oncely_testkit::services::unique("redis")
+    ))
+    .await
 }
 
 struct RedisHarness;

@@ -5,10 +5,11 @@ use oncely_core::wire::{meta_headers, read_header};
 use oncely_core::{
     Acker, Delivery, Envelope, Error, Handled, Handler, Meta, RawEnvelope, Result, Source,
 };
+use oncely_sql::clock::now_ms;
+use oncely_sql::migrate::Adopt;
+use oncely_sql::pooler::Autocommit;
 use oncely_sql::sqlx::{self, AssertSqlSafe, PgPool, Postgres, Row, Transaction};
-use oncely_sql::{
-    Adopt, AnyPool, AnyTx, Autocommit, Dialect, Engine, MigrationSet, PgStore, Tables, now_ms,
-};
+use oncely_sql::{AnyPool, AnyTx, Dialect, Engine, MigrationSet, PgStore, Tables};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ fn headers_of(column: &str) -> BTreeMap<String, String> {
 
 /// A queue-table error, classified by oncely-sql's one classifier.
 fn db(what: &str, e: sqlx::Error) -> Error {
-    oncely_sql::db(&format!("queue table: {what}"), e)
+    oncely_sql::error::db(&format!("queue table: {what}"), e)
 }
 
 /// The `headers` column as the message's [`Meta`]: `oncely-entity`, `oncely-version` and

@@ -59,7 +59,7 @@ pub enum AnyStore {
 /// let one: i64 = oncely_sql::with_pool!(&pool, p => sqlx::query_scalar("SELECT 1")
 ///     .fetch_one(p)
 ///     .await
-///     .map_err(|e| oncely_sql::db("selecting", e))?);
+///     .map_err(|e| oncely_sql::error::db("selecting", e))?);
 /// # Ok(()) }
 /// ```
 ///
@@ -124,7 +124,7 @@ macro_rules! with_store {
 /// oncely_sql::with_pool!(pool, p => sqlx::query("DELETE FROM t")
 ///     .execute(p)
 ///     .await
-///     .map_err(|e| oncely_sql::db("clearing t", e))?
+///     .map_err(|e| oncely_sql::error::db("clearing t", e))?
 ///     .rows_affected());
 /// # Ok(()) }
 /// ```
@@ -399,7 +399,7 @@ impl AnyPool {
         }
         let tx = with_pool!(self, p => p.begin_with(begin_sql(p)).await.map(crate::AnyTx::from));
         tx.map(|tx| tx.with_engine(self.engine))
-            .map_err(|e| crate::db("beginning a transaction", e))
+            .map_err(|e| crate::error::db("beginning a transaction", e))
     }
 
     /// The PostgreSQL pool, for features that exist on PostgreSQL only (the partitioned

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Milliseconds since the Unix epoch, now (0 if the clock is before 1970).
 ///
 /// ```
-/// assert!(oncely_sql::now_ms() > 1_600_000_000_000);
+/// assert!(oncely_sql::clock::now_ms() > 1_600_000_000_000);
 /// ```
 pub fn now_ms() -> i64 {
     to_ms(SystemTime::now())
@@ -18,7 +18,7 @@ pub fn now_ms() -> i64 {
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
-/// assert_eq!(oncely_sql::to_ms(UNIX_EPOCH + Duration::from_millis(1500)), 1500);
+/// assert_eq!(oncely_sql::clock::to_ms(UNIX_EPOCH + Duration::from_millis(1500)), 1500);
 /// ```
 pub fn to_ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
@@ -30,8 +30,8 @@ pub fn to_ms(t: SystemTime) -> i64 {
 ///
 /// ```
 /// use std::time::UNIX_EPOCH;
-/// assert_eq!(oncely_sql::from_ms(-5), UNIX_EPOCH);
-/// assert_eq!(oncely_sql::to_ms(oncely_sql::from_ms(42)), 42);
+/// assert_eq!(oncely_sql::clock::from_ms(-5), UNIX_EPOCH);
+/// assert_eq!(oncely_sql::clock::to_ms(oncely_sql::clock::from_ms(42)), 42);
 /// ```
 pub fn from_ms(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)

@@ -198,16 +198,7 @@ impl Engine {
 
 /// The distributed engine a `version()` / `VERSION()` string names, if any:
 /// `CockroachDB`, `YugabyteDB` (its versions contain `-YB-`) or `TiDB`.
-///
-/// ```
-/// use oncely_sql::engine_of_version;
-/// assert_eq!(engine_of_version("CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu)"), Some("CockroachDB"));
-/// assert_eq!(engine_of_version("PostgreSQL 11.2-YB-2.20.1.0-b0 on x86_64"), Some("YugabyteDB"));
-/// assert_eq!(engine_of_version("8.0.11-TiDB-v7.5.0"), Some("TiDB"));
-/// assert_eq!(engine_of_version("PostgreSQL 15.5 (Debian 15.5-0+deb12u1)"), None);
-/// assert_eq!(engine_of_version("10.11.6-MariaDB-0+deb12u1"), None);
-/// ```
-pub fn engine_of_version(version: &str) -> Option<&'static str> {
+pub(crate) fn engine_of_version(version: &str) -> Option<&'static str> {
     if version.contains("CockroachDB") {
         Some("CockroachDB")
     } else if version.contains("-YB-") {
@@ -291,6 +282,24 @@ async fn mysql_engine(pool: &MySqlPool) -> Result<Option<&'static str>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn engine_of_version_names_the_distributed_engines() {
+        assert_eq!(
+            engine_of_version("CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu)"),
+            Some("CockroachDB")
+        );
+        assert_eq!(
+            engine_of_version("PostgreSQL 11.2-YB-2.20.1.0-b0 on x86_64"),
+            Some("YugabyteDB")
+        );
+        assert_eq!(engine_of_version("8.0.11-TiDB-v7.5.0"), Some("TiDB"));
+        assert_eq!(
+            engine_of_version("PostgreSQL 15.5 (Debian 15.5-0+deb12u1)"),
+            None
+        );
+        assert_eq!(engine_of_version("10.11.6-MariaDB-0+deb12u1"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -128,7 +128,7 @@ fn kind_of(code: &str, server: Server) -> ErrorKind {
 /// ```
 /// use oncely_core::ErrorKind;
 /// let refused = oncely_sql::sqlx::Error::Io(std::io::ErrorKind::ConnectionRefused.into());
-/// assert_eq!(oncely_sql::error_kind(&refused), ErrorKind::Unavailable);
+/// assert_eq!(oncely_sql::error::error_kind(&refused), ErrorKind::Unavailable);
 /// ```
 pub fn error_kind(e: &sqlx::Error) -> ErrorKind {
     match e {
@@ -182,9 +182,9 @@ pub fn db(doing: &str, e: sqlx::Error) -> Error {
 ///
 /// ```
 /// use oncely_sql::sqlx;
-/// assert!(!oncely_sql::is_missing_table(&sqlx::Error::RowNotFound));
-/// let wrapped = oncely_sql::db("reading", sqlx::Error::RowNotFound);
-/// assert!(!oncely_sql::is_missing_table(&wrapped));
+/// assert!(!oncely_sql::error::is_missing_table(&sqlx::Error::RowNotFound));
+/// let wrapped = oncely_sql::error::db("reading", sqlx::Error::RowNotFound);
+/// assert!(!oncely_sql::error::is_missing_table(&wrapped));
 /// ```
 pub fn is_missing_table(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(e);

@@ -229,7 +229,7 @@ impl<'a> LetterRow<'a> {
 /// as text, as MySQL stores it as `VARBINARY`; the counters widened to 64 bits).
 ///
 /// ```
-/// let cols = oncely_sql::dead_letter_columns(oncely_sql::Dialect::MySql);
+/// let cols = oncely_sql::letter::dead_letter_columns(oncely_sql::Dialect::MySql);
 /// assert!(cols.starts_with("id, CAST(consumer AS CHAR) AS consumer, message_id"));
 /// assert!(cols.contains("CAST(attempts AS SIGNED) AS attempts"));
 /// ```
@@ -270,7 +270,8 @@ pub const DEAD_LETTER_TYPES: &[Column] = &[
 ///
 /// ```no_run
 /// # async fn f(pool: oncely_sql::AnyPool) -> oncely_core::Result<()> {
-/// use oncely_sql::{DEAD_LETTER_TYPES, SqlTx, Tables, dead_letter_columns, decode_dead_letter};
+/// use oncely_sql::{SqlTx, Tables};
+/// use oncely_sql::letter::{DEAD_LETTER_TYPES, dead_letter_columns, decode_dead_letter};
 /// let mut pool = pool;
 /// let sql = format!("SELECT {} FROM {}", dead_letter_columns(pool.dialect()), Tables::default().dead_letters());
 /// for row in pool.fetch(&sql, &[], DEAD_LETTER_TYPES).await? {

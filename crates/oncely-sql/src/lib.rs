@@ -6,7 +6,7 @@
 //! This is the only crate that knows there are three databases: tools that work on any of
 //! them hold an [`AnyStore`] or [`AnyPool`] and run typed code through [`with_store!`] /
 //! [`with_pool!`]; SQL that differs is built with [`Dialect`]'s methods; sqlx errors are
-//! classified by [`error_kind`]; host times are [`now_ms`]. What the database behind a
+//! classified by [`error::error_kind`]; host times are [`clock::now_ms`]. What the database behind a
 //! connection can do (portable mode, a transaction pooler, `LISTEN`/`NOTIFY`) is decided once
 //! at connect and held by the store, its pool and every transaction: its [`Engine`].
 //!
@@ -44,15 +44,15 @@ compile_error!(
 
 mod any;
 mod batch;
-mod clock;
+pub mod clock;
 mod connect;
 mod dialect;
 mod engine;
-mod error;
+pub mod error;
 mod failover;
-mod letter;
+pub mod letter;
 mod lock;
-mod migrate;
+pub mod migrate;
 mod notify;
 pub mod pooler;
 mod query;
@@ -67,18 +67,12 @@ mod warm;
 #[doc(hidden)]
 pub use any::PoolKind;
 pub use any::{AnyPool, AnyStore};
-pub use clock::{from_ms, now_ms, to_ms};
 pub use connect::{ConnectOptions, Durability};
 pub use dialect::{Dialect, Isolation};
-pub use engine::{Engine, engine_of_version};
-pub use error::{db, db as db_error, error_kind, is_missing_table};
-pub use letter::{DEAD_LETTER_TYPES, dead_letter_columns, decode_dead_letter};
-pub use lock::{DbLock, LEASE_TTL};
-pub use migrate::{
-    Adopt, INBOX, MigrateDb, Migration, MigrationSet, print_migration_sets, reset_sql,
-};
+pub use engine::Engine;
+pub use lock::DbLock;
+pub use migrate::{INBOX, MigrationSet};
 pub use notify::Listener;
-pub use pooler::{Autocommit, query, query_as, query_scalar};
 pub use query::{Column, Done, SqlDatabase, Value};
 pub use replication::Replication;
 pub use seam::SqlTx;
@@ -90,8 +84,8 @@ pub use store::PgStore;
 pub use store::SqlStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
-pub use tables::{Tables, is_identifier};
+pub use tables::Tables;
 pub use tx::AnyTx;
 #[doc(hidden)]
 pub use tx::TxKind;
-pub use url::{redact_url, split_hosts};
+pub use url::redact_url;

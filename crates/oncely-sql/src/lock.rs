@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a lease lasts without renewal (SQLite, portable mode).
-pub const LEASE_TTL: Duration = Duration::from_secs(60);
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(60);
 
 /// Pause between two attempts to take a lease someone else holds.
 const LEASE_RETRY: Duration = Duration::from_millis(200);

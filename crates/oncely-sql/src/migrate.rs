@@ -76,7 +76,8 @@ pub enum Adopt {
 /// (an empty list: the set does not exist on that dialect).
 ///
 /// ```
-/// use oncely_sql::{Adopt, Migration, MigrationSet};
+/// use oncely_sql::MigrationSet;
+/// use oncely_sql::migrate::{Adopt, Migration};
 /// static AUDIT: MigrationSet = MigrationSet::new("audit")
 ///     .postgres(&[Migration::new(1, "audit", "CREATE TABLE IF NOT EXISTS {schema}{prefix}audit (id BIGINT);")])
 ///     .adopt(&[Adopt::Ledger("audit_migrations")]);
@@ -231,7 +232,7 @@ macro_rules! migration_set {
     };
     (@files $dialect:ident [$($version:literal, $name:literal, $file:literal);+ $(;)?]) => {
         &[$(
-            $crate::Migration::new(
+            $crate::migrate::Migration::new(
                 $version,
                 $name,
                 include_str!(concat!(
@@ -253,7 +254,8 @@ pub static INBOX: MigrationSet = crate::migration_set!("inbox", [sqlite, postgre
 /// on `dialect` (the queue and the partitioned inbox are PostgreSQL only).
 ///
 /// ```
-/// use oncely_sql::{Dialect, INBOX, Tables, print_migration_sets};
+/// use oncely_sql::{Dialect, INBOX, Tables};
+/// use oncely_sql::migrate::print_migration_sets;
 /// let sql = print_migration_sets(Dialect::Sqlite, &Tables::default(), &[&INBOX]).unwrap();
 /// assert!(sql.starts_with("-- version 1 (inbox), set inbox"));
 /// ```
@@ -297,7 +299,8 @@ fn created_tables(template: &'static str) -> impl Iterator<Item = &'static str> 
 /// The ledger itself stays (other sets may be recorded in it). Run them in order.
 ///
 /// ```
-/// use oncely_sql::{Dialect, INBOX, Tables, reset_sql};
+/// use oncely_sql::{Dialect, INBOX, Tables};
+/// use oncely_sql::migrate::reset_sql;
 /// let sql = reset_sql(Dialect::Sqlite, &Tables::default(), &[&INBOX]).unwrap();
 /// assert!(sql.contains(&"DROP TABLE IF EXISTS oncely_inbox".to_owned()));
 /// assert!(sql.last().unwrap().starts_with("DELETE FROM oncely_migration_ledger WHERE set_name IN ('inbox')"));

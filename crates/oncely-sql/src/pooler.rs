@@ -67,7 +67,7 @@ pub(crate) async fn require_transactions<DB: Database>(pool: &Pool<DB>) -> Resul
                 "the connection pooler runs in statement mode (PgBouncer pool_mode = statement: {e}); oncely needs a transaction per claim and its effect: set pool_mode = transaction (or session)"
             ))
         } else {
-            crate::db("beginning a transaction through the pooler", e)
+            crate::error::db("beginning a transaction through the pooler", e)
         }
     };
     let tx = pool.begin().await.map_err(refused)?;
@@ -143,10 +143,10 @@ pub async fn detect_transaction_pooler(url: &str) -> Result<bool> {
     let (url, _) = take_pooler_option(url)?;
     let options: PgConnectOptions = url
         .parse()
-        .map_err(|e| crate::db("parsing the PostgreSQL URL", e))?;
+        .map_err(|e| crate::error::db("parsing the PostgreSQL URL", e))?;
     detect(&options.extra_float_digits(None))
         .await
-        .map_err(|e| crate::db("checking for a connection pooler", e))
+        .map_err(|e| crate::error::db("checking for a connection pooler", e))
 }
 
 /// Whether `options` lead to a transaction pooler: the server's port is not the one dialed,
@@ -205,7 +205,7 @@ async fn backend_pid(conn: &mut sqlx::PgConnection) -> std::result::Result<i32, 
 ///
 /// ```no_run
 /// # async fn f(tx: &mut oncely_sql::sqlx::Transaction<'static, oncely_sql::sqlx::Postgres>) -> Result<(), oncely_sql::sqlx::Error> {
-/// oncely_sql::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
+/// oncely_sql::pooler::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
 ///     .bind(5_i64)
 ///     .bind("acct-17")
 ///     .execute(&mut **tx)
@@ -223,7 +223,7 @@ pub fn query<'q, DB: SqlDatabase + sqlx::database::HasStatementCache>(
 /// ```no_run
 /// # async fn f(pool: oncely_sql::sqlx::PgPool) -> Result<(), oncely_sql::sqlx::Error> {
 /// let mut tx = pool.begin().await?;
-/// let rows: Vec<(String, i64)> = oncely_sql::query_as("SELECT id, balance FROM accounts")
+/// let rows: Vec<(String, i64)> = oncely_sql::pooler::query_as("SELECT id, balance FROM accounts")
 ///     .fetch_all(&mut *tx)
 ///     .await?;
 /// tx.commit().await?;
@@ -242,8 +242,8 @@ where
 ///
 /// ```no_run
 /// # async fn f(pool: oncely_sql::sqlx::PgPool) -> Result<(), oncely_sql::sqlx::Error> {
-/// let mut conn = oncely_sql::Autocommit::begin(&pool, oncely_sql::Engine::assumed(oncely_sql::Dialect::Postgres)).await?;
-/// let n: i64 = oncely_sql::query_scalar("SELECT count(*) FROM oncely_inbox")
+/// let mut conn = oncely_sql::pooler::Autocommit::begin(&pool, oncely_sql::Engine::assumed(oncely_sql::Dialect::Postgres)).await?;
+/// let n: i64 = oncely_sql::pooler::query_scalar("SELECT count(*) FROM oncely_inbox")
 ///     .fetch_one(&mut *conn)
 ///     .await?;
 /// conn.commit().await?;
@@ -267,8 +267,8 @@ where
 /// ```no_run
 /// # async fn f(pool: oncely_sql::sqlx::PgPool) -> Result<(), oncely_sql::sqlx::Error> {
 /// # let engine = oncely_sql::Engine::assumed(oncely_sql::Dialect::Postgres);
-/// let mut conn = oncely_sql::Autocommit::begin(&pool, engine).await?;
-/// oncely_sql::query("DELETE FROM oncely_dead_letters WHERE consumer = $1")
+/// let mut conn = oncely_sql::pooler::Autocommit::begin(&pool, engine).await?;
+/// oncely_sql::pooler::query("DELETE FROM oncely_dead_letters WHERE consumer = $1")
 ///     .bind("billing")
 ///     .execute(&mut *conn)
 ///     .await?;
@@ -322,45 +322,6 @@ impl<DB: Database> std::ops::DerefMut for Autocommit<DB> {
             Inner::Pinned(t) => t,
         }
     }
-}
-
-/// Runs `$body` with `$c` an [`Autocommit`] on the pool inside an
-/// [`AnyPool`](crate::AnyPool) (or a reference to one), then commits it. The body is
-/// compiled once per database, borrows the connection as `&mut *$c`, may use `?` on
-/// oncely errors, and gives the value; the macro evaluates to `oncely_core::Result<_>`.
-///
-/// ```no_run
-/// # async fn f(pool: &oncely_sql::AnyPool) -> oncely_core::Result<()> {
-/// let n: i64 = oncely_sql::with_autocommit!(pool, c => {
-///     oncely_sql::query_scalar("SELECT count(*) FROM oncely_inbox")
-///         .fetch_one(&mut *c)
-///         .await
-///         .map_err(|e| oncely_sql::db("counting the inbox", e))?
-/// })?;
-/// # Ok(()) }
-/// ```
-#[macro_export]
-macro_rules! with_autocommit {
-    ($any:expr, $c:ident => $body:expr) => {{
-        let any: &$crate::AnyPool = &$any;
-        let engine = any.engine();
-        $crate::with_pool!(any, pool => async {
-            #[allow(unused_mut)]
-            let mut $c = $crate::Autocommit::begin(pool, engine)
-                .await
-                .map_err(|e| $crate::db("connecting", e))?;
-            let out = $body;
-            $c.commit().await.map_err(|e| $crate::db("committing", e))?;
-            $crate::pooler::ok(out)
-        }
-        .await)
-    }};
-}
-
-/// `Ok(value)` as an oncely result (for [`with_autocommit!`]'s type inference).
-#[doc(hidden)]
-pub fn ok<T>(value: T) -> Result<T> {
-    Ok(value)
 }
 
 #[cfg(all(test, feature = "postgres"))]

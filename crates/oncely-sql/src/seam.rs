@@ -270,7 +270,7 @@ mod tests {
         )
         .await
         .unwrap_err();
-        assert!(crate::is_missing_table(&e), "{e}");
+        assert!(crate::error::is_missing_table(&e), "{e}");
         erased.rollback().await.unwrap();
     }
 

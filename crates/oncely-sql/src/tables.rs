@@ -27,7 +27,7 @@ impl Default for Tables {
 }
 
 /// True for `[A-Za-z_][A-Za-z0-9_]*`, at most 48 bytes (so suffixed names stay under 63).
-pub fn is_identifier(s: &str) -> bool {
+pub(crate) fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')

@@ -82,7 +82,7 @@ pub enum TxKind {
 /// let rows = oncely_sql::with_tx!(tx, t => sqlx::query("DELETE FROM t")
 ///     .execute(&mut **t)
 ///     .await
-///     .map_err(|e| oncely_sql::db("clearing t", e))?
+///     .map_err(|e| oncely_sql::error::db("clearing t", e))?
 ///     .rows_affected());
 /// # Ok(()) }
 /// ```

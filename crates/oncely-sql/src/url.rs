@@ -57,16 +57,8 @@ pub fn redact_url(url: &str) -> String {
 /// a single-host URL comes back as itself. Empty host entries are a [`ErrorKind::Config`]
 /// error.
 ///
-/// ```
-/// let urls = oncely_sql::split_hosts("mysql://root@10.0.0.1:3306,10.0.0.2:3306/app?ssl-mode=disabled").unwrap();
-/// assert_eq!(urls, [
-///     "mysql://root@10.0.0.1:3306/app?ssl-mode=disabled",
-///     "mysql://root@10.0.0.2:3306/app?ssl-mode=disabled",
-/// ]);
-/// ```
-///
 /// [`ErrorKind::Config`]: oncely_core::ErrorKind::Config
-pub fn split_hosts(url: &str) -> Result<Vec<String>, Error> {
+pub(crate) fn split_hosts(url: &str) -> Result<Vec<String>, Error> {
     let Some(p) = parts(url).filter(|p| p.hosts.contains(',')) else {
         return Ok(vec![url.to_owned()]);
     };
@@ -117,6 +109,20 @@ pub(crate) fn host_of(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn split_hosts_splits_a_multi_host_url() {
+        let urls =
+            super::split_hosts("mysql://root@10.0.0.1:3306,10.0.0.2:3306/app?ssl-mode=disabled")
+                .unwrap();
+        assert_eq!(
+            urls,
+            [
+                "mysql://root@10.0.0.1:3306/app?ssl-mode=disabled",
+                "mysql://root@10.0.0.2:3306/app?ssl-mode=disabled",
+            ]
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Ledger, missing, mysql_url, probe, unique};
+use common::{Ledger, missing, mysql_url, probe};
 use oncely_core::{
     Claim, Consumer, ConsumerName, MemorySource, MessageId, PayloadHash, RawEnvelope,
     StatsSnapshot, Store,
@@ -14,6 +14,7 @@ use oncely_core::{
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 use oncely_sql::{AnyStore, MySqlStore};
 use oncely_testkit::cluster::{self, galera_urls};
+use oncely_testkit::services::unique;
 use oncely_testkit::{Fault, FaultProxy};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -2,10 +2,11 @@
 
 mod common;
 
-use common::{TestStore, mysql, mysql_url, suite, unique};
+use common::{TestStore, mysql, suite};
 use oncely_core::{Claim, ConsumerName, ErrorKind, MessageId, PayloadHash, Store};
 use oncely_sql::MySqlStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_testkit::test_db::TestDb;
 
 #[tokio::test]
 async fn mysql_migrate_twice_is_noop() {
@@ -17,61 +18,39 @@ async fn mysql_migrate_twice_is_noop() {
 
 #[tokio::test]
 async fn mysql_concurrent_migrators() {
-    let Some(fx) = mysql("my_conc_migrate").await else {
+    let Some(db) = TestDb::mysql("my_conc_migrate").await else {
         return;
     };
-    let db = unique("my_mig2");
-    suite::concurrent_migrators::<MySqlStore>(&mysql_url(), &db).await;
-    let _ = fx.store.exec(format!("DROP DATABASE IF EXISTS {db}")).await;
-    fx.cleanup().await;
+    suite::concurrent_migrators::<MySqlStore>(db.url(), db.schema().unwrap()).await;
 }
 
 #[tokio::test]
 async fn mysql_custom_schema_and_prefix() {
-    let Some(fx) = mysql("my_prefix").await else {
+    let Some(db) = TestDb::mysql("my_prefix").await else {
         return;
     };
-    let db = unique("my_prefix2");
     suite::custom_prefix::<MySqlStore>(
-        &mysql_url(),
-        Some(&db),
+        db.url(),
+        db.schema(),
         "SELECT CAST(message_id AS CHAR), CAST(consumer AS CHAR), 'x' FROM {inbox}",
     )
     .await;
-    let _ = fx.store.exec(format!("DROP DATABASE IF EXISTS {db}")).await;
-    fx.cleanup().await;
 }
 
 #[tokio::test]
 async fn mysql_credentials_not_in_errors() {
-    let Some(fx) = mysql("my_creds").await else {
+    let Some(_fx) = mysql("my_creds").await else {
         return;
     };
     let secret = "hunter2-S3cret";
-    for url in [
+    let urls = [
         format!("mysql://root:{secret}@127.0.0.1:3306/test"),
         format!("mysql://no_such_user:{secret}@127.0.0.1:3306/test"),
         format!("mysql://root:{secret}@127.0.0.1:1/test"),
         format!("mysql://root:{secret}@127.0.0.1:notaport/test"),
         format!("mariadb://root:{secret}@127.0.0.1:3306/test?ssl-mode=bogus"),
-    ] {
-        let e = match MySqlStore::connect(&url).await {
-            Ok(_) => panic!("connecting with {url} should fail"),
-            Err(e) => e,
-        };
-        for text in [e.to_string(), format!("{e:?}")] {
-            assert!(!text.contains(secret), "password leaked: {text}");
-        }
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            assert!(
-                !format!("{s} {s:?}").contains(secret),
-                "password leaked: {s:?}"
-            );
-            source = s.source();
-        }
-    }
-    fx.cleanup().await;
+    ];
+    suite::credentials_not_in_errors::<MySqlStore>(&urls, secret).await;
 }
 
 #[tokio::test]
@@ -136,7 +115,6 @@ async fn mysql_deadlock_is_transient() {
         format!("{e}").contains("1213") || format!("{e}").to_lowercase().contains("deadlock"),
         "{e}"
     );
-    fx.cleanup().await;
 }
 
 /// A claim that waits longer than `innodb_lock_wait_timeout` fails with error 1205: transient.
@@ -168,7 +146,6 @@ async fn mysql_lock_wait_timeout_is_transient() {
     );
     drop(t2);
     fx.store.commit(t1).await.unwrap();
-    fx.cleanup().await;
 }
 
 /// Under READ COMMITTED, REPEATABLE READ (InnoDB's default) and SERIALIZABLE, a concurrent
@@ -220,7 +197,6 @@ async fn mysql_isolation_level_applies() {
         vec![1, 0],
         "READ COMMITTED sees the new row, REPEATABLE READ does not"
     );
-    fx.cleanup().await;
 }
 
 /// Three deliveries of one id: consumer 1 holds it and then rolls back, consumers 2 and 3
@@ -271,5 +247,4 @@ async fn mysql_three_way_duplicate_after_rollback_applies_once() {
     assert_eq!(fx.effects().await.len(), 1, "exactly one effect");
     let retries = c2.stats().snapshot().retries + c3.stats().snapshot().retries;
     eprintln!("three-way duplicate: {retries} deadlock retries");
-    fx.cleanup().await;
 }

@@ -9,13 +9,14 @@
 
 mod common;
 
-use common::{pg_url, unique};
+use common::pg_url;
 use oncely_core::{Error, Result};
 use oncely_sql::sqlx::{self, AssertSqlSafe, Connection, Postgres, Transaction};
 use oncely_sql::{
     AnyPool, ConnectOptions, Dialect, Engine, PgStore, SqlDatabase, SqlStore, SqlTx, SqliteStore,
-    Value, with_autocommit,
+    Value,
 };
+use oncely_testkit::services::unique;
 use oncely_testkit::{ExerciseOptions, StoreHarness, services};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -113,12 +114,8 @@ impl StoreHarness for BouncedHarness {
         let store = PgStore::connect_with(&bouncer_url(&name), &options).await?;
         store.migrate().await?;
         // In portable mode (a transaction pooler is one reason) the migration lock is a lease.
-        let leases: i64 = with_autocommit!(&store.any_pool(), c => {
-            oncely_sql::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {}", store.tables().ops_leases())))
-                .fetch_one(&mut *c)
-                .await
-                .map_err(db)?
-        })?;
+        let sql = format!("SELECT COUNT(*) FROM {}", store.tables().ops_leases());
+        let leases = store.any_pool().fetch_i64(&sql, &[]).await?.unwrap_or(-1);
         assert_eq!(leases, 0, "the migration lease was released");
         sqlx::raw_sql(
             "CREATE TABLE ledger (seq BIGSERIAL PRIMARY KEY, message_id TEXT NOT NULL, amount BIGINT NOT NULL)",
@@ -246,7 +243,7 @@ async fn through_pgbouncer_in_transaction_mode() {
                 .map_err(|e| e.to_string())?;
                 Ok(rows[0][0].i64())
             } else {
-                let mut conn = oncely_sql::Autocommit::begin(&pool, engine)
+                let mut conn = oncely_sql::pooler::Autocommit::begin(&pool, engine)
                     .await
                     .map_err(|e| e.to_string())?;
                 let got = engine

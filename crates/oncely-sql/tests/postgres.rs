@@ -2,10 +2,11 @@
 
 mod common;
 
-use common::{pg, pg_url, suite, unique};
+use common::{pg, suite};
 use oncely_core::{Claim, ConsumerName, ErrorKind, MessageId, PayloadHash, Store};
 use oncely_sql::sqlx;
 use oncely_sql::{Isolation, PgStore};
+use oncely_testkit::test_db::TestDb;
 
 #[tokio::test]
 async fn pg_migrate_twice_is_noop() {
@@ -17,29 +18,23 @@ async fn pg_migrate_twice_is_noop() {
 
 #[tokio::test]
 async fn pg_concurrent_migrators() {
-    let Some(fx) = pg("pg_conc_migrate").await else {
+    let Some(db) = TestDb::postgres("pg_conc_migrate").await else {
         return;
     };
-    let schema = unique("pg_mig2");
-    suite::concurrent_migrators::<PgStore>(&pg_url(), &schema).await;
-    fx.store.exec_drop_schema(&schema).await;
-    fx.cleanup().await;
+    suite::concurrent_migrators::<PgStore>(db.url(), db.schema().unwrap()).await;
 }
 
 #[tokio::test]
 async fn pg_custom_schema_and_prefix() {
-    let Some(fx) = pg("pg_prefix").await else {
+    let Some(db) = TestDb::postgres("pg_prefix").await else {
         return;
     };
-    let schema = unique("pg_prefix2");
     suite::custom_prefix::<PgStore>(
-        &pg_url(),
-        Some(&schema),
+        db.url(),
+        db.schema(),
         "SELECT message_id, consumer, 'x' FROM {inbox}",
     )
     .await;
-    fx.store.exec_drop_schema(&schema).await;
-    fx.cleanup().await;
 }
 
 #[test]
@@ -49,37 +44,17 @@ fn configuration_injection_rejected() {
 
 #[tokio::test]
 async fn pg_credentials_not_in_errors() {
-    let Some(fx) = pg("pg_creds").await else {
+    let Some(_fx) = pg("pg_creds").await else {
         return;
     };
     let secret = "hunter2-S3cret";
-    for url in [
+    let urls = [
         format!("postgres://no_such_role:{secret}@127.0.0.1:5432/test"),
         format!("postgres://postgres:{secret}@127.0.0.1:1/test"),
         format!("postgres://postgres:{secret}@127.0.0.1:notaport/test"),
         format!("postgres://postgres:{secret}@127.0.0.1:5432/no_such_db_x"),
-    ] {
-        let e = match PgStore::connect(&url).await {
-            Ok(_) => panic!("connecting with {url} should fail"),
-            Err(e) => e,
-        };
-        for text in [e.to_string(), format!("{e:?}")] {
-            assert!(!text.contains(secret), "password leaked: {text}");
-        }
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            assert!(
-                !s.to_string().contains(secret),
-                "password leaked in source: {s}"
-            );
-            assert!(
-                !format!("{s:?}").contains(secret),
-                "password leaked in source: {s:?}"
-            );
-            source = s.source();
-        }
-    }
-    fx.cleanup().await;
+    ];
+    suite::credentials_not_in_errors::<PgStore>(&urls, secret).await;
 }
 
 #[tokio::test]
@@ -126,7 +101,6 @@ async fn pg_default_isolation_is_read_committed() {
         assert_eq!(level, expected);
         store.rollback(tx).await.unwrap();
     }
-    fx.cleanup().await;
 }
 
 /// Under SERIALIZABLE (and REPEATABLE READ) the claim that waited for a concurrent commit of
@@ -175,7 +149,6 @@ async fn pg_serialization_failure_is_transient() {
         e.to_string().contains("40001") || e.to_string().contains("serialize"),
         "{e}"
     );
-    fx.cleanup().await;
 }
 
 /// Two claims in opposite orders: PostgreSQL aborts one with 40P01, classified transient.
@@ -211,17 +184,4 @@ async fn pg_deadlock_is_transient() {
     assert_eq!(failed.len(), 1, "exactly one victim: {r1:?} {r2:?}");
     assert_eq!(failed[0].kind(), ErrorKind::Transient, "{}", failed[0]);
     assert!(failed[0].to_string().contains("deadlock"), "{}", failed[0]);
-    fx.cleanup().await;
-}
-
-trait DropSchema {
-    async fn exec_drop_schema(&self, schema: &str);
-}
-impl DropSchema for PgStore {
-    async fn exec_drop_schema(&self, schema: &str) {
-        use common::TestStore;
-        let _ = self
-            .exec(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .await;
-    }
 }

@@ -6,10 +6,12 @@
 
 mod common;
 
-use common::{missing, pg_url, probe, unique};
+use common::{missing, pg_url, probe};
 use oncely_core::{Consumer, ConsumerName, Envelope, Handled, Handler, MemorySource, RawEnvelope};
+use oncely_sql::PgStore;
+use oncely_sql::error::db;
 use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres, Transaction};
-use oncely_sql::{PgStore, db};
+use oncely_testkit::services::unique;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -185,7 +187,7 @@ async fn pg_read_only_failover_holds_deliveries() {
 #[tokio::test]
 async fn read_only_errors_of_each_server_are_unavailable() {
     use oncely_core::ErrorKind;
-    use oncely_sql::error_kind;
+    use oncely_sql::error::error_kind;
     const TEST: &str = "read_only_errors_of_each_server_are_unavailable";
     let pg = pg_url();
     if let Err(e) = probe(&pg).await {

@@ -122,7 +122,6 @@ where
             _ => tally.double.push(id.clone()),
         }
     }
-    fx.cleanup().await;
     tally
 }
 
@@ -199,7 +198,6 @@ async fn pg_commit_of_an_aborted_transaction_fails_transient() {
         assert_eq!(s.claim(&mut tx, &c, &id, h).await.unwrap(), Claim::Fresh);
         s.rollback(tx).await.unwrap();
     }
-    fx.cleanup().await;
 }
 
 /// The check travels with the commit (`SELECT 1; COMMIT; BEGIN`): a good commit is
@@ -238,7 +236,6 @@ async fn pg_checked_commit_leaves_no_transaction_open() {
         assert!(own, "a transaction was left open on a connection");
     }
     drop(conns);
-    fx.cleanup().await;
 }
 
 /// What the check before `COMMIT` costs: claim + commit through the store (with the check)
@@ -287,5 +284,4 @@ async fn pg_commit_check_cost() {
         started.elapsed().as_micros() as f64 / n as f64
     );
     s.rollback(tx).await.unwrap();
-    fx.cleanup().await;
 }

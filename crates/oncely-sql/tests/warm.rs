@@ -72,7 +72,6 @@ async fn pg_next_begin_takes_the_transaction_the_commit_opened() {
         "a clone's kept transaction was taken"
     );
     s.rollback(tx).await.unwrap();
-    fx.cleanup().await;
 }
 
 #[tokio::test]
@@ -96,7 +95,6 @@ async fn pg_kept_transaction_older_than_50ms_is_not_taken() {
     let mut tx = s.begin().await.unwrap();
     assert!(opened_before(&mut tx).await >= Duration::from_millis(5));
     s.rollback(tx).await.unwrap();
-    fx.cleanup().await;
 }
 
 #[tokio::test]
@@ -139,7 +137,6 @@ async fn pg_kept_connection_killed_fails_one_attempt_then_recovers() {
     let mut tx = s.begin().await.unwrap();
     assert_eq!(s.claim(&mut tx, &c, &id, h).await.unwrap(), expect);
     s.commit(tx).await.unwrap();
-    fx.cleanup().await;
 }
 
 #[tokio::test]

@@ -24,12 +24,20 @@
 //!
 //! [`redis_server`] starts `redis-server` processes of a test's own (AOF, replicas).
 //!
+//! [`credits`] is the workload the demo, the benchmark and the broker tests run ("add N
+//! credits to account A": a ledger row and a balance per applied message), on SQL tables
+//! (feature `sql`) and on the Redis store (feature `redis`).
+//!
+//! `test_db` (feature `sql`) makes one test's own database: a SQLite file, a PostgreSQL
+//! schema or a MariaDB database, dropped after the test.
+//!
 //! [`services`] holds the one rule for tests that need a server (fail under `CI` /
 //! `ONCELY_REQUIRE_SERVICES`, a loud SKIPPED banner otherwise) and the test database URLs.
 
 pub mod chaos;
 mod check;
 pub mod cluster;
+pub mod credits;
 pub mod dead_letter_cases;
 mod fault_proxy;
 mod faulty_source;
@@ -42,6 +50,8 @@ pub mod services;
 pub mod source_suite;
 pub mod store_cases;
 pub mod store_suite;
+#[cfg(feature = "sql")]
+pub mod test_db;
 
 pub use check::{Tally, tally};
 pub use fault_proxy::{Fault, FaultProxy, ProxyStats};

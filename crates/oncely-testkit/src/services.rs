@@ -301,6 +301,28 @@ pub fn available_blocking(test: &str, what: &str, target: &str) -> bool {
     }
 }
 
+/// A fresh name `t_<tag>_<pid>_<n>_<random>`: lower case ASCII, at most 48 bytes, unique per
+/// process and call, and across runs (a schema, database, queue or stream name of one test;
+/// brokers keep their queues between runs).
+///
+/// ```
+/// let (a, b) = (oncely_testkit::services::unique("x"), oncely_testkit::services::unique("x"));
+/// assert_ne!(a, b);
+/// assert!(a.starts_with("t_x_") && a.len() <= 48);
+/// ```
+pub fn unique(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let short: String = tag
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(20)
+        .collect();
+    let random: u32 = rand::random();
+    format!("t_{short}_{}_{n}_{random:08x}", std::process::id()).to_lowercase()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

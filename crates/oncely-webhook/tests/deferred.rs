@@ -6,7 +6,7 @@
 mod common;
 
 use oncely_core::{CancellationToken, Consumer};
-use oncely_sql::AnyStore;
+use oncely_sql::{ConnectOptions, PgStore};
 use oncely_sql_queue::{Dequeue, SqlQueue};
 use oncely_webhook::{Deferred, Verifier};
 use std::time::{Duration, SystemTime};
@@ -20,10 +20,12 @@ async fn postgres_deferred_queues_then_applies_once() {
         .migrate_with(&[&oncely_sql::INBOX, &oncely_sql_queue::MIGRATIONS])
         .await
         .unwrap();
-    let AnyStore::Postgres(pg) = &db.store else {
-        unreachable!("a postgres:// URL")
+    let options = ConnectOptions {
+        tables: db.store.tables().clone(),
+        ..ConnectOptions::default()
     };
-    let queue = SqlQueue::of(pg);
+    let pg = PgStore::connect_with(&db.url, &options).await.unwrap();
+    let queue = SqlQueue::of(&pg);
     let verifier = Verifier::standard_webhooks([common::STANDARD_SECRET]).unwrap();
     let hook = Deferred::new("standard", queue.clone(), verifier.clone());
     let url = common::serve(axum::Router::new().route("/", hook.into_route())).await + "/";
@@ -100,5 +102,4 @@ async fn postgres_deferred_queues_then_applies_once() {
     assert_eq!(db.effects_of("msg_forged").await, 0);
     assert_eq!(db.dead_letters().await, 1);
     assert_eq!(queue.len().await.unwrap(), 0, "the queue drained");
-    db.drop().await;
 }

@@ -57,7 +57,7 @@ on_postgres!(postgres_concurrent_retries_apply_once, |db| {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_store_outage_is_503_then_applies_once() {
     let test = "postgres_store_outage_is_503_then_applies_once";
-    let pg = common::pg_url();
+    let pg = oncely_testkit::services::pg_url();
     let rest = pg.split_once("://").map_or(pg.as_str(), |(_, rest)| rest);
     let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
     let target = rest.split(['/', '?']).next().unwrap_or(rest).to_owned();
@@ -94,7 +94,6 @@ async fn postgres_store_outage_is_503_then_applies_once() {
     assert_eq!(answer, (200, "applied".into()));
     assert_eq!(db.effects_of("evt_o").await, 1);
     assert_eq!(db.dead_letters().await, 0);
-    db.drop().await;
 }
 
 /// The server dies mid-stream (its runtime shut down: every task and connection dropped, as a
@@ -121,7 +120,6 @@ fn postgres_server_killed_mid_stream_applies_each_once() {
     let Some(db) = first.block_on(common::postgres(test)) else {
         return;
     };
-    let tables = db.store.tables().clone();
     let url = first.block_on(start(&db));
     let bodies: Vec<String> = (0..events)
         .map(|e| common::event(&format!("evt_k{e}"), "slow"))
@@ -170,9 +168,7 @@ fn postgres_server_killed_mid_stream_applies_each_once() {
 
     let second = runtime(2);
     second.block_on(async {
-        let db = common::Db::open(&common::pg_url(), tables, None)
-            .await
-            .unwrap();
+        let db = db.reopen().await;
         let url = start(&db).await;
         for body in &unanswered {
             let headers = verifier.sign("", body.as_bytes(), std::time::SystemTime::now());
@@ -195,7 +191,6 @@ fn postgres_server_killed_mid_stream_applies_each_once() {
             "{answered} answered before the crash, {} retried after it",
             unanswered.len()
         );
-        db.drop().await;
     });
     assert!(
         !unanswered.is_empty(),

@@ -10,7 +10,7 @@
 //! This facade re-exports [`oncely_core`] at the root and the other crates as modules,
 //! behind features: `sql` (default: SQLite, PostgreSQL, MySQL/MariaDB stores), `effects`,
 //! `amqp`, `nats`, `redis`, `mqtt`, `kafka`, `testkit`, `cli` (the admin commands as a
-//! library: `oncely::cli::Admin`). See the README and `docs/` for the contract.
+//! library: `oncely::cli::Admin`, from `oncely-ops`). See the README and `docs/` for the contract.
 //!
 //! ```
 //! use oncely::{ConsumerName, MessageId};
@@ -51,7 +51,7 @@ pub use oncely_http as http;
 pub use oncely_ops as ops;
 
 #[cfg(feature = "cli")]
-pub mod cli;
+pub use oncely_ops::cli;
 
 #[cfg(feature = "amqp")]
 pub use oncely_amqp as amqp;

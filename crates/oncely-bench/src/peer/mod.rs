@@ -16,14 +16,11 @@ mod workload;
 
 pub use workload::PeerCheck;
 
-use crate::bed::Credit;
 use crate::runners::retry_policy;
 use anyhow::{Context, Result, bail};
-use oncely_core::{
-    CancellationToken, Consumer, ConsumerName, Envelope, Handled, Handler, Inspect, MemorySource,
-    RawEnvelope,
-};
-use oncely_redis::{Durability, RedisStore, RedisStoreOptions, RedisTx, redis};
+use oncely_core::{CancellationToken, Consumer, ConsumerName, Inspect, MemorySource};
+use oncely_redis::{Durability, RedisStore, RedisStoreOptions};
+use oncely_testkit::credits::RedisCredits;
 use oncely_testkit::redis_server::RedisServer;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -65,29 +62,6 @@ impl PeerCell {
     /// Whether the cell ran and its checker passed, or it was skipped.
     pub fn ok(&self) -> bool {
         self.skipped.is_some() || self.check.is_some_and(|c| c.ok)
-    }
-}
-
-/// The credits handler on Redis: a ledger entry per applied message, and the balance read
-/// (guarded by the commit step) and set.
-struct PeerCredits;
-
-impl Handler<RedisTx> for PeerCredits {
-    async fn handle(&self, tx: &mut RedisTx, message: &Envelope) -> oncely_core::Result<Handled> {
-        let credit = Credit::parse(message.payload())?;
-        let ledger = tx.key("peer:ledger");
-        tx.rpush(
-            &ledger,
-            format!("{} {}", credit.amount, message.id().as_str()),
-        )?;
-        let balance = tx.key(&format!("peer:balance:{}", credit.account));
-        let now = tx.get_i64(&balance).await?;
-        tx.set(&balance, now + credit.amount)?;
-        Ok(Handled::Applied)
-    }
-
-    fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
-        Credit::parse(&message.payload).ok().map(|c| c.account)
     }
 }
 
@@ -143,7 +117,7 @@ pub(crate) async fn run(
             Err(e) => return Err(e),
         };
         let cell = measure(&store, durability, server, n, rounds).await;
-        let _ = reset(&store).await;
+        let _ = RedisCredits::reset(&store).await;
         drop(servers);
         cells.push(cell.with_context(|| format!("the Redis store cell ({durability})"))?);
     }
@@ -192,7 +166,7 @@ async fn connect(url: &str, durability: &str) -> Result<RedisStore> {
     let store = RedisStore::connect_with(url, options)
         .await
         .with_context(|| format!("connecting the Redis store to {url} ({durability})"))?;
-    reset(&store).await?;
+    RedisCredits::reset(&store).await?;
     Ok(store)
 }
 
@@ -231,14 +205,14 @@ async fn measure(
 }
 
 async fn one_round(store: &RedisStore, workload: &PeerWorkload) -> Result<(Duration, PeerCheck)> {
-    reset(store).await?;
+    RedisCredits::reset(store).await?;
     let source = MemorySource::new();
     for m in &workload.messages {
         source.publish(m.clone());
     }
     source.close();
     let name = ConsumerName::new("peer")?;
-    let consumer = Consumer::new(name.clone(), store.clone(), PeerCredits).retry(retry_policy());
+    let consumer = Consumer::new(name.clone(), store.clone(), RedisCredits).retry(retry_policy());
     let started = Instant::now();
     let stats = consumer.run(source, CancellationToken::new()).await?;
     let elapsed = started.elapsed();
@@ -257,46 +231,7 @@ async fn one_round(store: &RedisStore, workload: &PeerWorkload) -> Result<(Durat
 
 /// The ledger `(id, amount)` and the sum of the balances, read back from Redis.
 async fn read_effects(store: &RedisStore) -> Result<(Vec<(String, i64)>, i64)> {
-    let mut conn = store.connection();
-    let rows: Vec<String> = redis::cmd("LRANGE")
-        .arg(store.key("peer:ledger"))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut conn)
-        .await
-        .context("LRANGE")?;
-    let mut ledger = Vec::with_capacity(rows.len());
-    for row in rows {
-        let parsed = row
-            .split_once(' ')
-            .and_then(|(a, id)| Some((id.to_owned(), a.parse().ok()?)));
-        ledger.push(parsed.with_context(|| format!("ledger entry {row:?}"))?);
-    }
-    let mut total = 0;
-    for chunk in store
-        .scan_keys(&store.key("peer:balance:*"))
-        .await?
-        .chunks(500)
-    {
-        let values: Vec<Option<i64>> = redis::cmd("MGET")
-            .arg(chunk)
-            .query_async(&mut conn)
-            .await
-            .context("MGET")?;
-        total += values.into_iter().flatten().sum::<i64>();
-    }
-    Ok((ledger, total))
-}
-
-/// Deletes every key of the store's tag (claims, dead letters, ledger, balances).
-async fn reset(store: &RedisStore) -> Result<()> {
-    let mut conn = store.connection();
-    for chunk in store.scan_keys(&store.key("*")).await?.chunks(500) {
-        let _: i64 = redis::cmd("DEL")
-            .arg(chunk)
-            .query_async(&mut conn)
-            .await
-            .context("DEL")?;
-    }
-    Ok(())
+    let ledger = RedisCredits::ledger(store).await?;
+    let balances = RedisCredits::balances(store).await?;
+    Ok((ledger, balances.iter().map(|(_, b)| b).sum()))
 }

@@ -2,11 +2,11 @@
 //! balances, the inbox and the dead letters back from the database and compares them with
 //! what was published.
 
-use super::credits::CreditTables;
 use super::publish::Published;
 use anyhow::{Context, Result};
 use oncely_core::{ConsumerName, Inspect, PayloadHash};
 use oncely_sql::{AnyStore, Column, SqlTx};
+use oncely_testkit::credits::CreditTables;
 use std::collections::{BTreeMap, HashMap};
 
 /// What the database says happened.

@@ -1,12 +1,12 @@
 //! `oncely demo --consume-only`: consume from a broker into the store until idle, then
 //! report what the database holds, for producers written in other languages.
 
-use super::credits::CreditTables;
 use super::{DemoArgs, consume_with, create_tables};
 use anyhow::{Context, Result};
 use oncely::brokers::connect_source;
 use oncely_core::{ConsumerName, Inspect, StopWhenIdle};
 use oncely_sql::AnyStore;
+use oncely_testkit::credits::CreditTables;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -44,7 +44,7 @@ pub async fn run(args: &DemoArgs, store: &AnyStore, tables: &CreditTables) -> Re
         .context("--consume-only needs --source")?;
     let source = connect_source(&super::broker::consume_url(url, args), name.as_str()).await?;
     let idle = StopWhenIdle::new(source, Duration::from_secs(args.idle_exit));
-    let handler = super::credits::Credits::new(tables.clone());
+    let handler = oncely_testkit::credits::Credits::new(tables.clone());
     let (stats, _crashes) = consume_with(args, store, handler, &name, idle, 0).await?;
     let (ledger, balances) = tables
         .read_back(store)

@@ -4,7 +4,6 @@
 mod broker;
 mod check;
 mod consume_only;
-pub(crate) mod credits;
 mod publish;
 #[cfg(feature = "redis")]
 mod redis_target;
@@ -12,17 +11,16 @@ mod report;
 
 use anyhow::{Context, Result};
 use check::check;
-use credits::{CreditTables, Credits};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncely::brokers::{connect_source, publish};
 use oncely_core::{Consumer, ConsumerName, RetryPolicy, Source, StatsSnapshot, StopWhenIdle};
 use oncely_sql::AnyStore;
-use oncely_sql::{
-    ConnectOptions, Dialect, INBOX, MigrationSet, SqlTx, Tables, redact_url, reset_sql,
-};
+use oncely_sql::migrate::reset_sql;
+use oncely_sql::{ConnectOptions, Dialect, INBOX, MigrationSet, SqlTx, Tables, redact_url};
 use oncely_testkit::chaos::{
     AckEarly, CrashPlan, CrashingHandler, CrashingSource, CrashingStore, Step,
 };
+use oncely_testkit::credits::{CreditTables, Credits};
 use oncely_testkit::{FaultySource, SourceFaults};
 use publish::{Mix, generate};
 use report::{Report, SourceCounts};
@@ -253,7 +251,7 @@ impl Target {
         match self {
             Self::Sql(store, tables) => reset(store, tables).await,
             #[cfg(feature = "redis")]
-            Self::Redis(store) => redis_target::reset(store).await,
+            Self::Redis(store) => Ok(oncely_testkit::credits::RedisCredits::reset(store).await?),
         }
     }
 
@@ -274,7 +272,7 @@ impl Target {
                 consume_with(
                     args,
                     store,
-                    redis_target::RedisCredits,
+                    oncely_testkit::credits::RedisCredits,
                     name,
                     source,
                     copies,
@@ -305,7 +303,7 @@ impl Target {
 async fn open_store(url: &str, args: &DemoArgs) -> Result<(AnyStore, CreditTables)> {
     let connections = (args.workers as u32 + 4).max(8);
     let store = open_in_schema(url, &args.schema, connections).await?;
-    let tables = CreditTables::new(store.dialect(), store.tables().schema());
+    let tables = crate::demo::credit_tables(&store);
     Ok((store, tables))
 }
 
@@ -487,6 +485,11 @@ pub(crate) async fn reset_with(
     create_tables_with(store, tables, sets).await
 }
 
+/// The demo's credits tables, `demo_accounts` and `demo_ledger`, in `store`'s schema.
+pub(crate) fn credit_tables(store: &AnyStore) -> CreditTables {
+    CreditTables::new(store.dialect(), store.tables().schema(), "demo_")
+}
+
 /// Migrates and creates the demo tables if missing (keeps existing data).
 async fn create_tables(store: &AnyStore, tables: &CreditTables) -> Result<()> {
     create_tables_with(store, tables, DEMO_SETS).await
@@ -500,12 +503,8 @@ async fn create_tables_with(
 ) -> Result<()> {
     let ran = store.migrate_with(sets).await?;
     debug!(migrations = ran, "demo store migrated");
-    for sql in tables.ddl() {
-        store
-            .pool()
-            .script(&sql)
-            .await
-            .context("creating the demo tables")?;
-    }
-    Ok(())
+    tables
+        .create(store)
+        .await
+        .context("creating the demo tables")
 }

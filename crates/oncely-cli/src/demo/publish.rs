@@ -1,7 +1,7 @@
 //! What the demo publishes, recorded independently of the consumer for the checker.
 
-use super::credits::Credit;
 use oncely_core::{PayloadHash, RawEnvelope};
+use oncely_testkit::credits::Credit;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;

@@ -1,11 +1,11 @@
 //! The demo on the Redis store (`--store redis://…`): balances and ledger in Redis, written
-//! through `RedisTx` and committed with the claim in one Lua script; read back by the checker.
+//! by the testkit's [`RedisCredits`] through `RedisTx` and committed with the claim in one Lua
+//! script; read back by the checker.
 
 use super::check::Readings;
-use super::credits::Credit;
 use anyhow::{Context, Result};
-use oncely_core::{Envelope, Handled, Handler, RawEnvelope};
-use oncely_redis::{RedisStore, RedisStoreOptions, RedisTx, redis};
+use oncely_redis::{RedisStore, RedisStoreOptions, redis};
+use oncely_testkit::credits::RedisCredits;
 use std::collections::HashMap;
 
 /// Opens the store; the demo's keys carry the hash tag `schema` unless the URL sets `?tag=`.
@@ -16,30 +16,6 @@ pub(super) async fn open(url: &str, schema: &str) -> Result<RedisStore> {
         options.tag = schema.to_owned();
     }
     Ok(RedisStore::connect_with(&base, options).await?)
-}
-
-/// The credits handler on Redis: a ledger entry per applied message and the balance read,
-/// then set (a read-modify-write the commit step guards: a concurrent change makes it retry).
-#[derive(Clone, Copy)]
-pub(super) struct RedisCredits;
-
-impl Handler<RedisTx> for RedisCredits {
-    async fn handle(&self, tx: &mut RedisTx, message: &Envelope) -> oncely_core::Result<Handled> {
-        let credit = Credit::parse(message.payload())?;
-        let ledger = tx.key("demo:ledger");
-        tx.rpush(
-            &ledger,
-            format!("{} {}", credit.amount, message.id().as_str()),
-        )?;
-        let balance = tx.key(&format!("demo:balance:{}", credit.account));
-        let now = tx.get_i64(&balance).await?;
-        tx.set(&balance, now + credit.amount)?;
-        Ok(Handled::Applied)
-    }
-
-    fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
-        Credit::parse(&message.payload).ok().map(|c| c.account)
-    }
 }
 
 async fn values(store: &RedisStore, keys: &[String]) -> Result<Vec<Option<String>>> {
@@ -56,20 +32,6 @@ async fn values(store: &RedisStore, keys: &[String]) -> Result<Vec<Option<String
     Ok(out)
 }
 
-/// Deletes every key of the demo's tag (claims, dead letters, ledger, balances).
-pub(super) async fn reset(store: &RedisStore) -> Result<()> {
-    let all = store.scan_keys(&store.key("*")).await?;
-    let mut conn = store.connection();
-    for chunk in all.chunks(500) {
-        let _: i64 = redis::cmd("DEL")
-            .arg(chunk)
-            .query_async(&mut conn)
-            .await
-            .context("DEL")?;
-    }
-    Ok(())
-}
-
 /// Reads the inbox, the ledger and the balances back.
 pub(super) async fn read(store: &RedisStore, consumer: &str) -> Result<Readings> {
     let inbox_prefix = store.key(&format!("inbox:{}:{consumer}:", consumer.len()));
@@ -80,26 +42,12 @@ pub(super) async fn read(store: &RedisStore, consumer: &str) -> Result<Readings>
         .zip(hashes)
         .filter_map(|(k, h)| Some((k.strip_prefix(&inbox_prefix)?.to_owned(), h?)))
         .collect();
-    let balance_keys = store.scan_keys(&store.key("demo:balance:*")).await?;
-    let balances = values(store, &balance_keys)
+    let balances = RedisCredits::balances(store)
         .await?
         .into_iter()
-        .map(|b| b.and_then(|b| b.parse().ok()).unwrap_or(0))
+        .map(|(_, balance)| balance)
         .collect();
-    let rows: Vec<String> = redis::cmd("LRANGE")
-        .arg(store.key("demo:ledger"))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut store.connection())
-        .await
-        .context("LRANGE")?;
-    let ledger = rows
-        .iter()
-        .filter_map(|r| {
-            let (amount, id) = r.split_once(' ')?;
-            Some((id.to_owned(), amount.parse().ok()?))
-        })
-        .collect();
+    let ledger = RedisCredits::ledger(store).await?;
     Ok(Readings {
         inbox,
         ledger,

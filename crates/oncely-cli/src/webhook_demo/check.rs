@@ -5,10 +5,10 @@
 use super::Mode;
 use super::events::{PROVIDERS, Plan, source_name};
 use super::send::{Answer, Counts, Outcome};
-use crate::demo::credits::CreditTables;
 use anyhow::{Context, Result};
 use oncely_core::{Inspect, PayloadHash};
 use oncely_sql::{AnyStore, Column, SqlTx};
+use oncely_testkit::credits::CreditTables;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 

@@ -13,7 +13,6 @@ mod events;
 mod send;
 mod serve;
 
-use crate::demo::credits::CreditTables;
 use anyhow::{Context, Result, bail};
 use events::Plan;
 use oncely_sql::{AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, redact_url};
@@ -96,7 +95,7 @@ pub async fn run(args: WebhookDemoArgs) -> Result<bool> {
     }
     let pool = ConnectOptions::default().max_connections;
     let store = crate::demo::open_in_schema(&url, &args.schema, pool).await?;
-    let tables = CreditTables::new(store.dialect(), store.tables().schema());
+    let tables = crate::demo::credit_tables(&store);
     if let Some(addr) = &args.serve {
         let unsafe_mode = args.unsafe_without_inbox;
         return serve::run(addr, store, tables, mode, unsafe_mode)

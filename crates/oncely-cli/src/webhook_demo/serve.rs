@@ -5,7 +5,6 @@
 
 use super::Mode;
 use super::events::{self, PROVIDERS};
-use crate::demo::credits::{CreditTables, Credits};
 use anyhow::{Context, Result};
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -15,6 +14,7 @@ use oncely_core::{
 };
 use oncely_sql::{AnyStore, AnyTx};
 use oncely_sql_queue::{Dequeue, SqlQueue};
+use oncely_testkit::credits::{CreditTables, Credits};
 use oncely_webhook::{Deferred, Endpoint, Provider, Verifier};
 use rand::Rng;
 use std::sync::Arc;

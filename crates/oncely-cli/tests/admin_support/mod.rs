@@ -2,7 +2,8 @@
 //! servers, seed data.
 #![allow(dead_code)]
 
-use oncely_testkit::services;
+use oncely_testkit::test_db::TestDb;
+
 use serde_json::Value;
 use std::process::{Command, Output};
 
@@ -28,82 +29,42 @@ pub fn json(args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("oncely {args:?}: no JSON ({e}): {stdout}\n{stderr}"))
 }
 
-/// A unique name for this test run.
-pub fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("{tag}_{}_{nanos:x}", std::process::id())
-}
-
-/// The PostgreSQL URL ([`services::pg_url`]), or None (after the loud SKIPPED banner of
-/// [`services::unavailable`]; a failure under CI) when the server is missing.
-pub async fn pg_url(test: &str) -> Option<String> {
-    let url = services::pg_url();
-    if let Err(why) = services::probe(&url).await {
-        services::unavailable(test, "PostgreSQL", &why);
-        return None;
-    }
-    match oncely_sql::PgStore::connect(&url).await {
-        Ok(_) => Some(url),
-        Err(e) => {
-            services::unavailable(test, "PostgreSQL", &e);
-            None
-        }
-    }
-}
-
-/// The test PgBouncer's URL ([`services::pgbouncer_url`], transaction pooling,
-/// `scripts/pgbouncer.sh`), or None (after the SKIPPED banner; a failure under CI).
-pub async fn pgbouncer_url(test: &str) -> Option<String> {
-    let url = services::pgbouncer_url();
-    if let Err(why) = services::probe(&url).await {
-        services::unavailable(test, "PgBouncer (scripts/pgbouncer.sh start)", &why);
-        return None;
-    }
-    Some(url)
-}
-
-/// The MariaDB/MySQL URL ([`services::mysql_url`]), or None (after the SKIPPED banner).
-pub async fn mysql_url(test: &str) -> Option<String> {
-    let url = services::mysql_url();
-    if let Err(why) = services::probe(&url).await {
-        services::unavailable(test, "MariaDB", &why);
-        return None;
-    }
-    match oncely_sql::MySqlStore::connect(&url).await {
-        Ok(_) => Some(url),
-        Err(e) => {
-            services::unavailable(test, "MariaDB", &e);
-            None
-        }
-    }
-}
-
-/// A database to run admin commands against: URL plus the `--schema` flag (none for SQLite).
+/// A database to run admin commands against (the test's own [`TestDb`], dropped after it):
+/// URL plus the `--schema` flag (none for SQLite).
 pub struct Target {
     pub url: String,
     pub schema: Option<String>,
-    _dir: Option<tempfile::TempDir>,
+    _db: TestDb,
 }
 
 impl Target {
-    pub fn sqlite() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+    fn of(db: TestDb) -> Self {
         Self {
-            url: format!("sqlite:{}", dir.path().join("admin.db").display()),
-            schema: None,
-            _dir: Some(dir),
+            url: db.url().to_owned(),
+            schema: db.schema().map(str::to_owned),
+            _db: db,
         }
     }
 
-    pub fn server(url: String, tag: &str) -> Self {
-        Self {
-            url,
-            schema: Some(unique(tag)),
-            _dir: None,
-        }
+    pub fn sqlite() -> Self {
+        Self::of(TestDb::sqlite())
+    }
+
+    /// A PostgreSQL schema of the test's own, or None (after the loud SKIPPED banner of
+    /// [`oncely_testkit::services::unavailable`]; a failure under CI) when the server is missing.
+    pub async fn postgres(test: &str) -> Option<Self> {
+        TestDb::postgres(test).await.map(Self::of)
+    }
+
+    /// A PostgreSQL schema of the test's own through the test PgBouncer (transaction pooling,
+    /// `scripts/pgbouncer.sh`), or None.
+    pub async fn pgbouncer(test: &str) -> Option<Self> {
+        TestDb::pgbouncer(test).await.map(Self::of)
+    }
+
+    /// A MariaDB/MySQL database of the test's own, or None.
+    pub async fn mysql(test: &str) -> Option<Self> {
+        TestDb::mysql(test).await.map(Self::of)
     }
 
     /// `--database URL [--schema S]`.
@@ -197,17 +158,39 @@ impl Target {
         pool.script(sql).await.unwrap();
         pool.close().await;
     }
-
-    /// Drops the schema / database of a server target.
-    pub async fn cleanup(&self) {
-        let Some(schema) = &self.schema else { return };
-        let pool = self.pool().await;
-        pool.close().await;
-        if let Some(sql) = pool.dialect().drop_schema_sql(schema) {
-            self.exec(&sql).await;
-        }
-    }
 }
+
+/// The tests `$sqlite`, `$postgres` and `$mariadb`, each running `$scenario(&Target)` on a
+/// database of its own (a server's test is SKIPPED loudly, or fails under CI, without it):
+///
+/// ```ignore
+/// on_each_database!(dlq_round_trip: dlq_on_sqlite, dlq_on_postgres, dlq_on_mariadb);
+/// ```
+#[allow(unused_macros)] // not every test file of the crate uses it
+macro_rules! on_each_database {
+    ($scenario:ident: $sqlite:ident, $postgres:ident, $mariadb:ident) => {
+        #[tokio::test]
+        async fn $sqlite() {
+            $scenario(&$crate::admin_support::Target::sqlite()).await;
+        }
+
+        #[tokio::test]
+        async fn $postgres() {
+            if let Some(t) = $crate::admin_support::Target::postgres(stringify!($postgres)).await {
+                $scenario(&t).await;
+            }
+        }
+
+        #[tokio::test]
+        async fn $mariadb() {
+            if let Some(t) = $crate::admin_support::Target::mysql(stringify!($mariadb)).await {
+                $scenario(&t).await;
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_each_database;
 
 /// Number from a JSON value.
 pub fn n(v: &Value) -> i64 {

@@ -1,5 +1,5 @@
-//! Shared by the console tests: a migrated store per database (SKIPPED loudly when a server is
-//! missing, failing under CI), seeded dead letters, the console served on a free port, and a
+//! Shared by the console tests: a migrated store in a database of the test's own (SKIPPED
+//! loudly when a server is missing, failing under CI), seeded dead letters, the console served on a free port, and a
 //! headless Chromium driven over WebDriver (chromedriver started by the test).
 #![allow(dead_code)]
 
@@ -7,82 +7,28 @@ pub mod browser;
 
 use oncely_console::Console;
 use oncely_core::{Envelope, Handled, Handler, PayloadHash, Store};
-use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Tables, Value};
-use oncely_testkit::services;
+use oncely_sql::{AnyStore, AnyTx, Value};
+use oncely_testkit::test_db::TestDb;
+
+pub use oncely_sql::Dialect;
 use std::net::SocketAddr;
 
-/// The three databases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Db {
-    Sqlite,
-    Postgres,
-    /// MariaDB (or MySQL).
-    MySql,
-}
-
-/// A test's store, its tables under a prefix of its own.
+/// A test's store in its own database (the testkit's [`TestDb`], dropped after the test).
 pub struct Fixture {
     pub store: AnyStore,
-    pub prefix: String,
-    _dir: Option<tempfile::TempDir>,
+    db: TestDb,
 }
 
-fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("c{tag}_{}_{nanos:x}_", std::process::id())
-}
-
-/// A migrated store on `db`, or `None` (after the SKIPPED banner) when its server is missing.
-pub async fn fixture(test: &str, db: Db) -> Option<Fixture> {
-    let prefix = unique(
-        &test
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .take(12)
-            .collect::<String>(),
-    );
-    let (url, dir, what) = match db {
-        Db::Sqlite => {
-            let dir = tempfile::tempdir().unwrap();
-            (
-                format!("sqlite:{}", dir.path().join("console.db").display()),
-                Some(dir),
-                "SQLite",
-            )
-        }
-        Db::Postgres => (services::pg_url(), None, "PostgreSQL"),
-        Db::MySql => (services::mysql_url(), None, "MariaDB"),
-    };
-    if db != Db::Sqlite
-        && let Err(why) = services::probe(&url).await
-    {
-        services::unavailable(test, what, &why);
-        return None;
-    }
-    let options = ConnectOptions {
-        tables: Tables::default().with_prefix(&prefix).unwrap(),
-        ..ConnectOptions::default()
-    };
-    let store = match AnyStore::connect_with(&url, &options).await {
-        Ok(s) => s,
-        Err(e) => {
-            services::unavailable(test, what, &e);
-            return None;
-        }
-    };
-    store.migrate().await.unwrap();
-    let f = Fixture {
-        store,
-        prefix,
-        _dir: dir,
-    };
+/// A migrated store on `dialect`, or `None` (after the SKIPPED banner) when its server is
+/// missing.
+pub async fn fixture(test: &str, dialect: Dialect) -> Option<Fixture> {
+    let db = TestDb::new(test, dialect).await?;
+    let store = db.store().await;
+    let f = Fixture { store, db };
     f.exec(
         &format!(
-            "CREATE TABLE {}ledger (id VARCHAR(200) NOT NULL PRIMARY KEY)",
-            f.prefix
+            "CREATE TABLE {} (id VARCHAR(200) NOT NULL PRIMARY KEY)",
+            f.table("ledger")
         ),
         &[],
     )
@@ -120,8 +66,9 @@ impl Letter {
 }
 
 impl Fixture {
+    /// oncely's table `name` (`inbox`, `dead_letters`, …) or the test's `ledger`, qualified.
     pub fn table(&self, name: &str) -> String {
-        format!("{}{name}", self.prefix)
+        self.db.tables().table(name)
     }
 
     pub async fn exec(&self, sql: &str, args: &[Value]) {
@@ -139,7 +86,7 @@ impl Fixture {
 
     /// Inserts `letter`; returns its row id.
     pub async fn letter(&self, l: &Letter) -> i64 {
-        let at = oncely_sql::now_ms() - l.age_ms;
+        let at = oncely_sql::clock::now_ms() - l.age_ms;
         let hash = PayloadHash::of(&l.payload).to_hex();
         let id_hash = format!("{:x}", rand::random::<u64>());
         let sql = format!(
@@ -185,7 +132,7 @@ impl Fixture {
             consumer.into(),
             id.into(),
             PayloadHash::of(payload).to_hex().into(),
-            oncely_sql::now_ms().into(),
+            oncely_sql::clock::now_ms().into(),
         ];
         self.exec(&sql, &args).await;
     }

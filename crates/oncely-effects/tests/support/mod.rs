@@ -3,132 +3,106 @@
 //! (the rule and the URLs of `oncely_testkit::services`).
 #![allow(dead_code)]
 
-use oncely_sql::{INBOX, MySqlStore, PgStore, SqliteStore, Tables};
+use oncely_sql::{ConnectOptions, INBOX, MySqlStore, PgStore, SqliteStore, Tables};
+use oncely_testkit::test_db::TestDb;
 use std::time::Duration;
 
-pub use oncely_testkit::services::{mysql_url, pg_url};
-
-/// The testkit's rule ([`oncely_testkit::services::unavailable`]), as the `None` to return.
-fn missing<T>(what: &str, test: &str, error: &dyn std::fmt::Display) -> Option<T> {
-    oncely_testkit::services::unavailable(test, what, error);
-    None
+/// The store's options in `db`: its tables, 12 connections.
+fn options(db: &TestDb) -> ConnectOptions {
+    ConnectOptions {
+        max_connections: 12,
+        ..db.options()
+    }
 }
 
-/// A unique lower-case suffix for schema / database names.
-pub fn unique(test: &str) -> String {
-    format!(
-        "t_{}_{}_{:06x}",
-        test,
-        std::process::id(),
-        rand_u32() & 0xff_ffff
-    )
-}
-
-fn rand_u32() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    );
-    h.finish() as u32
-}
-
-/// A SQLite store in a temp dir, with oncely's and the effects tables.
-pub async fn sqlite() -> (SqliteStore, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("test.db").display());
-    let store = SqliteStore::connect(&url).await.unwrap();
+/// A SQLite store in a temp dir, with oncely's and the effects tables (the [`TestDb`] keeps
+/// the file).
+pub async fn sqlite() -> (SqliteStore, TestDb) {
+    let db = TestDb::sqlite();
+    let store = SqliteStore::connect(db.url()).await.unwrap();
     store
         .migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS])
         .await
         .unwrap();
-    (store, dir)
+    (store, db)
 }
 
-/// A PostgreSQL store in a fresh schema, or `None` (SKIPPED) without a server.
-pub async fn postgres(test: &str) -> Option<PgStore> {
-    postgres_at(test, &pg_url(), "PostgreSQL").await
+/// A PostgreSQL store in a fresh schema (dropped with the [`TestDb`]), or `None` (SKIPPED)
+/// without a server.
+pub async fn postgres(test: &str) -> Option<(PgStore, TestDb)> {
+    postgres_in(TestDb::postgres(test).await?).await
 }
 
 /// [`postgres`] through the server at `url` (named `server` in messages), e.g. the test
 /// PgBouncer.
-pub async fn postgres_at(test: &str, url: &str, server: &str) -> Option<PgStore> {
-    let tables = Tables::default().with_schema(&unique(test)).unwrap();
-    let options = oncely_sql::ConnectOptions {
-        tables,
-        max_connections: 12,
-        ..Default::default()
-    };
-    if let Err(why) = oncely_testkit::services::probe(url).await {
-        return missing(server, test, &why);
-    }
-    let store = match tokio::time::timeout(
-        Duration::from_secs(10),
-        PgStore::connect_with(url, &options),
-    )
-    .await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return missing(server, test, &e),
-        Err(e) => return missing(server, test, &e),
-    };
+pub async fn postgres_at(test: &str, url: &str, server: &str) -> Option<(PgStore, TestDb)> {
+    postgres_in(TestDb::on_server(test, url, server).await?).await
+}
+
+async fn postgres_in(db: TestDb) -> Option<(PgStore, TestDb)> {
+    let options = options(&db);
+    let connect = PgStore::connect_with(db.url(), &options);
+    let store = tokio::time::timeout(Duration::from_secs(10), connect)
+        .await
+        .expect("connecting in 10 s")
+        .expect("connecting to the test schema");
     store
         .migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS])
         .await
         .unwrap();
-    Some(store)
+    Some((store, db))
 }
 
-/// A MySQL/MariaDB store in a fresh database, or `None` (SKIPPED) without a server.
-pub async fn mysql(test: &str) -> Option<MySqlStore> {
-    let tables = Tables::default().with_schema(&unique(test)).unwrap();
-    let options = oncely_sql::ConnectOptions {
-        tables,
-        max_connections: 12,
-        ..Default::default()
-    };
-    if let Err(why) = oncely_testkit::services::probe(&mysql_url()).await {
-        return missing("MariaDB/MySQL", test, &why);
-    }
-    let store = match tokio::time::timeout(
-        Duration::from_secs(10),
-        MySqlStore::connect_with(&mysql_url(), &options),
-    )
-    .await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return missing("MariaDB/MySQL", test, &e),
-        Err(e) => return missing("MariaDB/MySQL", test, &e),
-    };
+/// A MySQL/MariaDB store in a fresh database (dropped with the [`TestDb`]), or `None`
+/// (SKIPPED) without a server.
+pub async fn mysql(test: &str) -> Option<(MySqlStore, TestDb)> {
+    let db = TestDb::mysql(test).await?;
+    let options = options(&db);
+    let connect = MySqlStore::connect_with(db.url(), &options);
+    let store = tokio::time::timeout(Duration::from_secs(10), connect)
+        .await
+        .expect("connecting in 10 s")
+        .expect("connecting to the test database");
     store
         .migrate_with(&[&INBOX, &oncely_effects::MIGRATIONS])
         .await
         .unwrap();
-    Some(store)
+    Some((store, db))
 }
 
-/// Drops a test's PostgreSQL schema (best effort).
-pub async fn drop_pg(store: &PgStore) {
-    if let Some(schema) = store.tables().schema() {
-        let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-            .execute(store.pool())
-            .await;
-    }
-}
+/// The tests `$sqlite`, `$postgres` and `$mariadb`, each running
+/// `$scenario(pool, tables)` on a database of its own with oncely's and the effects tables (a
+/// server's test is SKIPPED loudly, or fails under CI, without it):
+///
+/// ```ignore
+/// support::on_each_database!(two_relays: relays_on_sqlite, relays_on_postgres, relays_on_mariadb);
+/// ```
+#[allow(unused_macros)] // not every test file of the crate uses it
+macro_rules! on_each_database {
+    ($scenario:ident: $sqlite:ident, $postgres:ident, $mariadb:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $sqlite() {
+            let (store, _db) = $crate::support::sqlite().await;
+            $scenario(store.pool().clone(), store.tables().clone()).await;
+        }
 
-/// Drops a test's MySQL database (best effort).
-pub async fn drop_mysql(store: &MySqlStore) {
-    if let Some(schema) = store.tables().schema() {
-        let sql = format!("DROP DATABASE IF EXISTS {schema}");
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-            .execute(store.pool())
-            .await;
-    }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $postgres() {
+            if let Some((store, _db)) = $crate::support::postgres(stringify!($postgres)).await {
+                $scenario(store.pool().clone(), store.tables().clone()).await;
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $mariadb() {
+            if let Some((store, _db)) = $crate::support::mysql(stringify!($mariadb)).await {
+                $scenario(store.pool().clone(), store.tables().clone()).await;
+            }
+        }
+    };
 }
+#[allow(unused_imports)]
+pub(crate) use on_each_database;
 
 /// Published (id, entity key, outbox row id), in publish order.
 pub type Log = std::sync::Arc<std::sync::Mutex<Vec<(String, String, i64)>>>;

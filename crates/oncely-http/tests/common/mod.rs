@@ -10,57 +10,35 @@ pub mod suite;
 pub use oncely_http::orders_app as app;
 
 use oncely_effects::EffectTables;
-use oncely_sql::{AnyStore, ConnectOptions, SqlTx, Tables};
+use oncely_sql::{AnyStore, ConnectOptions, SqlTx};
+use oncely_testkit::test_db::TestDb;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use oncely_testkit::services::{mysql_url, pg_url};
-
-fn missing<T>(what: &str, test: &str, error: &dyn std::fmt::Display) -> Option<T> {
-    oncely_testkit::services::unavailable(test, what, error);
-    None
-}
-
-/// A unique lower-case suffix for schema / database names.
-pub fn unique(test: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let short: String = test.chars().take(24).collect();
-    format!("t_{short}_{}_{:06x}", std::process::id(), nanos & 0xff_ffff)
-}
-
-/// A store with the demo's tables, and what to clean up afterwards.
+/// A store with the demo's tables in the test's own database ([`TestDb`], dropped with it).
 pub struct Db {
     pub store: AnyStore,
     /// The URL the store was opened with.
     pub url: String,
-    _dir: Option<tempfile::TempDir>,
+    place: TestDb,
 }
 
 impl Db {
-    async fn open(
-        url: &str,
-        tables: Tables,
-        dir: Option<tempfile::TempDir>,
-    ) -> Result<Self, oncely_core::Error> {
+    async fn open(place: Option<TestDb>) -> Option<Self> {
+        let place = place?;
         let options = ConnectOptions {
-            tables,
             max_connections: 16,
             ..Default::default()
         };
-        let store = tokio::time::timeout(
-            Duration::from_secs(10),
-            AnyStore::connect_with(url, &options),
-        )
-        .await
-        .map_err(|e| oncely_core::Error::unavailable(e.to_string()))??;
+        let store = tokio::time::timeout(Duration::from_secs(10), place.connect_with(options))
+            .await
+            .expect("connecting in 10 s")
+            .expect("connecting to the test database");
         app::setup(&store).await.expect("setup");
-        Ok(Self {
+        Some(Self {
             store,
-            url: url.to_owned(),
-            _dir: dir,
+            url: place.url().to_owned(),
+            place,
         })
     }
 
@@ -88,47 +66,28 @@ impl Db {
         self.count(&self.store.tables().table("http_keys")).await
     }
 
-    /// Drops the test's schema / database (best effort).
-    pub async fn drop(self) {
-        let Some(schema) = self.store.tables().schema().map(str::to_owned) else {
-            return;
-        };
-        if let Some(sql) = self.store.dialect().drop_schema_sql(&schema) {
-            let _ = self.store.pool().script(&sql).await;
-        }
+    /// The test's own database.
+    pub fn place(&self) -> &TestDb {
+        &self.place
     }
 }
 
 pub async fn sqlite() -> Db {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("http.db").display());
-    Db::open(&url, Tables::default(), Some(dir)).await.unwrap()
+    Db::open(Some(TestDb::sqlite())).await.expect("SQLite")
 }
 
 pub async fn postgres(test: &str) -> Option<Db> {
-    let tables = Tables::default().with_schema(&unique(test)).unwrap();
-    match Db::open(&pg_url(), tables, None).await {
-        Ok(db) => Some(db),
-        Err(e) => missing("PostgreSQL", test, &e),
-    }
+    Db::open(TestDb::postgres(test).await).await
 }
 
 /// PostgreSQL through the test PgBouncer (transaction pooling, `scripts/pgbouncer.sh`), with
 /// the plain URL.
 pub async fn pgbouncer(test: &str) -> Option<Db> {
-    let tables = Tables::default().with_schema(&unique(test)).unwrap();
-    match Db::open(&oncely_testkit::services::pgbouncer_url(), tables, None).await {
-        Ok(db) => Some(db),
-        Err(e) => missing("PgBouncer (scripts/pgbouncer.sh start)", test, &e),
-    }
+    Db::open(TestDb::pgbouncer(test).await).await
 }
 
 pub async fn mysql(test: &str) -> Option<Db> {
-    let tables = Tables::default().with_schema(&unique(test)).unwrap();
-    match Db::open(&mysql_url(), tables, None).await {
-        Ok(db) => Some(db),
-        Err(e) => missing("MariaDB/MySQL", test, &e),
-    }
+    Db::open(TestDb::mysql(test).await).await
 }
 
 /// Serves `app` on a fresh loopback port; the server runs until the test ends.

@@ -75,7 +75,6 @@ pub async fn retries_make_one_order(db: Db) {
         .unwrap();
     assert_eq!(shown.status(), StatusCode::OK);
     problem(show().send().await.unwrap(), 401).await;
-    db.drop().await;
 }
 
 /// Eight requests with one key at once: exactly one 201 that is not a replay; the others are
@@ -108,7 +107,6 @@ pub async fn concurrent_requests_make_one_order(db: Db) {
         (db.orders().await, db.outbox().await, db.keys().await),
         (1, 1, 1)
     );
-    db.drop().await;
 }
 
 /// A request whose first try is still running is answered 409 with `Retry-After` once the
@@ -141,7 +139,6 @@ pub async fn in_flight_key_is_409(db: Db) {
     let after = post(&base, Some("slow"), BOOK).await;
     assert!(replayed(&after), "after completion: the replay");
     assert_eq!((db.orders().await, db.outbox().await), (1, 1));
-    db.drop().await;
 }
 
 /// The key reused with another body (or content type) is 422 and applies nothing; a request
@@ -174,7 +171,6 @@ pub async fn reuse_is_422_and_missing_key_is_400(db: Db) {
         (db.orders().await, db.outbox().await, db.keys().await),
         (1, 1, 1)
     );
-    db.drop().await;
 }
 
 /// A handler answering 5xx after its writes: rolled back, no key kept; the retry runs fresh.
@@ -208,7 +204,6 @@ pub async fn server_error_keeps_no_key(db: Db) {
     assert_eq!(retry.status(), StatusCode::CREATED);
     assert!(!replayed(&retry), "the retry ran");
     assert_eq!((db.orders().await, db.keys().await), (1, 1));
-    db.drop().await;
 }
 
 fn uuid_ish() -> String {
@@ -260,7 +255,6 @@ pub async fn expired_keys_are_free_and_pruned(db: Db) {
     );
     assert_eq!(db.keys().await, 1, "the key within its TTL stays");
     assert!(replayed(&post(&kept, Some("new"), BOOK).await));
-    db.drop().await;
 }
 
 /// The Authorization values of the scope tests' clients.
@@ -364,7 +358,6 @@ pub async fn two_clients_one_key_two_orders(db: Db) {
             .all(|s| !s.contains("alice") && !s.contains("Bearer")),
         "the Authorization value is not stored in clear"
     );
-    db.drop().await;
 }
 
 /// Many clients, shared keys, concurrent requests: 8 clients each send the same 6 keys with
@@ -517,7 +510,6 @@ pub async fn no_response_crosses_scopes(db: Db) {
         stored.len(),
         scopes.len()
     );
-    db.drop().await;
 }
 
 /// Answers produced before the handler wrote anything leave the key free: a malformed body
@@ -563,7 +555,6 @@ pub async fn rejections_leave_the_key_free(db: Db) {
         (db.orders().await, db.outbox().await, db.keys().await),
         (3, 3, 3)
     );
-    db.drop().await;
 }
 
 /// What a handler answering after it used its transaction gets stored: a 4xx is stored and
@@ -659,7 +650,6 @@ pub async fn which_answers_are_stored(db: Db) {
         bodies[0][0].bytes().is_empty(),
         "nothing of the token at rest"
     );
-    db.drop().await;
 }
 
 /// Migration `http` 2 on a key table of version 1 holding rows: the rows get the global scope
@@ -774,5 +764,4 @@ pub async fn migration_keeps_old_keys_global(db: Db) {
         2,
         "only the expired row was pruned"
     );
-    db.drop().await;
 }

@@ -56,5 +56,4 @@ pub async fn batch_waits_for_concurrent_claim<S: TestStore>(fx: Fx<S>, other_rol
             "{id}"
         );
     }
-    fx.cleanup().await;
 }

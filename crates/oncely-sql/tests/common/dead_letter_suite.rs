@@ -134,5 +134,4 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
     assert_eq!((rows[0].id, rows[0].deliveries), (1, 4));
     assert_eq!((rows[3].id, rows[3].deliveries), (6, 3));
     assert_eq!(store.migrate_now().await.unwrap(), 0);
-    fx.cleanup().await;
 }

@@ -4,16 +4,16 @@
 //! inbox and a `ledger` table there, effects written in the store's own transaction through
 //! the [`SqlTx`] seam and counted by reading the ledger back.
 
-use super::{from_ms_text, missing, mysql_url, now_sql, pg_url, probe, sql_limits, unique};
+use super::{from_ms_text, missing, mysql_url, now_sql, pg_url, probe, sql_limits};
 use oncely_core::{Inspect, Result, Store};
 use oncely_sql::{
     AnyStore, Column, ConnectOptions, Dialect, MySqlStore, PgStore, SqlTx, SqliteStore, Tables,
 };
+use oncely_testkit::test_db::TestDb;
 use oncely_testkit::{DeadLetterLimits, ExerciseOptions, StoreHarness};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::SystemTime;
 
 /// A store type the harness can open on a URL.
@@ -60,10 +60,8 @@ pub struct SqlHarness<S> {
     dialect: Dialect,
     /// Portable mode forced on (`ConnectOptions::portable`).
     portable: bool,
-    dir: tempfile::TempDir,
-    next: AtomicUsize,
-    /// PostgreSQL schemas / MariaDB databases made for the cases, dropped at the end.
-    made: Mutex<Vec<String>>,
+    /// The cases' databases (the testkit's [`TestDb`]), dropped with the harness.
+    made: Mutex<Vec<TestDb>>,
     store: PhantomData<fn() -> S>,
 }
 
@@ -73,8 +71,6 @@ impl<S: HarnessStore> SqlHarness<S> {
         Self {
             dialect,
             portable,
-            dir: tempfile::tempdir().expect("temp dir"),
-            next: AtomicUsize::new(0),
             made: Mutex::new(vec![]),
             store: PhantomData,
         }
@@ -91,29 +87,23 @@ impl<S: HarnessStore> SqlHarness<S> {
     /// schema first on the search path (the ledger is found there), oncely's tables qualified
     /// with it; MariaDB: a database, the connection's default one; SQLite: a file.
     async fn place(&self) -> Result<(String, Tables)> {
-        if self.dialect == Dialect::Sqlite {
-            let n = self.next.fetch_add(1, Ordering::Relaxed);
-            let path = self.dir.path().join(format!("case-{n}.db"));
-            return Ok((format!("sqlite:{}", path.display()), Tables::default()));
-        }
-        let name = unique("conf");
-        let mut admin = AnyStore::connect(&self.admin_url()).await?.pool();
-        admin
-            .script(&self.dialect.create_schema_sql(&name).expect("schemas"))
-            .await?;
-        admin.close().await;
-        self.made.lock().unwrap().push(name.clone());
-        Ok(match self.dialect {
-            Dialect::Postgres => (
-                with_param(&pg_url(), &format!("options=-csearch_path%3D{name}")),
-                Tables::default().with_schema(&name)?,
+        let db = TestDb::new("conf", self.dialect)
+            .await
+            .ok_or_else(|| oncely_core::Error::unavailable("the test server is missing"))?;
+        let place = match (self.dialect, db.schema()) {
+            (Dialect::Postgres, Some(name)) => (
+                with_param(db.url(), &format!("options=-csearch_path%3D{name}")),
+                db.tables().clone(),
             ),
-            _ => (with_database(&mysql_url(), &name), Tables::default()),
-        })
+            (_, Some(name)) => (with_database(db.url(), name), Tables::default()),
+            (_, None) => (db.url().to_owned(), Tables::default()),
+        };
+        self.made.lock().unwrap().push(db);
+        Ok(place)
     }
 
     /// Runs the store suite (a SKIPPED line, or a failure under CI, if the server is missing),
-    /// then drops what the cases made.
+    /// then drops what the cases made (with the harness).
     pub async fn exercise(self, test: &str, options: ExerciseOptions) {
         if self.dialect != Dialect::Sqlite
             && let Err(e) = probe(&self.admin_url()).await
@@ -122,16 +112,6 @@ impl<S: HarnessStore> SqlHarness<S> {
             return;
         }
         oncely_testkit::exercise_with(&self, options).await;
-        if self.dialect == Dialect::Sqlite {
-            return;
-        }
-        let mut admin = AnyStore::connect(&self.admin_url()).await.unwrap().pool();
-        let made = self.made.lock().unwrap().clone();
-        for name in made {
-            let _ = admin
-                .script(&self.dialect.drop_schema_sql(&name).expect("schemas"))
-                .await;
-        }
     }
 }
 

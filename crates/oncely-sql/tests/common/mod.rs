@@ -10,11 +10,11 @@ pub mod suite;
 
 pub use ledger::{Gate, Ledger};
 use oncely_core::Result;
-use oncely_sql::sqlx::{self, AssertSqlSafe};
+use oncely_sql::sqlx;
 use oncely_sql::{AnyStore, ConnectOptions, Dialect, MySqlStore, PgStore, SqliteStore, Tables};
 use oncely_testkit::services;
+use oncely_testkit::test_db::TestDb;
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// PostgreSQL URL for tests ([`services::pg_url`]: `ONCELY_TEST_PG_URL`).
@@ -38,18 +38,6 @@ pub async fn probe(url: &str) -> Result<()> {
     services::probe(url)
         .await
         .map_err(oncely_core::Error::transient)
-}
-
-/// A fresh identifier `t_<test>_<pid>_<n>` (lower case, ≤ 48 bytes).
-pub fn unique(test: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let short: String = test.chars().take(20).collect();
-    format!("t_{short}_{}_{n}_{:x}", std::process::id(), nanos % 0x10000).to_lowercase()
 }
 
 /// What every SQL store declares of the worst dead letters ([`oncely_testkit::DeadLetterLimits`]):
@@ -116,14 +104,23 @@ pub trait TestStore:
         Self::open_with(url, tables, false)
     }
     /// Applies migrations.
-    fn migrate_now(&self) -> impl Future<Output = Result<usize>> + Send;
-    /// Runs a statement outside any transaction.
-    fn exec(&self, sql: String) -> impl Future<Output = Result<()>> + Send;
+    fn migrate_now(&self) -> impl Future<Output = Result<usize>> + Send {
+        let any: AnyStore = self.clone().into();
+        async move { any.migrate().await }
+    }
+    /// Runs statements outside any transaction, through the seam (the store's engine).
+    fn exec(&self, sql: String) -> impl Future<Output = Result<()>> + Send {
+        let mut pool = Into::<AnyStore>::into(self.clone()).pool();
+        async move { oncely_sql::SqlTx::script(&mut pool, &sql).await }
+    }
     /// Fetches `(message_id, payload, instance)` rows.
     fn rows(
         &self,
         sql: String,
-    ) -> impl Future<Output = Result<Vec<(String, String, String)>>> + Send;
+    ) -> impl Future<Output = Result<Vec<(String, String, String)>>> + Send {
+        let pool = Into::<AnyStore>::into(self.clone()).pool();
+        async move { three_texts(pool, &sql).await }
+    }
     /// Sessions waiting for a row lock on a statement mentioning `name`; `None` if the
     /// server can't tell (SQLite).
     fn lock_waiters(&self, name: String) -> impl Future<Output = Option<i64>> + Send;
@@ -158,29 +155,12 @@ async fn three_texts(
         .collect())
 }
 
-fn err(doing: &str, e: sqlx::Error) -> oncely_core::Error {
-    oncely_core::Error::permanent(format!("{doing}: {e}"))
-}
-
 impl TestStore for PgStore {
     const SERVER: &'static str = "PostgreSQL";
     const DOLLAR: bool = true;
     const DIALECT: Dialect = Dialect::Postgres;
     async fn open_with(url: &str, tables: Tables, portable: bool) -> Result<Self> {
         PgStore::connect_with(url, &opts(tables, portable)).await
-    }
-    async fn migrate_now(&self) -> Result<usize> {
-        self.migrate().await
-    }
-    async fn exec(&self, sql: String) -> Result<()> {
-        sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(self.pool())
-            .await
-            .map(|_| ())
-            .map_err(|e| err("exec", e))
-    }
-    async fn rows(&self, sql: String) -> Result<Vec<(String, String, String)>> {
-        three_texts(self.any_pool(), &sql).await
     }
     async fn lock_waiters(&self, name: String) -> Option<i64> {
         sqlx::query_scalar(
@@ -199,19 +179,6 @@ impl TestStore for MySqlStore {
     const DIALECT: Dialect = Dialect::MySql;
     async fn open_with(url: &str, tables: Tables, portable: bool) -> Result<Self> {
         MySqlStore::connect_with(url, &opts(tables, portable)).await
-    }
-    async fn migrate_now(&self) -> Result<usize> {
-        self.migrate().await
-    }
-    async fn exec(&self, sql: String) -> Result<()> {
-        sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(self.pool())
-            .await
-            .map(|_| ())
-            .map_err(|e| err("exec", e))
-    }
-    async fn rows(&self, sql: String) -> Result<Vec<(String, String, String)>> {
-        three_texts(self.any_pool(), &sql).await
     }
     async fn lock_waiters(&self, name: String) -> Option<i64> {
         sqlx::query_scalar(
@@ -233,94 +200,56 @@ impl TestStore for SqliteStore {
     async fn open_with(url: &str, tables: Tables, portable: bool) -> Result<Self> {
         SqliteStore::connect_with(url, &opts(tables, portable)).await
     }
-    async fn migrate_now(&self) -> Result<usize> {
-        self.migrate().await
-    }
-    async fn exec(&self, sql: String) -> Result<()> {
-        sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(self.pool())
-            .await
-            .map(|_| ())
-            .map_err(|e| err("exec", e))
-    }
-    async fn rows(&self, sql: String) -> Result<Vec<(String, String, String)>> {
-        three_texts(self.any_pool(), &sql).await
-    }
     async fn lock_waiters(&self, _name: String) -> Option<i64> {
         None
     }
 }
 
 /// One test's database objects: two stores with separate pools on the same tables
-/// (two live "consumer processes"), and a ledger table counting effects independently.
+/// (two live "consumer processes"), and a ledger table counting effects independently, in the
+/// test's own database ([`TestDb`], dropped with the fixture).
 pub struct Fx<S> {
     /// The first store (consumer 1).
     pub store: S,
     /// A second store with its own pool (consumer 2).
     pub other: S,
-    /// Schema (PostgreSQL), database (MariaDB) or file stem (SQLite).
+    /// Schema (PostgreSQL) or database (MariaDB); `sqlite` on SQLite.
     pub name: String,
     /// Qualified ledger table.
     pub ledger_table: String,
-    url: String,
-    tables: Tables,
     /// Portable mode forced on both stores.
     portable: bool,
-    _dir: Option<tempfile::TempDir>,
+    place: TestDb,
 }
 
 /// Sets up PostgreSQL for `test`, or `None` after a SKIPPED line.
 pub async fn pg(test: &str) -> Option<Fx<PgStore>> {
-    server_fx(test, &pg_url(), true).await
+    fx_on(test, Dialect::Postgres, false).await
 }
 
 /// Sets up MariaDB for `test`, or `None` after a SKIPPED line.
 pub async fn mysql(test: &str) -> Option<Fx<MySqlStore>> {
-    server_fx(test, &mysql_url(), true).await
+    fx_on(test, Dialect::MySql, false).await
 }
 
 /// Sets up a SQLite file for `test`.
 pub async fn sqlite(test: &str) -> Option<Fx<SqliteStore>> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite:{}", dir.path().join("oncely.db").display());
-    let mut fx: Fx<SqliteStore> = build(test, &url, Tables::default(), false, unique(test))
-        .await
-        .ok()?;
-    fx._dir = Some(dir);
-    Some(fx)
+    fx_on(test, Dialect::Sqlite, false).await
 }
 
 /// Sets up PostgreSQL for `test` with portable mode forced ([`ConnectOptions::portable`]).
 pub async fn pg_portable(test: &str) -> Option<Fx<PgStore>> {
-    server_fx_with(test, &pg_url(), true, true).await
+    fx_on(test, Dialect::Postgres, true).await
 }
 
 /// Sets up MariaDB for `test` with portable mode forced ([`ConnectOptions::portable`]).
 pub async fn mysql_portable(test: &str) -> Option<Fx<MySqlStore>> {
-    server_fx_with(test, &mysql_url(), true, true).await
+    fx_on(test, Dialect::MySql, true).await
 }
 
-async fn server_fx<S: TestStore>(test: &str, url: &str, schema: bool) -> Option<Fx<S>> {
-    server_fx_with(test, url, schema, false).await
-}
-
-async fn server_fx_with<S: TestStore>(
-    test: &str,
-    url: &str,
-    schema: bool,
-    portable: bool,
-) -> Option<Fx<S>> {
-    let name = unique(test);
-    let tables = if schema {
-        Tables::default().with_schema(&name).expect("valid schema")
-    } else {
-        Tables::default()
-    };
-    if let Err(e) = probe(url).await {
-        missing(S::SERVER, test, &e);
-        return None;
-    }
-    match build(test, url, tables, portable, name).await {
+async fn fx_on<S: TestStore>(test: &str, dialect: Dialect, portable: bool) -> Option<Fx<S>> {
+    let place = TestDb::new(test, dialect).await?;
+    match build(place, portable).await {
         Ok(fx) => Some(fx),
         Err(e) => {
             missing(S::SERVER, test, &e);
@@ -329,17 +258,11 @@ async fn server_fx_with<S: TestStore>(
     }
 }
 
-async fn build<S: TestStore>(
-    test: &str,
-    url: &str,
-    tables: Tables,
-    portable: bool,
-    name: String,
-) -> Result<Fx<S>> {
-    let _ = test;
-    let store = S::open_with(url, tables.clone(), portable).await?;
+async fn build<S: TestStore>(place: TestDb, portable: bool) -> Result<Fx<S>> {
+    let tables = place.tables().clone();
+    let store = S::open_with(place.url(), tables.clone(), portable).await?;
     store.migrate_now().await?;
-    let other = S::open_with(url, tables.clone(), portable).await?;
+    let other = S::open_with(place.url(), tables.clone(), portable).await?;
     let ledger_table = tables.table("ledger");
     store
         .exec(format!(
@@ -349,12 +272,10 @@ async fn build<S: TestStore>(
     Ok(Fx {
         store,
         other,
-        name,
+        name: place.schema().unwrap_or("sqlite").to_owned(),
         ledger_table,
-        url: url.to_owned(),
-        tables,
         portable,
-        _dir: None,
+        place,
     })
 }
 
@@ -387,19 +308,19 @@ impl<S: TestStore> Fx<S> {
 
     /// Another store on the same tables with its own pool.
     pub async fn open_another(&self) -> S {
-        S::open_with(&self.url, self.tables.clone(), self.portable)
+        S::open_with(self.place.url(), self.place.tables().clone(), self.portable)
             .await
             .expect("open")
     }
 
     /// The server URL.
     pub fn url(&self) -> &str {
-        &self.url
+        self.place.url()
     }
 
     /// The table naming of this test's stores.
     pub fn tables(&self) -> &Tables {
-        &self.tables
+        self.place.tables()
     }
 
     /// Waits until some session is blocked on a lock in a statement naming this test's
@@ -421,15 +342,5 @@ impl<S: TestStore> Fx<S> {
             }
         }
         panic!("no session waited for a lock within 120 s");
-    }
-
-    /// Drops the schema / database (PostgreSQL, MariaDB).
-    pub async fn cleanup(self) {
-        let sql = match S::SERVER {
-            "PostgreSQL" => format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name),
-            "MariaDB" => format!("DROP DATABASE IF EXISTS {}", self.name),
-            _ => return,
-        };
-        let _ = self.store.exec(sql).await;
     }
 }

@@ -21,7 +21,6 @@ fn consumer(s: &str) -> ConsumerName {
 pub async fn migrate_twice<S: TestStore>(fx: Fx<S>) {
     assert_eq!(fx.store.migrate_now().await.unwrap(), 0);
     assert_eq!(fx.other.migrate_now().await.unwrap(), 0);
-    fx.cleanup().await;
 }
 
 /// Two processes migrating a fresh schema at once: exactly one applies each migration,
@@ -105,7 +104,6 @@ pub async fn concurrent_duplicate<S: TestStore>(
         fx.store.claimed_hash(&name, "X").await.unwrap(),
         Some(PayloadHash::of(b"credit 5"))
     );
-    fx.cleanup().await;
     c2.stats().snapshot()
 }
 
@@ -164,4 +162,24 @@ pub async fn custom_prefix<S: TestStore>(url: &str, schema: Option<&str>, count_
         .await
         .unwrap();
     assert_eq!(rows, vec![("p-1".into(), "c".into(), "x".into())]);
+}
+
+/// Connecting with each of `urls` (all carrying the password `secret`) fails, and neither the
+/// error nor any of its sources shows the password, in `Display` or `Debug`.
+pub async fn credentials_not_in_errors<S: TestStore>(urls: &[String], secret: &str) {
+    for url in urls {
+        let e = match S::open(url, oncely_sql::Tables::default()).await {
+            Ok(_) => panic!("connecting with {url} should fail"),
+            Err(e) => e,
+        };
+        let mut shown = vec![e.to_string(), format!("{e:?}")];
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            shown.push(format!("{s} {s:?}"));
+            source = s.source();
+        }
+        for text in shown {
+            assert!(!text.contains(secret), "password leaked: {text}");
+        }
+    }
 }

@@ -9,62 +9,54 @@ pub mod suite;
 
 use oncely_core::{Envelope, Error, Handled, Handler, Store};
 use oncely_sql::{AnyStore, AnyTx, ConnectOptions, SqlTx, Tables};
+use oncely_testkit::test_db::TestDb;
 use oncely_webhook::{Endpoint, Verifier};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{Notify, Semaphore};
 
-pub use oncely_testkit::services::pg_url;
-
-/// A unique lower-case schema name for `test`.
-pub fn unique(test: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let short: String = test.chars().take(24).collect();
-    format!("w_{short}_{}_{:06x}", std::process::id(), nanos & 0xff_ffff)
-}
-
 /// A store with the inbox, the dead letters and the ledger (`event_id`, `body`: one row per
-/// effect, no unique key, so a double effect shows as a second row).
+/// effect, no unique key, so a double effect shows as a second row), in the test's own
+/// database ([`TestDb`], dropped with the last `Db` on it).
 pub struct Db {
     pub store: AnyStore,
     pub url: String,
-    _dir: Option<tempfile::TempDir>,
+    place: Arc<TestDb>,
 }
 
 impl Db {
-    pub async fn open(
-        url: &str,
-        tables: Tables,
-        dir: Option<tempfile::TempDir>,
-    ) -> Result<Self, Error> {
+    async fn open(place: Option<TestDb>) -> Option<Self> {
+        Some(Self::on(Arc::new(place?)).await)
+    }
+
+    async fn on(place: Arc<TestDb>) -> Self {
         let options = ConnectOptions {
-            tables,
             max_connections: 16,
             ..Default::default()
         };
-        let store = tokio::time::timeout(
-            Duration::from_secs(10),
-            AnyStore::connect_with(url, &options),
-        )
-        .await
-        .map_err(|e| Error::unavailable(e.to_string()))??;
-        store.migrate().await?;
+        let store = tokio::time::timeout(Duration::from_secs(10), place.connect_with(options))
+            .await
+            .expect("connecting in 10 s")
+            .expect("connecting to the test database");
+        store.migrate().await.expect("migrate");
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS {} (event_id VARCHAR(255) NOT NULL, body TEXT NOT NULL)",
             ledger_table(store.tables())
         );
-        let mut tx = store.begin().await?;
-        tx.script(&ddl).await?;
-        store.commit(tx).await?;
-        Ok(Self {
+        let mut tx = store.begin().await.expect("begin");
+        tx.script(&ddl).await.expect("the ledger table");
+        store.commit(tx).await.expect("commit");
+        Self {
             store,
-            url: url.to_owned(),
-            _dir: dir,
-        })
+            url: place.url().to_owned(),
+            place,
+        }
+    }
+
+    /// Another store on the same database: a restarted process.
+    pub async fn reopen(&self) -> Self {
+        Self::on(self.place.clone()).await
     }
 
     /// One `SELECT COUNT(*)`-like statement, counted by the database.
@@ -139,16 +131,6 @@ impl Db {
             self.effects().await,
         )
     }
-
-    /// Drops the test's schema (best effort).
-    pub async fn drop(self) {
-        let Some(schema) = self.store.tables().schema().map(str::to_owned) else {
-            return;
-        };
-        if let Some(sql) = self.store.dialect().drop_schema_sql(&schema) {
-            let _ = self.store.pool().script(&sql).await;
-        }
-    }
 }
 
 pub fn ledger_table(tables: &Tables) -> String {
@@ -156,25 +138,16 @@ pub fn ledger_table(tables: &Tables) -> String {
 }
 
 pub async fn sqlite() -> Db {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("webhook.db").display());
-    Db::open(&url, Tables::default(), Some(dir)).await.unwrap()
+    Db::open(Some(TestDb::sqlite())).await.expect("SQLite")
 }
 
 pub async fn postgres(test: &str) -> Option<Db> {
-    postgres_at(test, &pg_url()).await
+    Db::open(TestDb::postgres(test).await).await
 }
 
 /// PostgreSQL at `url` (e.g. through a fault proxy) in a fresh schema.
 pub async fn postgres_at(test: &str, url: &str) -> Option<Db> {
-    let tables = Tables::default().with_schema(&unique(test)).unwrap();
-    match Db::open(url, tables, None).await {
-        Ok(db) => Some(db),
-        Err(e) => {
-            oncely_testkit::services::unavailable(test, "PostgreSQL", &e);
-            None
-        }
-    }
+    Db::open(TestDb::on_server(test, url, "PostgreSQL").await).await
 }
 
 /// What the ledger handler does, from the body's `act` field (default `apply`).

@@ -102,7 +102,6 @@ pub async fn each_provider_applies_once(db: Db) {
     assert_eq!(db.events().await, 3);
     assert_eq!(db.claims().await, 4);
     assert_eq!(db.dead_letters().await, 0);
-    db.drop().await;
 }
 
 /// A conflict (same id, another body), a permanent failure and a panic are dead-lettered
@@ -162,7 +161,6 @@ pub async fn failures_are_dead_lettered(db: Db) {
     assert_eq!(db.effects_of("evt_p").await, 0);
     assert_eq!(db.claims().await, 1, "only the applied event is claimed");
     assert_eq!(db.dead_letters().await, 3);
-    db.drop().await;
 }
 
 /// A transient failure (and a dependency the handler reports unavailable) is retried within
@@ -194,7 +192,6 @@ pub async fn transient_failures_are_503_and_write_nothing(db: Db) {
         assert_eq!(db.effects_of(id).await, 1);
     }
     assert_eq!(db.dead_letters().await, 0);
-    db.drop().await;
 }
 
 /// Every kind of bad request is refused with its status and reason and writes nothing.
@@ -363,7 +360,6 @@ pub async fn rejections_write_nothing(db: Db) {
         (0, 0, 0),
         "a refused request writes nothing"
     );
-    db.drop().await;
 }
 
 fn header(name: &'static str, value: &str) -> HeaderMap {
@@ -390,7 +386,6 @@ pub async fn unreadable_body_writes_nothing(db: Db) {
     let response = hook.receive(request).await;
     assert_eq!(response.status(), Rejection::Unreadable.status());
     assert_eq!(db.rows().await, (0, 0, 0));
-    db.drop().await;
 }
 
 fn futures_stream<T: Send + 'static>(
@@ -466,7 +461,6 @@ pub async fn answers_only_after_commit(db: Db) {
     }
     assert_eq!(answer, (200, "duplicate".into()));
     assert_eq!(db.effects_of("evt_h").await, 1);
-    db.drop().await;
 }
 
 /// Concurrent retries of the same events (each copy with a fresh timestamp, as senders
@@ -508,7 +502,6 @@ pub async fn concurrent_retries_apply_once(db: Db, events: usize, copies: usize)
     );
     assert_eq!(db.claims().await, events as i64);
     assert_eq!(db.dead_letters().await, 0);
-    db.drop().await;
 }
 
 /// A Stripe event whose `created` is older than the prune window (a resend of an old event)
@@ -539,5 +532,4 @@ pub async fn old_events_are_quarantined(db: Db) {
         ),
         (0, 1)
     );
-    db.drop().await;
 }

@@ -1,8 +1,8 @@
 //! `oncely partition`: the PostgreSQL time-partitioned inbox.
 
 use super::{DbArgs, print_json, print_table, when};
+use crate::partition;
 use anyhow::Result;
-use oncely_ops::partition;
 
 /// What to do.
 #[derive(Debug, Clone, clap::ValueEnum)]
@@ -52,7 +52,8 @@ pub(crate) async fn run(args: PartitionArgs) -> Result<bool> {
             }
         }
         Action::Ensure => {
-            let created = partition::ensure(&ops, oncely_sql::now_ms(), args.days_ahead).await?;
+            let created =
+                partition::ensure(&ops, oncely_sql::clock::now_ms(), args.days_ahead).await?;
             if args.db.json {
                 print_json(&created);
             } else {

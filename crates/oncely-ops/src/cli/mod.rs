@@ -1,14 +1,16 @@
-//! The `oncely` admin commands as a library (feature `cli`), so that you can build your own
-//! admin binary with your handlers registered for `dlq replay`:
+//! The `oncely` admin commands as a library (feature `cli`; the facade re-exports this module
+//! as `oncely::cli`), so that you can build your own admin binary with your handlers
+//! registered for `dlq replay`:
 //!
 //! ```no_run
-//! use oncely::{AnyTx, Envelope, Handled, Handler};
+//! use oncely_core::{Envelope, Handled, Handler};
+//! use oncely_sql::AnyTx;
 //!
 //! #[derive(Clone)]
 //! struct Orders;
 //!
 //! impl Handler<AnyTx> for Orders {
-//!     async fn handle(&self, tx: &mut AnyTx, msg: &Envelope) -> oncely::Result<Handled> {
+//!     async fn handle(&self, tx: &mut AnyTx, msg: &Envelope) -> oncely_core::Result<Handled> {
 //!         tx.execute("INSERT INTO orders (id) VALUES ($1)", &[msg.id().as_str().into()]).await?;
 //!         Ok(Handled::Applied)
 //!     }
@@ -17,13 +19,13 @@
 //! #[tokio::main]
 //! async fn main() -> std::process::ExitCode {
 //!     // my-admin migrate | prune | partition | stats | inspect | dlq list/show/replay/resolve/purge
-//!     oncely::cli::Admin::new().handler("orders", Orders).run().await
+//!     oncely_ops::cli::Admin::new().handler("orders", Orders).run().await
 //! }
 //! ```
 //!
 //! The commands: `migrate`, `prune`, `partition`, `stats`, `inspect`, `dlq` ([`AdminCommand`]);
 //! `--metrics-addr` serves Prometheus metrics while `prune` runs ([`metrics`]). The work is
-//! done by [`oncely_ops`]; this module parses arguments (clap) and prints. The `oncely`
+//! done by the rest of this crate; this module parses arguments (clap) and prints. The `oncely`
 //! binary is this library plus its `demo` and `bench` subcommands, with the demo's `credits`
 //! handler registered.
 
@@ -35,12 +37,12 @@ pub mod partition;
 pub mod prune;
 pub mod stats;
 
+use crate::Ops;
+use crate::dlq::Filter;
+use crate::replay::{self, ReplayOptions, Replayed};
+use crate::time::format_utc_ms;
 use anyhow::Result;
 use oncely_core::Handler;
-use oncely_ops::Ops;
-use oncely_ops::dlq::Filter;
-use oncely_ops::replay::{self, ReplayOptions, Replayed};
-use oncely_ops::time::format_utc_ms;
 use oncely_sql::{AnyStore, AnyTx, ConnectOptions, Tables};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -67,7 +69,7 @@ use std::sync::Arc;
 ///     /// My own subcommand.
 ///     Hello,
 ///     #[command(flatten)]
-///     Admin(oncely::cli::AdminCommand),
+///     Admin(oncely_ops::cli::AdminCommand),
 /// }
 ///
 /// let cli = Cli::parse_from(["my-admin", "dlq", "list", "--database", "sqlite::memory:"]);
@@ -153,14 +155,14 @@ where
 ///
 /// ```no_run
 /// # #[derive(Clone)] struct Orders;
-/// # impl oncely::Handler<oncely::AnyTx> for Orders {
-/// #     async fn handle(&self, _: &mut oncely::AnyTx, _: &oncely::Envelope) -> oncely::Result<oncely::Handled> {
-/// #         Ok(oncely::Handled::Applied)
+/// # impl oncely_core::Handler<oncely_sql::AnyTx> for Orders {
+/// #     async fn handle(&self, _: &mut oncely_sql::AnyTx, _: &oncely_core::Envelope) -> oncely_core::Result<oncely_core::Handled> {
+/// #         Ok(oncely_core::Handled::Applied)
 /// #     }
 /// # }
 /// # async fn f() -> std::process::ExitCode {
 /// // my-admin dlq replay 42 --handler orders --database postgres://…
-/// oncely::cli::Admin::new().handler("orders", Orders).run().await
+/// oncely_ops::cli::Admin::new().handler("orders", Orders).run().await
 /// # }
 /// ```
 #[derive(Default, Clone)]
@@ -180,7 +182,7 @@ impl Admin {
     /// An admin tool without handlers (every command but `dlq replay` works).
     ///
     /// ```
-    /// assert!(oncely::cli::Admin::new().names().is_empty());
+    /// assert!(oncely_ops::cli::Admin::new().names().is_empty());
     /// ```
     pub fn new() -> Self {
         Self::default()
@@ -191,12 +193,12 @@ impl Admin {
     ///
     /// ```
     /// # #[derive(Clone)] struct Orders;
-    /// # impl oncely::Handler<oncely::AnyTx> for Orders {
-    /// #     async fn handle(&self, _: &mut oncely::AnyTx, _: &oncely::Envelope) -> oncely::Result<oncely::Handled> {
-    /// #         Ok(oncely::Handled::Applied)
+    /// # impl oncely_core::Handler<oncely_sql::AnyTx> for Orders {
+    /// #     async fn handle(&self, _: &mut oncely_sql::AnyTx, _: &oncely_core::Envelope) -> oncely_core::Result<oncely_core::Handled> {
+    /// #         Ok(oncely_core::Handled::Applied)
     /// #     }
     /// # }
-    /// let admin = oncely::cli::Admin::new().handler("orders", Orders);
+    /// let admin = oncely_ops::cli::Admin::new().handler("orders", Orders);
     /// assert_eq!(admin.names(), ["orders"]);
     /// ```
     pub fn handler<H>(self, name: impl Into<String>, handler: H) -> Self
@@ -211,12 +213,12 @@ impl Admin {
     ///
     /// ```
     /// # #[derive(Clone)] struct Orders { table: String }
-    /// # impl oncely::Handler<oncely::AnyTx> for Orders {
-    /// #     async fn handle(&self, _: &mut oncely::AnyTx, _: &oncely::Envelope) -> oncely::Result<oncely::Handled> {
-    /// #         Ok(oncely::Handled::Applied)
+    /// # impl oncely_core::Handler<oncely_sql::AnyTx> for Orders {
+    /// #     async fn handle(&self, _: &mut oncely_sql::AnyTx, _: &oncely_core::Envelope) -> oncely_core::Result<oncely_core::Handled> {
+    /// #         Ok(oncely_core::Handled::Applied)
     /// #     }
     /// # }
-    /// let admin = oncely::cli::Admin::new().handler_with("orders", |store| Orders {
+    /// let admin = oncely_ops::cli::Admin::new().handler_with("orders", |store| Orders {
     ///     table: store.tables().table("orders"), // {schema}.{prefix}orders
     /// });
     /// assert_eq!(admin.names(), ["orders"]);
@@ -233,7 +235,7 @@ impl Admin {
     /// The registered handler names, sorted.
     ///
     /// ```
-    /// assert_eq!(oncely::cli::Admin::new().names(), Vec::<&str>::new());
+    /// assert_eq!(oncely_ops::cli::Admin::new().names(), Vec::<&str>::new());
     /// ```
     pub fn names(&self) -> Vec<&str> {
         self.handlers.keys().map(String::as_str).collect()
@@ -244,7 +246,7 @@ impl Admin {
     ///
     /// ```no_run
     /// # async fn f() -> std::process::ExitCode {
-    /// oncely::cli::Admin::new().run().await
+    /// oncely_ops::cli::Admin::new().run().await
     /// # }
     /// ```
     pub async fn run(self) -> ExitCode {
@@ -256,7 +258,7 @@ impl Admin {
     ///
     /// ```no_run
     /// # async fn f() -> anyhow::Result<()> {
-    /// let admin = oncely::cli::Admin::new();
+    /// let admin = oncely_ops::cli::Admin::new();
     /// admin.run_from(["my-admin", "stats", "--database", "sqlite:app.db", "--json"]).await?;
     /// # Ok(()) }
     /// ```
@@ -272,8 +274,8 @@ impl Admin {
     /// Runs one parsed command (see [`AdminCommand`] for flattening it into your own CLI).
     ///
     /// ```no_run
-    /// # async fn f(command: oncely::cli::AdminCommand) -> anyhow::Result<()> {
-    /// let found = oncely::cli::Admin::new().execute(command).await?;
+    /// # async fn f(command: oncely_ops::cli::AdminCommand) -> anyhow::Result<()> {
+    /// let found = oncely_ops::cli::Admin::new().execute(command).await?;
     /// # Ok(()) }
     /// ```
     pub async fn execute(&self, command: AdminCommand) -> Result<bool> {
@@ -318,7 +320,7 @@ impl Admin {
 ///
 /// ```
 /// use std::process::ExitCode;
-/// assert_eq!(oncely::cli::exit_code(Ok(true)), ExitCode::SUCCESS);
+/// assert_eq!(oncely_ops::cli::exit_code(Ok(true)), ExitCode::SUCCESS);
 /// ```
 pub fn exit_code(result: Result<bool>) -> ExitCode {
     match result {
@@ -388,9 +390,9 @@ impl DbArgs {
 }
 
 /// clap value parser for durations such as `7d`, `36h`, `1h30m` (see
-/// [`oncely_ops::retention::parse_duration`]).
+/// [`crate::retention::parse_duration`]).
 pub(crate) fn duration(text: &str) -> std::result::Result<std::time::Duration, String> {
-    oncely_ops::retention::parse_duration(text).map_err(|e| e.to_string())
+    crate::retention::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// Prints `value` as one line of JSON.

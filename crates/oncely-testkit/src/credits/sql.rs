@@ -1,40 +1,14 @@
-//! The demo's effect: "add N credits to account A" — not naturally idempotent.
+//! The credits effect in SQL tables: a ledger row per applied message and the account's
+//! balance upserted, through [`AnyTx`] (one handler for SQLite, PostgreSQL and MySQL).
 
-use oncely_core::{Envelope, Error, Handled, Handler, RawEnvelope, Result};
-use oncely_sql::{AnyStore, AnyTx, Column, Dialect, Value};
-use serde::{Deserialize, Serialize};
+use super::Credit;
+use oncely_core::{Envelope, Handled, Handler, RawEnvelope, Result};
+use oncely_sql::{AnyStore, AnyTx, Column, Dialect, SqlTx, Value};
 use std::collections::BTreeMap;
 
 /// Rows per multi-row statement in a batch (3 placeholders a row: far below every
 /// database's bind-parameter limit).
 const ROWS_PER_STATEMENT: usize = 200;
-
-/// The demo message payload: `{"account": "acct-17", "amount": 5}`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Credit {
-    /// Account to credit.
-    pub account: String,
-    /// Credits to add (1..=1_000_000).
-    pub amount: i64,
-}
-
-impl Credit {
-    /// Parses and validates a payload; errors are permanent (the message can never succeed).
-    pub fn parse(payload: &[u8]) -> Result<Self> {
-        let credit: Credit = serde_json::from_slice(payload)
-            .map_err(|e| Error::permanent(format!("undecodable credit payload: {e}")))?;
-        if credit.account.is_empty() || credit.account.len() > 64 {
-            return Err(Error::permanent("account must be 1..=64 bytes"));
-        }
-        if !(1..=1_000_000).contains(&credit.amount) {
-            return Err(Error::permanent(format!(
-                "amount {} outside 1..=1000000",
-                credit.amount
-            )));
-        }
-        Ok(credit)
-    }
-}
 
 /// Table names and statements for one dialect and schema.
 #[derive(Debug, Clone)]
@@ -51,14 +25,14 @@ pub struct CreditTables {
 }
 
 impl CreditTables {
-    /// Names in `schema` (None: unqualified).
-    pub fn new(dialect: Dialect, schema: Option<&str>) -> Self {
+    /// The tables `{prefix}accounts` and `{prefix}ledger` in `schema` (None: unqualified).
+    pub fn new(dialect: Dialect, schema: Option<&str>, prefix: &str) -> Self {
         let q = |t: &str| match schema {
-            Some(s) => format!("{s}.{t}"),
-            None => t.to_owned(),
+            Some(s) => format!("{s}.{prefix}{t}"),
+            None => format!("{prefix}{t}"),
         };
-        let accounts = q("demo_accounts");
-        let ledger = q("demo_ledger");
+        let accounts = q("accounts");
+        let ledger = q("ledger");
         let add_on_conflict = dialect.on_conflict_add(&accounts, "account", "balance");
         let mut tables = Self {
             accounts,
@@ -92,7 +66,21 @@ impl CreditTables {
         )
     }
 
-    /// What the demo's tables hold, read back in one transaction on `store`'s pool: the
+    /// Creates both tables if they do not exist ([`CreditTables::ddl`]), serialized where
+    /// two concurrent `CREATE TABLE IF NOT EXISTS` of one table can collide (PostgreSQL's
+    /// catalog) by a transaction-scoped lock.
+    pub async fn create(&self, store: &AnyStore) -> Result<()> {
+        let mut tx = store.pool().begin().await?;
+        if let Some(lock) = self.dialect.ddl_lock_sql(4242) {
+            tx.execute(&lock, &[]).await?;
+        }
+        for sql in self.ddl() {
+            tx.script(&sql).await?;
+        }
+        tx.commit().await
+    }
+
+    /// What the tables hold, read back in one transaction on `store`'s pool: the
     /// ledger rows `(message id, amount)` and the balances `(account, balance)`.
     pub async fn read_back(
         &self,
@@ -108,6 +96,18 @@ impl CreditTables {
         let pairs =
             |rows: Vec<Vec<Value>>| rows.iter().map(|r| (r[0].text(), r[1].i64())).collect();
         Ok((pairs(ledger), pairs(balances)))
+    }
+
+    /// The database the statements are written for.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The sum of every account's balance (0 without accounts), read on `store`'s pool.
+    pub async fn balance_total(&self, store: &AnyStore) -> Result<i64> {
+        let sum = self.dialect.cast_i64("COALESCE(SUM(balance), 0)");
+        let sql = format!("SELECT {sum} FROM {}", self.accounts);
+        Ok(store.pool().fetch_i64(&sql, &[]).await?.unwrap_or(0))
     }
 
     /// Both tables' qualified names (what [`CreditTables::ddl`] creates).
@@ -131,7 +131,7 @@ impl CreditTables {
     }
 }
 
-/// The demo handler: one ledger row per applied message (so the checker can count double
+/// The credits handler: one ledger row per applied message (so the checker can count double
 /// effects) and the account balance incremented.
 #[derive(Clone)]
 pub struct Credits {
@@ -200,7 +200,7 @@ impl Handler<AnyTx> for Credits {
 
     /// The account's row is what the effect locks: group commit's lanes go by account.
     fn lock_key(&self, message: &RawEnvelope) -> Option<String> {
-        Credit::parse(&message.payload).ok().map(|c| c.account)
+        Credit::lock_key(&message.payload)
     }
 }
 
@@ -222,14 +222,13 @@ mod tests {
     use super::*;
     use oncely_core::{CancellationToken, Consumer, ConsumerName, Inspect, MemorySource};
 
-    /// The demo's tables on a fresh SQLite file.
+    /// The credits tables on a fresh, migrated SQLite file.
     async fn sqlite_store(dir: &tempfile::TempDir) -> (AnyStore, CreditTables) {
         let url = format!("sqlite:{}", dir.path().join("credits.db").display());
         let store = AnyStore::connect(&url).await.expect("store");
-        let tables = CreditTables::new(store.dialect(), None);
-        super::super::create_tables(&store, &tables)
-            .await
-            .expect("tables");
+        store.migrate().await.expect("migrate");
+        let tables = CreditTables::new(store.dialect(), None, "credit_");
+        tables.create(&store).await.expect("tables");
         (store, tables)
     }
 
@@ -275,7 +274,7 @@ mod tests {
     }
 
     fn credit(account: usize, amount: i64) -> String {
-        serde_json::json!({ "account": format!("acct-{account}"), "amount": amount }).to_string()
+        String::from_utf8(Credit::payload(&format!("acct-{account}"), amount)).expect("UTF-8")
     }
 
     #[tokio::test]

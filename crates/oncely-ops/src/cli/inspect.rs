@@ -2,7 +2,7 @@
 
 use super::{DbArgs, cut, print_json, print_section, when};
 use anyhow::Result;
-use oncely_sql::to_ms;
+use oncely_sql::clock::to_ms;
 
 /// Flags of `oncely inspect`.
 #[derive(Debug, Clone, clap::Args)]
@@ -16,7 +16,7 @@ pub struct InspectArgs {
 /// Runs `oncely inspect`. Exit status 1 when the id is nowhere.
 pub(crate) async fn run(args: InspectArgs) -> Result<bool> {
     let (_store, ops) = args.db.open().await?;
-    let found = oncely_ops::inspect::inspect(&ops, &args.message_id).await?;
+    let found = crate::inspect::inspect(&ops, &args.message_id).await?;
     let anywhere = !found.claimed.is_empty()
         || !found.dead_letters.is_empty()
         || found.effect_journal.as_ref().is_some_and(|j| !j.is_empty())

@@ -1,13 +1,13 @@
 //! `dlq list | show ID | replay ID|--all [--handler NAME] [--force] | resolve ID --keep-stored | purge --older-than D`.
 
 use super::{Admin, DbArgs, ReplayJob, cut, print_json, print_table, when};
+use crate::dlq::{self, DeadLetterJson, Filter};
+use crate::replay::{self, Decision, ReplayOptions};
+use crate::retention::DEFAULT_WINDOW;
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncely_core::StoredDeadLetter;
-use oncely_ops::dlq::{self, DeadLetterJson, Filter};
-use oncely_ops::replay::{self, Decision, ReplayOptions};
-use oncely_ops::retention::DEFAULT_WINDOW;
-use oncely_sql::to_ms;
+use oncely_sql::clock::to_ms;
 
 /// Flags of `oncely dlq`.
 #[derive(Debug, Clone, clap::Args)]

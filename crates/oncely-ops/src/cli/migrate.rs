@@ -2,9 +2,8 @@
 //! inbox and dead letters always, the others with `--with`.
 
 use anyhow::{Context, Result};
-use oncely_sql::{
-    AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, print_migration_sets, redact_url,
-};
+use oncely_sql::migrate::print_migration_sets;
+use oncely_sql::{AnyStore, ConnectOptions, Dialect, INBOX, MigrationSet, redact_url};
 
 /// A migration set besides the inbox, for `--with`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -27,7 +26,7 @@ pub enum With {
 fn sets(with: &[With]) -> Vec<&'static MigrationSet> {
     let mut sets = Vec::new();
     if with.contains(&With::Partitioned) {
-        sets.push(&oncely_ops::partition::MIGRATIONS);
+        sets.push(&crate::partition::MIGRATIONS);
     }
     sets.push(&INBOX);
     if with.contains(&With::Effects) || with.contains(&With::Outbox) {
@@ -80,7 +79,7 @@ pub(crate) async fn run(args: MigrateArgs) -> Result<()> {
     let store = AnyStore::connect_with(url, &options).await?;
     if with.contains(&With::Partitioned) {
         // The partitioned layout replaces the inbox table: refuse clearly over a regular one.
-        oncely_ops::partition::check_installable(&oncely_ops::Ops::from(&store)).await?;
+        crate::partition::check_installable(&crate::Ops::from(&store)).await?;
     }
     let applied = store
         .migrate_with(&sets)

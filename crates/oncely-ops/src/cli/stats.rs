@@ -18,15 +18,15 @@ pub struct StatsArgs {
 #[derive(serde::Serialize)]
 struct Json<'a> {
     #[serde(flatten)]
-    stats: &'a oncely_ops::stats::InboxStats,
-    projection: &'a oncely_ops::stats::Projection,
+    stats: &'a crate::stats::InboxStats,
+    projection: &'a crate::stats::Projection,
 }
 
 /// Runs `oncely stats`.
 pub(crate) async fn run(args: StatsArgs) -> Result<bool> {
     let (_store, ops) = args.db.open().await?;
-    let stats = oncely_ops::stats::stats(&ops).await?;
-    let projection = oncely_ops::stats::projection(&ops, &stats, args.window).await?;
+    let stats = crate::stats::stats(&ops).await?;
+    let projection = crate::stats::projection(&ops, &stats, args.window).await?;
     if args.db.json {
         print_json(&Json {
             stats: &stats,

@@ -3,9 +3,9 @@
 
 use super::metrics::MetricsArgs;
 use super::{DbArgs, print_json, print_table};
+use crate::prune::{PruneOptions, prune};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
-use oncely_ops::prune::{PruneOptions, prune};
 use std::time::Duration;
 
 /// Flags of `oncely prune`.
@@ -103,11 +103,7 @@ pub(crate) async fn run(args: PruneArgs) -> Result<bool> {
 }
 
 /// Deletes expired HTTP Idempotency-Key rows in batches (none without the table).
-async fn prune_http_keys(
-    ops: &oncely_ops::Ops,
-    batch: u32,
-    max_batches: Option<u64>,
-) -> Result<u64> {
+async fn prune_http_keys(ops: &crate::Ops, batch: u32, max_batches: Option<u64>) -> Result<u64> {
     let (mut deleted, mut batches) = (0, 0);
     while max_batches.is_none_or(|max| batches < max) {
         let n = oncely_http::prune_expired(ops.pool(), ops.tables(), batch).await?;
