@@ -1,14 +1,13 @@
 //! Opening stores from URLs, with durable defaults.
 
-use crate::any::PoolKind;
+use crate::deploy::failover::{FAILOVER_ACQUIRE_TIMEOUT, Failover, labelled};
+#[cfg(feature = "postgres")]
+use crate::deploy::pooler::PoolerOption;
+#[cfg(feature = "postgres")]
+use crate::deploy::replication;
+use crate::deploy::replication::Replication;
 use crate::engine::Engine;
 use crate::error::db;
-use crate::failover::{FAILOVER_ACQUIRE_TIMEOUT, Failover, labelled};
-#[cfg(feature = "postgres")]
-use crate::pooler::PoolerOption;
-#[cfg(feature = "postgres")]
-use crate::replication;
-use crate::replication::Replication;
 #[cfg(feature = "mysql")]
 use crate::store::MySqlStore;
 #[cfg(feature = "postgres")]
@@ -102,9 +101,8 @@ impl ConnectOptions {
     /// engine it is (one query, the only time it is asked).
     async fn engine(&self, pool: PoolKind, behind: bool) -> Result<Engine> {
         let engine = Engine::direct(pool.dialect()).behind_pooler(behind);
-        let portable = engine.portable()
-            || self.portable
-            || crate::engine::distributed_engine(&pool).await?.is_some();
+        let portable =
+            engine.portable() || self.portable || distributed_engine(&pool).await?.is_some();
         Ok(engine.with_portable(portable))
     }
 }
@@ -162,9 +160,13 @@ impl PgStore {
     /// [`crate::pooler`]); `?pooler=none` skips the check.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self> {
         // The URL is read once: oncely's own options taken off, then each host parsed.
-        let names = [crate::pooler::OPTION_NAMES, replication::OPTION_NAMES].concat();
+        let names = [
+            crate::deploy::pooler::OPTION_NAMES,
+            replication::OPTION_NAMES,
+        ]
+        .concat();
         let (url, taken) = crate::url::take_options(url, &names);
-        let pooler = crate::pooler::pooler_of(&taken)?;
+        let pooler = crate::deploy::pooler::pooler_of(&taken)?;
         let replication = replication::replication_of(&taken, options.replication)?;
         // Not sent: PostgreSQL 12+ already prints floats exactly, and PgBouncer as shipped
         // refuses unknown startup parameters ("unsupported startup parameter").
@@ -193,12 +195,12 @@ impl PgStore {
         let behind = match pooler {
             PoolerOption::Transaction => true,
             PoolerOption::None => false,
-            PoolerOption::Detect => crate::pooler::detect(&pool.connect_options())
+            PoolerOption::Detect => crate::deploy::pooler::detect(&pool.connect_options())
                 .await
                 .map_err(|e| db("checking for a connection pooler", e))?,
         };
         if behind {
-            crate::pooler::require_transactions(&pool).await?;
+            crate::deploy::pooler::require_transactions(&pool).await?;
             tracing::info!(
                 "PostgreSQL behind a transaction pooler: unnamed statements, each inside a transaction; lease locks; a polling outbox relay"
             );
@@ -446,4 +448,50 @@ async fn galera_sync_wait(
         Ok(_) | Err(sqlx::Error::Database(_)) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// The sqlx pool inside an [`AnyPool`] (what [`with_pool!`](crate::with_pool) matches on).
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub enum PoolKind {
+    /// SQLite.
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqlitePool),
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+    /// MySQL / MariaDB.
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
+}
+
+impl PoolKind {
+    pub(crate) fn dialect(&self) -> crate::dialect::Dialect {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(_) => crate::dialect::Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(_) => crate::dialect::Dialect::Postgres,
+            #[cfg(feature = "mysql")]
+            Self::MySql(_) => crate::dialect::Dialect::MySql,
+        }
+    }
+}
+
+/// The distributed engine behind `pool`, if any (one query, plus a simpler one if the
+/// engine rejects the first, e.g. `@@wsrep_on` on a MySQL without Galera). Run once, when a
+/// store connects ([`Engine`]); everything after reads the answer there.
+pub(crate) async fn distributed_engine(pool: &PoolKind) -> Result<Option<&'static str>> {
+    let engine: Option<&'static str> = match pool {
+        #[cfg(feature = "sqlite")]
+        PoolKind::Sqlite(_) => None,
+        #[cfg(feature = "postgres")]
+        PoolKind::Postgres(pool) => crate::engine::postgres_engine(pool).await?,
+        #[cfg(feature = "mysql")]
+        PoolKind::MySql(pool) => crate::engine::mysql_engine(pool).await?,
+    };
+    if let Some(engine) = engine {
+        tracing::info!(engine, "distributed engine detected: portable mode");
+    }
+    Ok(engine)
 }

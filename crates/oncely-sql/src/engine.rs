@@ -10,7 +10,6 @@
 //! versions, `LOCK IN SHARE MODE` ignored) and MariaDB Galera (`GET_LOCK` is node-local); and
 //! for PostgreSQL behind a transaction pooler (no session state between transactions).
 
-use crate::any::PoolKind;
 use crate::dialect::Dialect;
 use crate::error::db;
 use oncely_core::Result;
@@ -215,26 +214,8 @@ fn wsrep_on(value: Option<&str>) -> bool {
     value.is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("ON"))
 }
 
-/// The distributed engine behind `pool`, if any (one query, plus a simpler one if the
-/// engine rejects the first, e.g. `@@wsrep_on` on a MySQL without Galera). Run once, when a
-/// store connects ([`Engine`]); everything after reads the answer there.
-pub(crate) async fn distributed_engine(pool: &PoolKind) -> Result<Option<&'static str>> {
-    let engine: Option<&'static str> = match pool {
-        #[cfg(feature = "sqlite")]
-        PoolKind::Sqlite(_) => None,
-        #[cfg(feature = "postgres")]
-        PoolKind::Postgres(pool) => postgres_engine(pool).await?,
-        #[cfg(feature = "mysql")]
-        PoolKind::MySql(pool) => mysql_engine(pool).await?,
-    };
-    if let Some(engine) = engine {
-        tracing::info!(engine, "distributed engine detected: portable mode");
-    }
-    Ok(engine)
-}
-
 #[cfg(feature = "postgres")]
-async fn postgres_engine(pool: &PgPool) -> Result<Option<&'static str>> {
+pub(crate) async fn postgres_engine(pool: &PgPool) -> Result<Option<&'static str>> {
     // Simple protocol (no prepared statement): safe through any pooler.
     let first = |sql: &'static str| async move {
         let row = sqlx::raw_sql(sql).fetch_one(pool).await?;
@@ -259,7 +240,7 @@ async fn postgres_engine(pool: &PgPool) -> Result<Option<&'static str>> {
 }
 
 #[cfg(feature = "mysql")]
-async fn mysql_engine(pool: &MySqlPool) -> Result<Option<&'static str>> {
+pub(crate) async fn mysql_engine(pool: &MySqlPool) -> Result<Option<&'static str>> {
     // `@@wsrep_on` exists on MariaDB (OFF without Galera) but not on MySQL or TiDB, where the
     // statement fails: then the version alone decides.
     let both = sqlx::query_as::<_, (String, Option<String>)>(

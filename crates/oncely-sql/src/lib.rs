@@ -46,36 +46,35 @@ mod any;
 mod batch;
 pub mod clock;
 mod connect;
+mod deploy;
 mod dialect;
 mod engine;
 pub mod error;
-mod failover;
 pub mod letter;
 mod lock;
 pub mod migrate;
 mod notify;
-pub mod pooler;
 mod query;
-mod replication;
-mod seam;
 mod store;
 mod tables;
-mod tx;
 mod url;
-mod warm;
 
+pub use any::seam::SqlTx;
+pub use any::tx::AnyTx;
 #[doc(hidden)]
-pub use any::PoolKind;
+pub use any::tx::TxKind;
 pub use any::{AnyPool, AnyStore};
+#[doc(hidden)]
+pub use connect::PoolKind;
 pub use connect::{ConnectOptions, Durability};
+pub use deploy::pooler;
+pub use deploy::replication::Replication;
 pub use dialect::{Dialect, Isolation};
 pub use engine::Engine;
 pub use lock::DbLock;
 pub use migrate::{INBOX, MigrationSet};
 pub use notify::Listener;
 pub use query::{Column, Done, SqlDatabase, Value};
-pub use replication::Replication;
-pub use seam::SqlTx;
 pub use sqlx;
 #[cfg(feature = "mysql")]
 pub use store::MySqlStore;
@@ -85,7 +84,4 @@ pub use store::SqlStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use tables::Tables;
-pub use tx::AnyTx;
-#[doc(hidden)]
-pub use tx::TxKind;
 pub use url::redact_url;

@@ -11,8 +11,8 @@
 //!   after every batch; a crashed holder's lease expires after [`LEASE_TTL`].
 
 use crate::any::AnyPool;
-use crate::any::PoolKind;
 use crate::clock::now_ms;
+use crate::connect::PoolKind;
 use crate::engine::Engine;
 use crate::error::{db, error_kind};
 use crate::query::{Column, Done, SqlDatabase, Value};

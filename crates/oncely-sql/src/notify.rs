@@ -2,7 +2,8 @@
 //! [`Engine`](crate::Engine) says notifications reach it ([`Engine::notifies`]: PostgreSQL,
 //! not in portable mode, so not behind a transaction pooler or on a distributed engine).
 
-use crate::any::{AnyPool, PoolKind};
+use crate::any::AnyPool;
+use crate::connect::PoolKind;
 use crate::error::db;
 use oncely_core::Result;
 

@@ -144,7 +144,7 @@ macro_rules! run_sets {
             for set in $sets {
                 let migrations = set.for_dialect(d)?;
                 let mut done: Vec<i64> =
-                    crate::pooler::query_scalar(AssertSqlSafe(ledger.applied(set)))
+                    crate::deploy::pooler::query_scalar(AssertSqlSafe(ledger.applied(set)))
                         .fetch_all(&mut *$conn)
                         .await
                         .map_err(|e| db("reading the migration ledger", e))?;
@@ -155,7 +155,7 @@ macro_rules! run_sets {
                     match *adopt {
                         Adopt::Ledger(old) => {
                             let (schema, name) = Ledger::exists_binds(d, tables, old);
-                            let n: i64 = crate::pooler::query_scalar(ledger.exists)
+                            let n: i64 = crate::deploy::pooler::query_scalar(ledger.exists)
                                 .bind(schema)
                                 .bind(name)
                                 .fetch_one(&mut *$conn)
@@ -165,7 +165,7 @@ macro_rules! run_sets {
                                 continue;
                             }
                             let rows: Vec<(i64, String, i64)> =
-                                crate::pooler::query_as(AssertSqlSafe(format!(
+                                crate::deploy::pooler::query_as(AssertSqlSafe(format!(
                                     "SELECT version, name, applied_at FROM {}",
                                     tables.table(old)
                                 )))
@@ -186,11 +186,12 @@ macro_rules! run_sets {
                             sql,
                             through,
                         } if dialect == d => {
-                            let n: i64 =
-                                crate::pooler::query_scalar(AssertSqlSafe(tables.render(sql)))
-                                    .fetch_one(&mut *$conn)
-                                    .await
-                                    .map_err(|e| db("probing for existing tables", e))?;
+                            let n: i64 = crate::deploy::pooler::query_scalar(AssertSqlSafe(
+                                tables.render(sql),
+                            ))
+                            .fetch_one(&mut *$conn)
+                            .await
+                            .map_err(|e| db("probing for existing tables", e))?;
                             if n > 0 {
                                 adopted.extend(
                                     migrations
@@ -207,7 +208,7 @@ macro_rules! run_sets {
                     if done.contains(&version) {
                         continue;
                     }
-                    crate::pooler::query(AssertSqlSafe(ledger.record.clone()))
+                    crate::deploy::pooler::query(AssertSqlSafe(ledger.record.clone()))
                         .bind(set.name)
                         .bind(version)
                         .bind(name)
@@ -236,7 +237,7 @@ macro_rules! run_sets {
                             .await
                             .map_err(|e| db(&doing, e))?;
                     }
-                    crate::pooler::query(AssertSqlSafe(ledger.record.clone()))
+                    crate::deploy::pooler::query(AssertSqlSafe(ledger.record.clone()))
                         .bind(set.name)
                         .bind(m.version)
                         .bind(m.name)
@@ -267,7 +268,7 @@ macro_rules! backfill_id_hash {
         );
         let mut last = 0i64;
         loop {
-            let rows: Vec<(i64, Vec<u8>)> = crate::pooler::query_as(AssertSqlSafe(page.clone()))
+            let rows: Vec<(i64, Vec<u8>)> = crate::deploy::pooler::query_as(AssertSqlSafe(page.clone()))
                 .bind(last)
                 .fetch_all(&mut *$conn)
                 .await
@@ -275,7 +276,7 @@ macro_rules! backfill_id_hash {
             let Some((end, _)) = rows.last() else { break };
             last = *end;
             for (id, raw) in &rows {
-                crate::pooler::query(AssertSqlSafe(set.clone()))
+                crate::deploy::pooler::query(AssertSqlSafe(set.clone()))
                     .bind(PayloadHash::of(raw).to_hex())
                     .bind(id)
                     .execute(&mut *$conn)
@@ -341,7 +342,7 @@ async fn pg_run_sets(
 ) -> Result<usize> {
     let mut tx = pool.begin().await.map_err(|e| db("begin migration", e))?;
     if advisory {
-        crate::pooler::query("SELECT pg_advisory_xact_lock($1)")
+        crate::deploy::pooler::query("SELECT pg_advisory_xact_lock($1)")
             .bind(LOCK_KEY)
             .execute(&mut *tx)
             .await
@@ -393,7 +394,7 @@ impl MigrateDb for MySql {
             .await
             .map_err(|e| db("connecting for migration", e))?;
         let lock = format!("oncely_migrate_{LOCK_KEY}");
-        let got: Option<i64> = crate::pooler::query_scalar("SELECT GET_LOCK(?, 60)")
+        let got: Option<i64> = crate::deploy::pooler::query_scalar("SELECT GET_LOCK(?, 60)")
             .bind(&lock)
             .fetch_one(&mut *conn)
             .await
@@ -415,7 +416,7 @@ impl MigrateDb for MySql {
             run_sets!(&mut *conn, Dialect::MySql, tables, sets).await
         }
         .await;
-        let _ = crate::pooler::query("SELECT RELEASE_LOCK(?)")
+        let _ = crate::deploy::pooler::query("SELECT RELEASE_LOCK(?)")
             .bind(&lock)
             .execute(&mut *conn)
             .await;

@@ -5,11 +5,13 @@
 //! [`with_pool!`](crate::with_pool) bind the concrete store or pool and compile their body
 //! once per database. Only this module matches on which database it is.
 
-use crate::connect::ConnectOptions;
+pub(crate) mod seam;
+pub(crate) mod tx;
+use crate::connect::{ConnectOptions, PoolKind};
+#[cfg(feature = "postgres")]
+use crate::deploy::pooler::Autocommit;
 use crate::dialect::Dialect;
 use crate::engine::Engine;
-#[cfg(feature = "postgres")]
-use crate::pooler::Autocommit;
 #[cfg(feature = "mysql")]
 use crate::store::MySqlStore;
 #[cfg(feature = "postgres")]
@@ -69,34 +71,6 @@ pub enum AnyStore {
 pub struct AnyPool {
     engine: Engine,
     pool: PoolKind,
-}
-
-/// The sqlx pool inside an [`AnyPool`] (what [`with_pool!`](crate::with_pool) matches on).
-#[doc(hidden)]
-#[derive(Debug, Clone)]
-pub enum PoolKind {
-    /// SQLite.
-    #[cfg(feature = "sqlite")]
-    Sqlite(SqlitePool),
-    /// PostgreSQL.
-    #[cfg(feature = "postgres")]
-    Postgres(PgPool),
-    /// MySQL / MariaDB.
-    #[cfg(feature = "mysql")]
-    MySql(MySqlPool),
-}
-
-impl PoolKind {
-    pub(crate) fn dialect(&self) -> Dialect {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(_) => Dialect::Sqlite,
-            #[cfg(feature = "postgres")]
-            Self::Postgres(_) => Dialect::Postgres,
-            #[cfg(feature = "mysql")]
-            Self::MySql(_) => Dialect::MySql,
-        }
-    }
 }
 
 /// Runs `$body` with `$s` bound to the concrete store inside an [`AnyStore`] (or a reference

@@ -1,19 +1,23 @@
 //! [`SqlStore`]: the inbox and dead-letter tables in SQLite, PostgreSQL or MySQL/MariaDB.
 
-use crate::dialect::{Isolation, Queries};
+mod batch_claims;
+mod queries;
+mod warm;
+
+use crate::deploy::failover::Failover;
+use crate::deploy::pooler::Autocommit;
+use crate::deploy::replication::Replication;
+use crate::dialect::Isolation;
 use crate::engine::Engine;
 use crate::error::db;
-use crate::failover::Failover;
 use crate::letter::LetterRow;
-use crate::pooler::Autocommit;
 use crate::query::SqlDatabase;
-use crate::replication::Replication;
 use crate::tables::Tables;
-use crate::warm::Warm;
 use oncely_core::{
     Claim, ConsumerName, DeadLetter, Error, Inspect, MessageId, PayloadHash, Result, Store,
     StoredDeadLetter,
 };
+use queries::Queries;
 #[cfg(feature = "mysql")]
 use sqlx::MySql;
 #[cfg(feature = "postgres")]
@@ -22,6 +26,7 @@ use sqlx::Postgres;
 use sqlx::Sqlite;
 use sqlx::{AssertSqlSafe, Database, Pool, SqlSafeStr, SqlStr};
 use std::sync::Arc;
+use warm::Warm;
 
 /// A store backed by a sqlx pool. The handler receives a `sqlx::Transaction<'static, DB>`
 /// and writes its effect through it; the claim is in the same transaction.
@@ -37,13 +42,13 @@ pub struct SqlStore<DB: Database> {
     /// PostgreSQL: whether the inbox is the time-partitioned layout, read on the first claim
     /// (see [`crate::batch`]).
     pub(crate) partitioned: Arc<tokio::sync::OnceCell<bool>>,
-    /// The hosts of a multi-host URL (see [`crate::failover`]).
+    /// The hosts of a multi-host URL (see [`crate::deploy::failover`]).
     failover: Option<Arc<Failover<DB>>>,
-    /// What a commit waits for (see [`crate::replication`]).
+    /// What a commit waits for (see [`crate::deploy::replication`]).
     replication: Replication,
     /// The facts of the connection, decided at connect ([`SqlStore::engine`]).
     engine: Engine,
-    /// Transactions opened by the last commits, for the next `begin` (see [`crate::warm`]).
+    /// Transactions opened by the last commits, for the next `begin` (see [`warm`]).
     warm: Arc<Warm<DB>>,
 }
 
@@ -117,7 +122,7 @@ fn stored_hash_of(text: &str) -> Result<PayloadHash> {
 /// at the first error, so a failed check leaves `COMMIT` unrun and the aborted transaction is
 /// rolled back when `tx` drops. After a good commit the trailing `BEGIN` (`begin`: the
 /// store's, with its isolation level) leaves `tx` holding an open, empty transaction, which
-/// the store keeps for its next `begin` ([`crate::warm`]): no `BEGIN` round trip for the next
+/// the store keeps for its next `begin` ([`warm`]): no `BEGIN` round trip for the next
 /// message, and no `ROLLBACK` for this one. Per-statement timings: docs/perf/history.md
 /// (issue 24).
 ///

@@ -3,7 +3,7 @@
 //!
 //! - **The primary, never a standby.** Before the pool opens, every host of the URL is asked
 //!   `pg_is_in_recovery()`; the first that answers `false` is used (a multi-host URL is
-//!   rotated so that it comes first, keeping its order for [`crate::failover`]). A URL whose
+//!   rotated so that it comes first, keeping its order for [`crate::deploy::failover`]). A URL whose
 //!   hosts are all standbys is an [`ErrorKind::Unavailable`] error naming each (where a host
 //!   does not answer yet, the pool's connect waits for one as it always did). Every
 //!   connection the pool opens later is checked the same way ([`refuse_standby`]): after a

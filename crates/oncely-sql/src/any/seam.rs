@@ -9,11 +9,11 @@
 //! primitives.
 
 use crate::any::AnyPool;
+use crate::any::tx::AnyTx;
 use crate::dialect::Dialect;
 use crate::engine::Engine;
 use crate::error::db;
 use crate::query::{Column, Done, SqlDatabase, Value};
-use crate::tx::AnyTx;
 use oncely_core::Result;
 use sqlx::Transaction;
 use sqlx::pool::PoolConnection;

@@ -35,7 +35,7 @@ struct Inner<DB: Database> {
 
 struct Kept<DB: Database> {
     at: Instant,
-    /// The host of a multi-host URL the connection is on (see [`crate::failover`]).
+    /// The host of a multi-host URL the connection is on (see [`crate::deploy::failover`]).
     host: Option<usize>,
     tx: Transaction<'static, DB>,
 }
