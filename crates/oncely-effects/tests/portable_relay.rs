@@ -1,6 +1,6 @@
 //! Portable mode (issue 16): the relay dispatches by polling only. `listen_notify()` is a
 //! no-op (no LISTEN session), `Outbox::enqueue` sends no NOTIFY, and every row is still
-//! published exactly once. Forced on the store (`with_portable(true)`), whose engine the
+//! published exactly once. Forced at connect (`ConnectOptions::portable`), whose engine the
 //! outbox and the relay read from the pool and transactions they are given.
 
 mod support;
@@ -78,7 +78,7 @@ fn channel(tables: &Tables) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_portable_relay_polls_without_notify() {
-    let Some((store, _db)) = support::postgres("portable_relay").await else {
+    let Some((store, db)) = support::postgres("portable_relay").await else {
         return;
     };
     let tables = store.tables().clone();
@@ -101,7 +101,10 @@ async fn postgres_portable_relay_polls_without_notify() {
         .unwrap()
     };
     for (portable, expected) in [(true, 1), (false, 2)] {
-        let relay_pool = store.clone().with_portable(portable).any_pool();
+        let relay_pool = match portable {
+            true => support::portable_pool(&db).await,
+            false => store.any_pool(),
+        };
         let relay = Relay::new(relay_pool, tables.clone(), Recorder::default())
             .poll_interval(Duration::from_millis(50))
             .listen_notify();
@@ -123,7 +126,7 @@ async fn postgres_portable_relay_polls_without_notify() {
         task.await.unwrap().unwrap();
     }
 
-    let per_id = dispatch_by_polling(&store.clone().with_portable(true).any_pool(), &tables).await;
+    let per_id = dispatch_by_polling(&support::portable_pool(&db).await, &tables).await;
     assert!(
         per_id.values().all(|&n| n == 1),
         "each row published once: {per_id:?}"
@@ -142,11 +145,11 @@ async fn postgres_portable_relay_polls_without_notify() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_portable_relay_dispatches_every_row() {
-    let Some((store, _db)) = support::mysql("portable_relay").await else {
+    let Some((store, db)) = support::mysql("portable_relay").await else {
         return;
     };
     let tables = store.tables().clone();
-    let per_id = dispatch_by_polling(&store.clone().with_portable(true).any_pool(), &tables).await;
+    let per_id = dispatch_by_polling(&support::portable_pool(&db).await, &tables).await;
     assert!(
         per_id.values().all(|&n| n == 1),
         "each row published once: {per_id:?}"

@@ -21,13 +21,6 @@ impl Ops {
         Self { pool, tables }
     }
 
-    /// Forces portable mode ([`oncely_sql::Engine::portable`]): lease locks and
-    /// primary-key-range pruning even where the engine was not found to be distributed.
-    pub fn with_portable(mut self, portable: bool) -> Self {
-        self.pool = self.pool.with_portable(portable);
-        self
-    }
-
     /// Whether the pool's engine runs in portable mode.
     pub fn portable(&self) -> bool {
         self.pool.engine().portable()

@@ -7,7 +7,7 @@
 //! - MySQL / MariaDB: `DELETE … WHERE received_at < ? LIMIT n`
 //! - SQLite (the inbox is `WITHOUT ROWID`): `DELETE … WHERE (consumer, message_id) IN
 //!   (SELECT consumer, message_id … LIMIT n)`
-//! - Portable mode ([`oncely_sql::SqlStore::portable()`], [`Ops::with_portable`], every dialect): by primary-key ranges,
+//! - Portable mode ([`oncely_sql::SqlStore::portable()`]: detected, or forced with `ConnectOptions::portable`; every dialect): by primary-key ranges,
 //!   never `ctid`: select the next `n` expired keys after the previous batch's last one
 //!   (`expired_keys_sql`), then delete the expired rows between the first and the last of
 //!   them (`delete_key_range_sql`).

@@ -1,5 +1,5 @@
 //! Portable pruning (issue 16): by primary-key ranges, never `ctid`, forced with
-//! `Ops::with_portable(true)` on PostgreSQL and MariaDB. Counts the rows before and after,
+//! portable mode forced at connect (`ConnectOptions::portable`) on PostgreSQL and MariaDB. Counts the rows before and after,
 //! checks the batches go in key order (not physical order) and leave recent rows alone.
 
 mod common;
@@ -119,32 +119,28 @@ async fn check(ops: &Ops) {
     assert_eq!((r.deleted, r.batches), (0, 1), "{r:?}");
 }
 
-fn portable(ops: &Ops) -> Ops {
-    ops.clone().with_portable(true)
-}
-
 #[tokio::test]
 async fn postgres_portable_prune_by_key_ranges() {
-    let Some((store, ops, _db)) = common::postgres("postgres_portable_prune_by_key_ranges").await
+    let Some((store, _, db)) = common::postgres("postgres_portable_prune_by_key_ranges").await
     else {
         return;
     };
     store.migrate().await.unwrap();
-    check(&portable(&ops)).await;
+    check(&common::portable(db.url(), db.tables()).await).await;
 }
 
 #[tokio::test]
 async fn mariadb_portable_prune_by_key_ranges() {
-    let Some((_store, ops, _db)) = common::mysql("mariadb_portable_prune_by_key_ranges").await
-    else {
+    let Some((_, _, db)) = common::mysql("mariadb_portable_prune_by_key_ranges").await else {
         return;
     };
-    check(&portable(&ops)).await;
+    check(&common::portable(db.url(), db.tables()).await).await;
 }
 
 #[tokio::test]
 async fn sqlite_portable_prune_by_key_ranges() {
     let dir = tempfile::tempdir().unwrap();
-    let (_store, ops) = common::sqlite(&dir).await;
-    check(&portable(&ops)).await;
+    let (store, _) = common::sqlite(&dir).await; // migrated
+    let url = format!("sqlite:{}", dir.path().join("ops.db").display());
+    check(&common::portable(&url, store.tables()).await).await;
 }

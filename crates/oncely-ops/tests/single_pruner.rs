@@ -90,27 +90,20 @@ async fn mariadb_named_lock_serializes_pruners() {
     check(&ops).await;
 }
 
-/// Portable mode (issue 16): the pruners exclude each other through the lease table.
-fn portable(ops: &Ops) -> Ops {
-    ops.clone().with_portable(true)
-}
-
 #[tokio::test]
 async fn postgres_portable_lease_serializes_pruners() {
-    let Some((store, ops, _db)) =
-        common::postgres("postgres_portable_lease_serializes_pruners").await
+    let Some((store, _, db)) = common::postgres("postgres_portable_lease_serializes_pruners").await
     else {
         return;
     };
     store.migrate().await.unwrap();
-    check(&portable(&ops)).await;
+    check(&common::portable(db.url(), db.tables()).await).await;
 }
 
 #[tokio::test]
 async fn mariadb_portable_lease_serializes_pruners() {
-    let Some((_store, ops, _db)) = common::mysql("mariadb_portable_lease_serializes_pruners").await
-    else {
+    let Some((_, _, db)) = common::mysql("mariadb_portable_lease_serializes_pruners").await else {
         return;
     };
-    check(&portable(&ops)).await;
+    check(&common::portable(db.url(), db.tables()).await).await;
 }

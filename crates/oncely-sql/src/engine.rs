@@ -95,7 +95,7 @@ impl Engine {
 
     /// The same engine in portable mode, forced (or not: `false` keeps what was detected off
     /// only where nothing required it; a transaction pooler always keeps portable mode).
-    pub const fn with_portable(mut self, portable: bool) -> Self {
+    pub(crate) const fn with_portable(mut self, portable: bool) -> Self {
         self.portable = portable || matches!(self.pooler, Pooler::Transaction);
         self
     }

@@ -70,6 +70,20 @@ pub async fn mysql(test: &str) -> Option<(MySqlStore, TestDb)> {
     Some((store, db))
 }
 
+/// A pool on `db` with portable mode forced at connect (`ConnectOptions::portable`, the one
+/// way to force it), beside the store [`postgres`] or [`mysql`] opened there.
+pub async fn portable_pool(db: &TestDb) -> oncely_sql::AnyPool {
+    let options = ConnectOptions {
+        portable: true,
+        ..options(db)
+    };
+    let store = oncely_sql::AnyStore::connect_with(db.url(), &options)
+        .await
+        .unwrap();
+    assert!(store.portable(), "forced at connect");
+    store.pool()
+}
+
 /// The tests `$sqlite`, `$postgres` and `$mariadb`, each running
 /// `$scenario(pool, tables)` on a database of its own with oncely's and the effects tables (a
 /// server's test is SKIPPED loudly, or fails under CI, without it):

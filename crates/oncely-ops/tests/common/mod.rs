@@ -38,6 +38,21 @@ pub async fn mysql(test: &str) -> Option<(MySqlStore, Ops, TestDb)> {
     Some((store, ops, db))
 }
 
+/// Ops on a store at `url` with `tables`, portable mode forced at connect
+/// (`ConnectOptions::portable`, the one way to force it).
+pub async fn portable(url: &str, tables: &oncely_sql::Tables) -> Ops {
+    let options = oncely_sql::ConnectOptions {
+        portable: true,
+        tables: tables.clone(),
+        ..Default::default()
+    };
+    let store = oncely_sql::AnyStore::connect_with(url, &options)
+        .await
+        .unwrap();
+    assert!(store.portable(), "forced at connect");
+    Ops::from(&store)
+}
+
 /// Inserts `count` ids received `age_ms` ago into the inbox of `ops`.
 pub async fn fill(ops: &Ops, tag: &str, count: usize, age_ms: i64) {
     let at = oncely_sql::clock::now_ms() - age_ms;

@@ -336,13 +336,6 @@ impl AnyPool {
         self.engine
     }
 
-    /// The same pool in portable mode (forced), or not where nothing requires it
-    /// ([`Engine::with_portable`]).
-    pub fn with_portable(mut self, portable: bool) -> Self {
-        self.engine = self.engine.with_portable(portable);
-        self
-    }
-
     /// The same pool, its connection's facts being `engine`.
     pub(crate) fn with_engine(mut self, engine: Engine) -> Self {
         self.engine = engine;

@@ -206,19 +206,10 @@ impl<DB: SqlDatabase> SqlStore<DB> {
         self
     }
 
-    /// Turns portable mode on (or off, where nothing detected at connect requires it): the
-    /// store's [`Engine`] with [`Engine::with_portable`]. Everything built from the store (its
-    /// pool, its transactions, `oncely_ops::Ops::from(&store)`, the outbox and its relay)
-    /// reads it there.
-    ///
-    /// ```no_run
-    /// # async fn f() -> oncely_core::Result<()> {
-    /// let store = oncely_sql::SqliteStore::connect("sqlite:app.db").await?;
-    /// assert!(!store.portable()); // never detected on SQLite
-    /// assert!(store.with_portable(true).portable()); // forced
-    /// # Ok(()) }
-    /// ```
-    pub fn with_portable(self, portable: bool) -> Self {
+    /// The store with portable mode on (the crate's tests; users force it with
+    /// [`ConnectOptions::portable`](crate::ConnectOptions::portable), the one way).
+    #[cfg(test)]
+    pub(crate) fn with_portable(self, portable: bool) -> Self {
         let engine = self.engine.with_portable(portable);
         self.with_engine(engine)
     }
