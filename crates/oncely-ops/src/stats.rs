@@ -2,7 +2,7 @@
 
 use crate::db::{Ops, doing};
 use oncely_core::Result;
-use oncely_sql::{Column, SqlTx};
+use oncely_sql::{Column, Dialect, SqlTx, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -154,15 +154,57 @@ pub async fn projection(ops: &Ops, stats: &InboxStats, window: Duration) -> Resu
     })
 }
 
-/// Size on disk of an oncely table with its indexes (and partitions), if the database says.
+/// Size on disk of the oncely table `name` with its indexes (and, on PostgreSQL, its
+/// partitions), if the database says (SQLite needs the `dbstat` table).
 pub async fn table_bytes(ops: &Ops, name: &str) -> Option<i64> {
-    ops.pool().table_bytes(ops.tables(), name).await
+    let tables = ops.tables();
+    let (table, bare) = (tables.table(name), format!("{}{name}", tables.prefix()));
+    let (sql, args): (&str, Vec<Value>) = match ops.dialect() {
+        Dialect::Postgres => (
+            "SELECT (pg_total_relation_size(to_regclass($1)) + COALESCE((SELECT SUM(pg_total_relation_size(inhrelid)) \
+             FROM pg_inherits WHERE inhparent = to_regclass($1)), 0))::bigint",
+            vec![table.into()],
+        ),
+        Dialect::MySql => (
+            "SELECT CAST(DATA_LENGTH + INDEX_LENGTH AS SIGNED) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = COALESCE($1, DATABASE()) AND TABLE_NAME = $2",
+            vec![tables.schema().map(str::to_owned).into(), bare.into()],
+        ),
+        Dialect::Sqlite => (
+            "SELECT SUM(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = $1)",
+            vec![bare.into()],
+        ),
+    };
+    ops.autocommit().fetch_i64(sql, &args).await.ok().flatten()
+}
+
+/// The planner's row estimate of the oncely table `name` (with its partitions), without
+/// scanning it; `None` where there is none (SQLite) or on error.
+async fn estimated_rows(ops: &Ops, name: &str) -> Option<i64> {
+    let tables = ops.tables();
+    let (sql, args): (&str, Vec<Value>) = match ops.dialect() {
+        Dialect::Postgres => (
+            "SELECT COALESCE(SUM(GREATEST(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1) \
+             OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1))",
+            vec![tables.table(name).into()],
+        ),
+        Dialect::MySql => (
+            "SELECT CAST(TABLE_ROWS AS SIGNED) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = COALESCE($1, DATABASE()) AND TABLE_NAME = $2",
+            vec![
+                tables.schema().map(str::to_owned).into(),
+                format!("{}{name}", tables.prefix()).into(),
+            ],
+        ),
+        Dialect::Sqlite => return None,
+    };
+    ops.autocommit().fetch_i64(sql, &args).await.ok().flatten()
 }
 
 /// Ids held in the inbox: exact below a million rows, the planner's estimate above.
 pub async fn inbox_rows_estimate(ops: &Ops) -> Result<u64> {
     let inbox = ops.tables().inbox();
-    let estimate = ops.pool().estimated_rows(ops.tables(), "inbox").await;
+    let estimate = estimated_rows(ops, "inbox").await;
     if let Some(n) = estimate.filter(|n| *n >= 1_000_000) {
         return Ok(n as u64);
     }

@@ -8,8 +8,6 @@
 pub(crate) mod seam;
 pub(crate) mod tx;
 use crate::connect::{ConnectOptions, PoolKind};
-#[cfg(feature = "postgres")]
-use crate::deploy::pooler::Autocommit;
 use crate::dialect::Dialect;
 use crate::engine::Engine;
 #[cfg(feature = "mysql")]
@@ -377,80 +375,6 @@ impl AnyPool {
             #[cfg(feature = "postgres")]
             PoolKind::Postgres(pool) => Some(pool),
             _ => None,
-        }
-    }
-
-    /// Size on disk of the oncely table `name` of `tables` with its indexes (and, on
-    /// PostgreSQL, its partitions), if the database says (SQLite needs the `dbstat` table).
-    pub async fn table_bytes(&self, tables: &Tables, name: &str) -> Option<i64> {
-        let (table, bare) = (tables.table(name), format!("{}{name}", tables.prefix()));
-        let engine = self.engine;
-        match &self.pool {
-            #[cfg(feature = "postgres")]
-            PoolKind::Postgres(p) => {
-                let mut c = Autocommit::begin(p, engine).await.ok()?;
-                let n = engine.query_scalar(
-                    "SELECT (pg_total_relation_size(to_regclass($1)) + COALESCE((SELECT SUM(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = to_regclass($1)), 0))::bigint",
-                )
-                .bind(&table)
-                .fetch_one(&mut *c)
-                .await
-                .ok();
-                c.commit().await.ok()?;
-                n
-            }
-            #[cfg(feature = "mysql")]
-            PoolKind::MySql(p) => sqlx::query_scalar(
-                "SELECT CAST(DATA_LENGTH + INDEX_LENGTH AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-            )
-            .bind(tables.schema())
-            .bind(&bare)
-            .fetch_optional(p)
-            .await
-            .ok()
-            .flatten(),
-            #[cfg(feature = "sqlite")]
-            PoolKind::Sqlite(p) => sqlx::query_scalar::<_, Option<i64>>(
-                "SELECT SUM(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = ?1)",
-            )
-            .bind(&bare)
-            .fetch_one(p)
-            .await
-            .ok()
-            .flatten(),
-        }
-    }
-
-    /// The planner's row estimate of the oncely table `name` of `tables` (with partitions),
-    /// without scanning it; `None` where there is none (SQLite) or on error.
-    pub async fn estimated_rows(&self, tables: &Tables, name: &str) -> Option<i64> {
-        let engine = self.engine;
-        match &self.pool {
-            #[cfg(feature = "postgres")]
-            PoolKind::Postgres(p) => {
-                let mut c = Autocommit::begin(p, engine).await.ok()?;
-                let n = engine.query_scalar(
-                    "SELECT COALESCE(SUM(GREATEST(reltuples, 0)), 0)::bigint FROM pg_class WHERE oid = to_regclass($1) OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1))",
-                )
-                .bind(tables.table(name))
-                .fetch_one(&mut *c)
-                .await
-                .ok();
-                c.commit().await.ok()?;
-                n
-            }
-            #[cfg(feature = "mysql")]
-            PoolKind::MySql(p) => sqlx::query_scalar(
-                "SELECT CAST(TABLE_ROWS AS SIGNED) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-            )
-            .bind(tables.schema())
-            .bind(format!("{}{name}", tables.prefix()))
-            .fetch_optional(p)
-            .await
-            .ok()
-            .flatten(),
-            #[cfg(feature = "sqlite")]
-            PoolKind::Sqlite(_) => None,
         }
     }
 
