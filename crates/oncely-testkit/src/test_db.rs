@@ -28,9 +28,9 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct TestDb {
     url: String,
     dialect: Dialect,
+    /// oncely's tables; on a server, qualified with the schema (PostgreSQL) or database
+    /// (MySQL) made for the test and dropped with it.
     tables: Tables,
-    /// The PostgreSQL schema / MySQL database made for the test, dropped with it.
-    schema: Option<String>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -53,7 +53,6 @@ impl TestDb {
             url: format!("sqlite:{}", dir.path().join("oncely.db").display()),
             dialect: Dialect::Sqlite,
             tables: Tables::default(),
-            schema: None,
             _dir: Some(dir),
         }
     }
@@ -100,7 +99,6 @@ impl TestDb {
             tables: Tables::default()
                 .with_schema(&schema)
                 .expect("a valid name"),
-            schema: Some(schema),
             _dir: None,
         })
     }
@@ -122,15 +120,7 @@ impl TestDb {
 
     /// The test's schema (PostgreSQL) or database (MySQL); `None` on SQLite.
     pub fn schema(&self) -> Option<&str> {
-        self.schema.as_deref()
-    }
-
-    /// `name` qualified with the test's schema (`t_….name`), as is on SQLite.
-    pub fn table(&self, name: &str) -> String {
-        match &self.schema {
-            Some(s) => format!("{s}.{name}"),
-            None => name.to_owned(),
-        }
+        self.tables.schema()
     }
 
     /// Connection options naming this database's tables (the rest default).
@@ -183,7 +173,7 @@ impl Drop for TestDb {
     /// Drops the test's schema or database on a thread of its own (a test's runtime may be
     /// single-threaded, and busy dropping this); a failed test keeps it, named on stderr.
     fn drop(&mut self) {
-        let Some(schema) = self.schema.take() else {
+        let Some(schema) = self.tables.schema().map(str::to_owned) else {
             return;
         };
         if std::thread::panicking() {

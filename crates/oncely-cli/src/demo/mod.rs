@@ -303,7 +303,7 @@ impl Target {
 async fn open_store(url: &str, args: &DemoArgs) -> Result<(AnyStore, CreditTables)> {
     let connections = (args.workers as u32 + 4).max(8);
     let store = open_in_schema(url, &args.schema, connections).await?;
-    let tables = crate::demo::credit_tables(&store);
+    let tables = credit_tables(&store);
     Ok((store, tables))
 }
 

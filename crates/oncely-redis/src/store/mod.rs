@@ -183,7 +183,7 @@ impl RedisStore {
     }
 
     /// Every key matching `pattern` (a `SCAN … MATCH`, 1,000 per round trip), e.g.
-    /// `store.key("demo:balance:*")` for the balances a handler keeps under the store's tag.
+    /// `store.key("balance:*")` for the balances a handler keeps under the store's tag.
     pub async fn scan_keys(&self, pattern: &str) -> Result<Vec<String>> {
         let mut conn = self.conn.clone();
         let (mut cursor, mut out) = (0u64, Vec::new());
