@@ -64,6 +64,20 @@ impl Db {
             .map_err(db_err)
     }
 
+    /// Drops the schema (PostgreSQL) or database (MySQL) this was opened in, where no
+    /// [`TestDb`] made it: a cluster's multi-host URL, which the test servers' probe does not
+    /// take. A no-op on SQLite.
+    pub async fn drop_schema(&self) -> Result<()> {
+        let Some(schema) = self.store.tables().schema() else {
+            return Ok(());
+        };
+        let dialect = self.store.dialect();
+        let sql = dialect
+            .drop_schema_sql(schema)
+            .expect("a server has schemas");
+        self.store.pool().script(&sql).await
+    }
+
     /// Ledger rows and dead letters so far: `(ledger rows, dead-letter rows)`.
     pub async fn counts(&self) -> Result<(i64, i64)> {
         let q1 = format!("SELECT COUNT(*) FROM {}", self.ledger());

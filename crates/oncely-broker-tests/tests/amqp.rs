@@ -7,9 +7,10 @@ use oncely_broker_tests::faults::crash_run;
 use oncely_broker_tests::fixture::Broker;
 use oncely_broker_tests::ledger::Db;
 use oncely_broker_tests::procs::consumer_args;
-use oncely_broker_tests::services::{AMQP_URL, available};
+use oncely_broker_tests::services::AMQP_URL;
 use oncely_broker_tests::workload::Workload;
 use oncely_core::Source;
+use oncely_testkit::test_db::TestDb;
 use std::time::Duration;
 
 oncely_broker_tests::broker_scenarios!(Broker::RabbitMq => source_suite, connection_loss, sigkill_crash);
@@ -44,18 +45,20 @@ async fn amqp_unsettled_delivery_is_redelivered_after_reconnect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn amqp_sigkill_crash_through_pgbouncer() {
     let test = "amqp_sigkill_crash_through_pgbouncer";
-    let bouncer = oncely_testkit::services::pgbouncer_url();
     let broker = Broker::RabbitMq;
-    if !broker.up(test) || !available(test, "PgBouncer (scripts/pgbouncer.sh start)", &bouncer) {
+    if !broker.up(test) {
         return;
     }
+    let Some(place) = TestDb::pgbouncer(test).await else {
+        return;
+    };
+    let (bouncer, schema) = (place.url(), place.schema().expect("a schema"));
     let queue = broker.destination("crash_bouncer").await.expect("queue");
     let workload = Workload::new(&queue.name, 5_000, 0.2, 5, 7);
-    let schema = queue.name.clone();
-    let db = Db::open(&bouncer, Some(&schema)).await.expect("db");
+    let db = Db::open(bouncer, Some(schema)).await.expect("db");
     let publisher = broker.publish(&queue, &workload, &db).await;
     let idle = broker.idle_after_kill().as_secs();
-    let mut args = consumer_args(&queue.url, "crash", &bouncer, Some(schema.as_str()), idle);
+    let mut args = consumer_args(&queue.url, "crash", bouncer, Some(schema), idle);
     args.extend(["--concurrency".to_owned(), "8".to_owned()]);
     let run = crash_run(
         env!("CARGO_BIN_EXE_oncely-broker-consumer"),

@@ -123,6 +123,7 @@ async fn galera_node_killed_under_three_consumer_processes() {
         r.published, r.unique
     );
     assert!(cluster::script(&["start", "galera"]), "node 1 rejoins");
+    let _ = db.drop_schema().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

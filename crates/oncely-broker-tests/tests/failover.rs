@@ -167,13 +167,7 @@ async fn failover_run(mode: &str, store_query: &str, n: usize, kill_at: i64) -> 
         .map(|(id, _)| id.as_str())
         .filter(|id| !applied.contains(*id))
         .collect();
-    // The HA cluster's two-host URL is no test server's: its schema is dropped here.
-    let drop_sql = db
-        .store()
-        .dialect()
-        .drop_schema_sql(&schema)
-        .expect("a schema");
-    let _ = oncely_sql::SqlTx::script(&mut db.store().pool(), &drop_sql).await;
+    let _ = db.drop_schema().await;
     drop(db);
     // What the killed primary had committed when it died: its data directory, started again
     // on its own (a diverged primary nobody else uses).

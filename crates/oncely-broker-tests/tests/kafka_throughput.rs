@@ -7,8 +7,8 @@ use oncely_broker_tests::check::Report;
 use oncely_broker_tests::fixture::Broker;
 use oncely_broker_tests::kafka::{brokers, consume, url};
 use oncely_broker_tests::ledger::Db;
-use oncely_broker_tests::ledger::sqlite_db;
-use oncely_broker_tests::services::{PG_URL, available, unique};
+use oncely_broker_tests::ledger::{postgres_db, sqlite_db};
+use oncely_broker_tests::services::unique;
 use oncely_broker_tests::workload::Workload;
 use oncely_kafka::create_topic;
 use tokio_util::sync::CancellationToken;
@@ -46,10 +46,7 @@ async fn kafka_throughput() {
     let (db, _dir) = sqlite_db().await;
     let sqlite = measure("SQLite (FULL)", &db, 5000).await;
     let mut postgres = None;
-    if available("kafka_throughput", "PostgreSQL", "127.0.0.1:5432") {
-        let db = Db::open(PG_URL, Some(&unique("kafka_tp")))
-            .await
-            .expect("postgres");
+    if let Some((db, _place)) = postgres_db("kafka_throughput").await {
         postgres = Some(measure("PostgreSQL", &db, 5000).await);
     }
     let postgres = postgres.map_or("skipped".to_owned(), |r| format!("{r:.0}/s"));
