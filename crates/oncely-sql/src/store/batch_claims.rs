@@ -5,6 +5,7 @@ use super::SqlStore;
 use crate::batch::{CLAIM_LOCK_SEED, CLAIM_LOCKED, Found, list};
 use crate::dialect::Dialect;
 use crate::error::db;
+use crate::query::{Column, SqlDatabase, Value};
 use oncely_core::{Claim, ConsumerName, Error, MessageId, PayloadHash, Result, Store};
 #[cfg(feature = "mysql")]
 use sqlx::MySql;
@@ -23,8 +24,7 @@ impl SqlStore<Postgres> {
         chunk: &[(&str, PayloadHash)],
         found: &mut Found,
     ) -> Result<()> {
-        let inbox = self.tables().inbox();
-        let now = Dialect::Postgres.now_ms_sql();
+        let (inbox, now) = (self.tables().inbox(), Dialect::Postgres.now_ms_sql());
         let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
         let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
         let partitioned = self.partitioned_inbox(tx).await?;
@@ -185,35 +185,20 @@ impl SqlStore<Sqlite> {
         if rest.is_empty() {
             return Ok(());
         }
-        for (id, hash) in self.stored_hashes(&mut **tx, consumer, &rest).await? {
+        for (id, hash) in self.stored_hashes(tx, consumer, &rest).await? {
             found.store_hash(id, &hash)?;
         }
         Ok(())
     }
 
     /// `(message_id, payload_hash)` of the ids the inbox holds for `consumer`.
-    pub(crate) async fn stored_hashes<'e>(
+    pub(crate) async fn stored_hashes(
         &self,
-        executor: impl sqlx::SqliteExecutor<'e>,
+        conn: &mut sqlx::SqliteConnection,
         consumer: &ConsumerName,
         ids: &[&str],
     ) -> Result<Vec<(String, String)>> {
-        let inbox = self.tables().inbox();
-        let mut select = self.engine().query_as(AssertSqlSafe(format!(
-            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ?1 AND message_id IN ({})",
-            (0..ids.len())
-                .map(|i| format!("?{}", i + 2))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )))
-        .bind(consumer.as_str());
-        for id in ids {
-            select = select.bind(*id);
-        }
-        select
-            .fetch_all(executor)
-            .await
-            .map_err(|e| db("reading claimed payload hashes", e))
+        self.stored_hashes_listed(conn, consumer, ids).await
     }
 }
 
@@ -226,10 +211,9 @@ impl SqlStore<MySql> {
         chunk: &[(&str, PayloadHash)],
         found: &mut Found,
     ) -> Result<()> {
-        let inbox = self.tables().inbox();
         // 1. Ids already claimed (a plain read: no gap locks).
         let ids: Vec<&str> = chunk.iter().map(|(id, _)| *id).collect();
-        for (id, hash) in self.stored_hashes(&mut **tx, consumer, &ids).await? {
+        for (id, hash) in self.stored_hashes(tx, consumer, &ids).await? {
             found.store_hash(id, &hash)?;
         }
         let rest: Vec<(&str, PayloadHash)> = chunk
@@ -249,6 +233,7 @@ impl SqlStore<MySql> {
             .execute(&mut **tx)
             .await
             .map_err(|e| db("batch savepoint", e))?;
+        let inbox = self.tables().inbox();
         let row = format!("(?, ?, ?, {})", Dialect::MySql.now_ms_sql());
         let mut insert = self.engine().query(AssertSqlSafe(format!(
             "INSERT IGNORE INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}",
@@ -306,28 +291,50 @@ impl SqlStore<MySql> {
     }
 
     /// `(message_id, payload_hash)` of the ids the inbox holds for `consumer`.
-    pub(crate) async fn stored_hashes<'e>(
+    pub(crate) async fn stored_hashes(
         &self,
-        executor: impl sqlx::MySqlExecutor<'e>,
+        conn: &mut sqlx::MySqlConnection,
+        consumer: &ConsumerName,
+        ids: &[&str],
+    ) -> Result<Vec<(String, String)>> {
+        self.stored_hashes_listed(conn, consumer, ids).await
+    }
+}
+
+impl<DB: SqlDatabase> SqlStore<DB> {
+    /// `(message_id, payload_hash)` of the ids the inbox holds for `consumer`, the ids bound
+    /// one by one in an `IN` list (SQLite and MySQL; PostgreSQL binds them as one array).
+    /// MySQL's ids are bytes (`VARBINARY`), SQLite's text.
+    async fn stored_hashes_listed(
+        &self,
+        conn: &mut DB::Connection,
         consumer: &ConsumerName,
         ids: &[&str],
     ) -> Result<Vec<(String, String)>> {
         let inbox = self.tables().inbox();
-        let mut select = self.engine().query_as(AssertSqlSafe(format!(
-            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = ? AND message_id IN ({})",
-            list(1, ids.len(), false)
-        )))
-        .bind(consumer.as_str());
-        for id in ids {
-            select = select.bind(id.as_bytes());
-        }
-        let rows: Vec<(Vec<u8>, String)> = select
-            .fetch_all(executor)
-            .await
-            .map_err(|e| db("reading claimed payload hashes", e))?;
+        let sql = format!(
+            "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = $1 AND message_id IN ({})",
+            list(2, ids.len(), true)
+        );
+        let id = |id: &str| match DB::DIALECT {
+            Dialect::MySql => Value::Bytes(id.as_bytes().to_vec()),
+            _ => Value::from(id),
+        };
+        let args: Vec<Value> = std::iter::once(consumer.as_str().into())
+            .chain(ids.iter().map(|i| id(i)))
+            .collect();
+        let rows = DB::fetch(
+            conn,
+            self.engine(),
+            &sql,
+            &args,
+            &[Column::Text, Column::Text],
+        )
+        .await
+        .map_err(|e| db("reading claimed payload hashes", e))?;
         Ok(rows
-            .into_iter()
-            .map(|(id, hash)| (String::from_utf8_lossy(&id).into_owned(), hash))
+            .iter()
+            .map(|row| (row[0].text(), row[1].text()))
             .collect())
     }
 }
