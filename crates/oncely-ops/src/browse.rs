@@ -136,35 +136,21 @@ pub async fn page(
         len = d.cast_i64("LENGTH(payload)"),
         table = ops.tables().dead_letters(),
     );
-    let cols = [
-        Column::I64,
-        Column::Text,
-        Column::OptText,
-        Column::Text,
-        Column::Text,
-        Column::I64,
-        Column::I64,
-        Column::I64,
-        Column::I64,
-        Column::I64,
-    ];
-    let rows = ops.autocommit().fetch(&sql, &binds, &cols).await;
-    Ok(rows
-        .map_err(doing("listing dead letters"))?
-        .iter()
-        .map(|r| Summary {
-            id: r[0].i64(),
-            consumer: r[1].text(),
-            message_id: r[2].opt_text(),
-            reason: r[3].text(),
-            detail: r[4].text(),
-            attempts: r[5].i64(),
-            dead_lettered_at: r[6].i64(),
-            last_seen: r[7].i64(),
-            deliveries: r[8].i64(),
-            payload_len: r[9].i64(),
-        })
-        .collect())
+    use Column::{I64, OptText, Text};
+    let cols = [I64, Text, OptText, Text, Text, I64, I64, I64, I64, I64];
+    ops.rows("listing dead letters", &sql, &binds, &cols, |r| Summary {
+        id: r[0].i64(),
+        consumer: r[1].text(),
+        message_id: r[2].opt_text(),
+        reason: r[3].text(),
+        detail: r[4].text(),
+        attempts: r[5].i64(),
+        dead_lettered_at: r[6].i64(),
+        last_seen: r[7].i64(),
+        deliveries: r[8].i64(),
+        payload_len: r[9].i64(),
+    })
+    .await
 }
 
 /// How many rows match `q`.
@@ -186,12 +172,10 @@ pub async fn ids(ops: &Ops, q: &Query, limit: u32) -> Result<Vec<i64>> {
         "SELECT id FROM {} WHERE {cond} ORDER BY id LIMIT {limit}",
         ops.tables().dead_letters()
     );
-    let rows = ops.autocommit().fetch(&sql, &binds, &[Column::I64]).await;
-    Ok(rows
-        .map_err(doing("listing dead letters"))?
-        .iter()
-        .map(|r| r[0].i64())
-        .collect())
+    ops.rows("listing dead letters", &sql, &binds, &[Column::I64], |r| {
+        r[0].i64()
+    })
+    .await
 }
 
 /// Longest error class [`groups`] returns, in characters.
@@ -232,29 +216,18 @@ pub async fn groups(ops: &Ops, q: &Query) -> Result<Vec<Group>> {
         last = d.cast_i64("MAX(last_seen)"),
         table = ops.tables().dead_letters(),
     );
-    let cols = [
-        Column::Text,
-        Column::Text,
-        Column::Text,
-        Column::I64,
-        Column::I64,
-        Column::I64,
-        Column::I64,
-    ];
-    let rows = ops.autocommit().fetch(&sql, &binds, &cols).await;
-    Ok(rows
-        .map_err(doing("grouping dead letters"))?
-        .iter()
-        .map(|r| Group {
-            consumer: r[0].text(),
-            reason: r[1].text(),
-            error_class: r[2].text(),
-            rows: r[3].i64(),
-            deliveries: r[4].i64(),
-            first_seen: r[5].i64(),
-            last_seen: r[6].i64(),
-        })
-        .collect())
+    use Column::{I64, Text};
+    let cols = [Text, Text, Text, I64, I64, I64, I64];
+    ops.rows("grouping dead letters", &sql, &binds, &cols, |r| Group {
+        consumer: r[0].text(),
+        reason: r[1].text(),
+        error_class: r[2].text(),
+        rows: r[3].i64(),
+        deliveries: r[4].i64(),
+        first_seen: r[5].i64(),
+        last_seen: r[6].i64(),
+    })
+    .await
 }
 
 /// Rows per hour since `since_ms` ([`per_bucket`] with hours).

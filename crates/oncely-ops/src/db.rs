@@ -3,7 +3,9 @@
 use oncely_core::{Error, Result};
 use oncely_sql::error::is_missing_table;
 use oncely_sql::sqlx::Pool;
-use oncely_sql::{AnyPool, AnyStore, AnyTx, Dialect, SqlDatabase, SqlStore, Tables};
+use oncely_sql::{
+    AnyPool, AnyStore, AnyTx, Column, Dialect, SqlDatabase, SqlStore, SqlTx, Tables, Value,
+};
 
 /// What the operations run against: a pool and the tables of one oncely installation.
 #[derive(Debug, Clone)]
@@ -51,6 +53,20 @@ impl Ops {
     /// (autocommit): for reads and single writes that need no transaction.
     pub(crate) fn autocommit(&self) -> AnyPool {
         self.pool.clone()
+    }
+
+    /// Runs a query on its own ([`Ops::autocommit`]) and decodes each row with `row`; an
+    /// error says `what` was being done.
+    pub(crate) async fn rows<T>(
+        &self,
+        what: &str,
+        sql: &str,
+        args: &[Value],
+        cols: &[Column],
+        row: impl Fn(&[Value]) -> T,
+    ) -> Result<Vec<T>> {
+        let rows = self.autocommit().fetch(sql, args, cols).await;
+        Ok(rows.map_err(doing(what))?.iter().map(|r| row(r)).collect())
     }
 }
 

@@ -150,12 +150,8 @@ async fn select(
         dead_letter_columns(ops.dialect()),
         ops.tables().dead_letters()
     );
-    let rows = ops.autocommit().fetch(&sql, &args, DEAD_LETTER_TYPES).await;
-    Ok(rows
-        .map_err(doing(what))?
-        .iter()
-        .map(|r| decode_dead_letter(r))
-        .collect())
+    ops.rows(what, &sql, &args, DEAD_LETTER_TYPES, decode_dead_letter)
+        .await
 }
 
 /// The ids of the rows matching `filter`, oldest first (no payloads read).
@@ -165,12 +161,10 @@ pub async fn ids(ops: &Ops, filter: &Filter) -> Result<Vec<i64>> {
         "SELECT id FROM {} WHERE {condition} ORDER BY id",
         ops.tables().dead_letters()
     );
-    let rows = ops.autocommit().fetch(&sql, &args, &[Column::I64]).await;
-    Ok(rows
-        .map_err(doing("listing dead letters"))?
-        .iter()
-        .map(|r| r[0].i64())
-        .collect())
+    ops.rows("listing dead letters", &sql, &args, &[Column::I64], |r| {
+        r[0].i64()
+    })
+    .await
 }
 
 /// The WHERE clause of a filter and its arguments, in placeholder order.

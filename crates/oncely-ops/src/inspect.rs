@@ -145,21 +145,15 @@ async fn journal(ops: &Ops, id: &str, consumers: &[String]) -> Result<Option<Vec
         .flat_map(|p| [p.into(), end(p).into()])
         .collect();
     let cols = [Column::Text, Column::Text, Column::Text, Column::I64];
-    let rows = ops
-        .autocommit()
-        .fetch(&sql, &args, &cols)
-        .await
-        .map_err(doing("reading the effect journal"));
-    Ok(unless_missing(rows)?.map(|rows| {
-        rows.iter()
-            .map(|r| JournalRow {
-                effect_key: r[0].text(),
-                kind: r[1].text(),
-                state: r[2].text(),
-                updated_at: r[3].i64(),
-            })
-            .collect()
-    }))
+    let rows = ops.rows("reading the effect journal", &sql, &args, &cols, |r| {
+        JournalRow {
+            effect_key: r[0].text(),
+            kind: r[1].text(),
+            state: r[2].text(),
+            updated_at: r[3].i64(),
+        }
+    });
+    unless_missing(rows.await)
 }
 
 async fn outbox(ops: &Ops, id: &str) -> Result<Option<Vec<OutboxRow>>> {
@@ -170,19 +164,12 @@ async fn outbox(ops: &Ops, id: &str) -> Result<Option<Vec<OutboxRow>>> {
         ops.dialect().param(1)
     );
     let cols = [Column::I64, Column::Text, Column::I64, Column::OptI64];
-    let rows = ops
-        .autocommit()
-        .fetch(&sql, &[id.into()], &cols)
-        .await
-        .map_err(doing("reading the outbox"));
-    Ok(unless_missing(rows)?.map(|rows| {
-        rows.iter()
-            .map(|r| OutboxRow {
-                id: r[0].i64(),
-                destination: r[1].text(),
-                created_at: r[2].i64(),
-                dispatched_at: r[3].opt_i64(),
-            })
-            .collect()
-    }))
+    let args = [id.into()];
+    let rows = ops.rows("reading the outbox", &sql, &args, &cols, |r| OutboxRow {
+        id: r[0].i64(),
+        destination: r[1].text(),
+        created_at: r[2].i64(),
+        dispatched_at: r[3].opt_i64(),
+    });
+    unless_missing(rows.await)
 }
