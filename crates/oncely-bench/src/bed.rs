@@ -95,6 +95,30 @@ impl Sql {
     fn ddl(&self) -> Vec<String> {
         self.credits.ddl()
     }
+
+    /// The statements that empty the bench tables: one `TRUNCATE` on PostgreSQL, one per table
+    /// on MariaDB, and on SQLite `DELETE`s, then a checkpoint that truncates the WAL file.
+    fn reset(&self) -> Vec<String> {
+        let tables = [
+            &self.ledger,
+            &self.accounts,
+            &self.inbox,
+            &self.dead_letters,
+        ];
+        let each = |verb: &str| tables.iter().map(|t| format!("{verb} {t}")).collect();
+        match self.credits.dialect() {
+            Dialect::Postgres => vec![format!(
+                "TRUNCATE {}",
+                tables.map(String::as_str).join(", ")
+            )],
+            Dialect::MySql => each("TRUNCATE TABLE"),
+            Dialect::Sqlite => {
+                let mut sql: Vec<String> = each("DELETE FROM");
+                sql.push("PRAGMA wal_checkpoint(TRUNCATE)".to_owned());
+                sql
+            }
+        }
+    }
 }
 
 /// A credit write's sqlx error, classified by the workspace's one classifier.
@@ -314,6 +338,16 @@ macro_rules! common_ops {
                 .into()
         }
 
+        async fn reset(&self) -> Result<()> {
+            for statement in self.sql.reset() {
+                sqlx::query(AssertSqlSafe(statement))
+                    .execute(&self.pool)
+                    .await
+                    .context("emptying the bench tables")?;
+            }
+            Ok(())
+        }
+
         fn handler(&self) -> Credits {
             Credits {
                 sql: self.sql.clone(),
@@ -384,18 +418,6 @@ macro_rules! common_ops {
 impl Ops for Bed<Postgres> {
     common_ops!(Postgres);
 
-    async fn reset(&self) -> Result<()> {
-        let sql = &self.sql;
-        sqlx::query(AssertSqlSafe(format!(
-            "TRUNCATE {}, {}, {}, {}",
-            sql.ledger, sql.accounts, sql.inbox, sql.dead_letters
-        )))
-        .execute(&self.pool)
-        .await
-        .context("truncating the bench tables")?;
-        Ok(())
-    }
-
     async fn raw(&self, consumer: &str, items: &[Item]) -> oncely_core::Result<()> {
         let mut tx = self.begin().await.map_err(db_err)?;
         match items {
@@ -408,21 +430,6 @@ impl Ops for Bed<Postgres> {
 
 impl Ops for Bed<Sqlite> {
     common_ops!(Sqlite);
-
-    async fn reset(&self) -> Result<()> {
-        let sql = &self.sql;
-        for t in [&sql.ledger, &sql.accounts, &sql.inbox, &sql.dead_letters] {
-            sqlx::query(AssertSqlSafe(format!("DELETE FROM {t}")))
-                .execute(&self.pool)
-                .await
-                .context("emptying the bench tables")?;
-        }
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.pool)
-            .await
-            .context("checkpointing")?;
-        Ok(())
-    }
 
     async fn raw(&self, consumer: &str, items: &[Item]) -> oncely_core::Result<()> {
         let mut tx = self.begin().await.map_err(db_err)?;
@@ -438,17 +445,6 @@ impl Ops for Bed<Sqlite> {
 /// reference and the batch handler are written for PostgreSQL and SQLite.
 impl Ops for Bed<MySql> {
     common_ops!(MySql);
-
-    async fn reset(&self) -> Result<()> {
-        let sql = &self.sql;
-        for t in [&sql.ledger, &sql.accounts, &sql.inbox, &sql.dead_letters] {
-            sqlx::query(AssertSqlSafe(format!("TRUNCATE TABLE {t}")))
-                .execute(&self.pool)
-                .await
-                .context("emptying the bench tables")?;
-        }
-        Ok(())
-    }
 
     async fn raw(&self, _consumer: &str, _items: &[Item]) -> oncely_core::Result<()> {
         Err(Error::config(

@@ -30,6 +30,23 @@
 //! `--horizon` runs the long-horizon mode instead ([`horizon`]): the inbox prefilled to a
 //! week of ids (10^6, 10^7 rows) beside the empty inbox, per layout.
 
+/// Two runs' figures as one: `merged!(a, b => T { sum: [..], max: [..], all: [..] })` adds the
+/// `sum` fields, keeps the larger of the `max` fields, ands the `all` fields, and takes the rest
+/// from `rest: expr` if given.
+macro_rules! merged {
+    ($a:expr, $b:expr => $ty:ident {
+        sum: [$($s:ident),*], max: [$($m:ident),*], all: [$($l:ident),*] $(, rest: $rest:expr)?
+    }) => {{
+        let (a, b) = ($a, $b);
+        $ty {
+            $($s: a.$s + b.$s,)*
+            $($m: a.$m.max(b.$m),)*
+            $($l: a.$l && b.$l,)*
+            $(..$rest)?
+        }
+    }};
+}
+
 pub mod bed;
 pub mod broker;
 pub mod cells;

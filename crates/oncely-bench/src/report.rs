@@ -299,43 +299,17 @@ impl Report {
             at_most: true,
             holds: value.map(|v| v <= target),
         };
-        vec![
-            t(
-                "pg_group_commit_vs_plain_c16",
-                "PostgreSQL: oncely's defaults (per-message handler, group commit, 4 lanes) / plain consumer at 16",
-                self.ratio((pg, Group, g, lanes), (pg, Plain, 1, 16)),
-                2.0,
-            ),
-            t(
-                "amqp_pg_vs_bare_consumer",
-                "RabbitMQ into PostgreSQL, defaults and a plain URL: oncely / min(bare lapin consumer, oncely in process), median of the rounds' ratios",
-                self.broker_ratio(Broker::Amqp, pg),
-                0.9,
-            ),
-            t(
-                "nats_pg_vs_bare_consumer",
-                "NATS JetStream into PostgreSQL, defaults and a plain URL: oncely / min(bare async-nats consumer, oncely in process), median of the rounds' ratios",
-                self.broker_ratio(Broker::Nats, pg),
-                0.8,
-            ),
-            t(
-                "redis_pg_vs_bare_consumer",
-                "Redis Streams into PostgreSQL, defaults and a plain URL: oncely / min(bare redis-rs consumer, oncely in process), median of the rounds' ratios",
-                self.broker_ratio(Broker::Redis, pg),
-                0.8,
-            ),
-            t(
-                "mqtt_pg_vs_bare_consumer",
-                "MQTT (Mosquitto) into PostgreSQL, defaults and a plain URL, a 900-message backlog: oncely / min(bare rumqttc consumer, oncely in process), median of the rounds' ratios",
-                self.broker_ratio(Broker::Mqtt, pg),
-                0.8,
-            ),
-            t(
-                "kafka_pg_vs_bare_consumer",
-                "Kafka into PostgreSQL, defaults and a plain URL (a group of its own), timed from the first record: oncely / min(bare rdkafka consumer, oncely in process), median of the rounds' ratios",
-                self.broker_ratio(Broker::Kafka, pg),
-                0.8,
-            ),
+        let mut targets = vec![t(
+            "pg_group_commit_vs_plain_c16",
+            "PostgreSQL: oncely's defaults (per-message handler, group commit, 4 lanes) / plain consumer at 16",
+            self.ratio((pg, Group, g, lanes), (pg, Plain, 1, 16)),
+            2.0,
+        )];
+        targets.extend(Broker::ALL.map(|broker| {
+            let (key, what, target) = broker.bare_target();
+            t(key, what, self.broker_ratio(broker, pg), target)
+        }));
+        targets.extend([
             t(
                 "pg_duplicate_vs_pk_lookup",
                 "PostgreSQL: redelivered duplicates through oncely (group commit) / bare primary-key SELECTs on one connection",
@@ -408,7 +382,8 @@ impl Report {
                 ),
                 0.75,
             ),
-        ]
+        ]);
+        targets
     }
 
     /// Ratios without a target, for the docs.

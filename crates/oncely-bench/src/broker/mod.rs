@@ -115,6 +115,38 @@ impl Broker {
         }
     }
 
+    /// The key, description and target of oncely's ratio to this broker's bare consumer, into
+    /// PostgreSQL (see [`crate::report::Report::targets`]).
+    pub fn bare_target(self) -> (&'static str, &'static str, f64) {
+        match self {
+            Self::Amqp => (
+                "amqp_pg_vs_bare_consumer",
+                "RabbitMQ into PostgreSQL, defaults and a plain URL: oncely / min(bare lapin consumer, oncely in process), median of the rounds' ratios",
+                0.9,
+            ),
+            Self::Nats => (
+                "nats_pg_vs_bare_consumer",
+                "NATS JetStream into PostgreSQL, defaults and a plain URL: oncely / min(bare async-nats consumer, oncely in process), median of the rounds' ratios",
+                0.8,
+            ),
+            Self::Redis => (
+                "redis_pg_vs_bare_consumer",
+                "Redis Streams into PostgreSQL, defaults and a plain URL: oncely / min(bare redis-rs consumer, oncely in process), median of the rounds' ratios",
+                0.8,
+            ),
+            Self::Mqtt => (
+                "mqtt_pg_vs_bare_consumer",
+                "MQTT (Mosquitto) into PostgreSQL, defaults and a plain URL, a 900-message backlog: oncely / min(bare rumqttc consumer, oncely in process), median of the rounds' ratios",
+                0.8,
+            ),
+            Self::Kafka => (
+                "kafka_pg_vs_bare_consumer",
+                "Kafka into PostgreSQL, defaults and a plain URL (a group of its own), timed from the first record: oncely / min(bare rdkafka consumer, oncely in process), median of the rounds' ratios",
+                0.8,
+            ),
+        }
+    }
+
     /// The name of the broker's server process (as `/proc/<pid>/comm` shows it).
     fn process(self) -> &'static str {
         match self {

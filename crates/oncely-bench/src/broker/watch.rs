@@ -69,19 +69,12 @@ impl PathStats {
 
     /// Two runs' sums together.
     pub(crate) fn merge(self, o: PathStats) -> PathStats {
-        PathStats {
-            wall_ms: self.wall_ms + o.wall_ms,
-            groups: self.groups + o.groups,
-            grouped: self.grouped + o.grouped,
-            singles: self.singles + o.singles,
-            group_ms: self.group_ms + o.group_ms,
-            source_ms: self.source_ms + o.source_ms,
-            first_delivery_ms: self.first_delivery_ms + o.first_delivery_ms,
-            acks: self.acks + o.acks,
-            ack_ms: self.ack_ms + o.ack_ms,
-            max_ack_ms: self.max_ack_ms.max(o.max_ack_ms),
-            ..PathStats::default()
-        }
+        merged!(self, o => PathStats {
+            sum: [wall_ms, groups, grouped, singles, group_ms, source_ms, first_delivery_ms, acks, ack_ms],
+            max: [max_ack_ms],
+            all: [],
+            rest: PathStats::default()
+        })
         .finish()
     }
 }

@@ -118,19 +118,12 @@ pub struct PeerCheck {
 impl PeerCheck {
     /// Two rounds' verdicts together.
     pub(crate) fn merge(self, o: PeerCheck) -> PeerCheck {
-        PeerCheck {
-            ledger_entries: self.ledger_entries + o.ledger_entries,
-            double: self.double + o.double,
-            lost: self.lost + o.lost,
-            foreign: self.foreign + o.foreign,
-            conflicts_injected: self.conflicts_injected + o.conflicts_injected,
-            conflicts_caught: self.conflicts_caught + o.conflicts_caught,
-            other_dead_letters: self.other_dead_letters + o.other_dead_letters,
-            expected_total: self.expected_total + o.expected_total,
-            balance_total: self.balance_total + o.balance_total,
-            total_off: self.total_off + o.total_off,
-            ok: self.ok && o.ok,
-        }
+        merged!(self, o => PeerCheck {
+            sum: [ledger_entries, double, lost, foreign, conflicts_injected, conflicts_caught,
+                other_dead_letters, expected_total, balance_total, total_off],
+            max: [],
+            all: [ok]
+        })
     }
 }
 
