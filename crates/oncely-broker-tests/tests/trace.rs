@@ -30,26 +30,20 @@ use oncely_core::{
 };
 use oncely_effects::{OutboxMessage, Outgoing, Publisher, Relay};
 use oncely_sql::{AnyStore, SqliteStore};
-use opentelemetry::trace::{SpanId, TraceId, TracerProvider};
+use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use sqlx::{Sqlite, Transaction};
 use std::sync::OnceLock;
 use std::time::Duration;
 use tracing::Instrument;
-use tracing_subscriber::layer::SubscriberExt;
 
 /// The process-wide subscriber with an OpenTelemetry layer exporting into memory (global, so
 /// spans from every runtime thread are seen; each test picks its spans by trace id).
 fn otel() -> &'static (InMemorySpanExporter, SdkTracerProvider) {
     static OTEL: OnceLock<(InMemorySpanExporter, SdkTracerProvider)> = OnceLock::new();
     OTEL.get_or_init(|| {
-        let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .build();
-        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("oncely-test"));
-        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
-            .expect("one global subscriber");
+        let (subscriber, exporter, provider) = oncely_testkit::otel::in_memory();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
         (exporter, provider)
     })
 }

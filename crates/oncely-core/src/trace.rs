@@ -163,28 +163,10 @@ fn header<'a>(headers: &'a BTreeMap<String, String>, name: &str) -> Option<&'a s
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use opentelemetry::trace::{SpanId, TraceId, TracerProvider};
-    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+    use oncely_testkit::otel::in_memory as otel;
+    use opentelemetry::trace::{SpanId, TraceId};
+    use opentelemetry_sdk::trace::SpanData;
     use proptest::prelude::*;
-    use tracing_subscriber::layer::SubscriberExt;
-
-    /// A subscriber with an OpenTelemetry layer exporting into memory.
-    pub(crate) fn otel() -> (
-        impl tracing::Subscriber + Send + Sync,
-        InMemorySpanExporter,
-        SdkTracerProvider,
-    ) {
-        let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .build();
-        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
-        (
-            tracing_subscriber::registry().with(layer),
-            exporter,
-            provider,
-        )
-    }
 
     pub(crate) fn span<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
         spans

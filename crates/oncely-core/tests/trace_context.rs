@@ -10,10 +10,10 @@ use oncely_core::{
     CancellationToken, Consumer, ConsumerName, Envelope, Error, Handled, Handler, MemorySource,
     Outcome, RawEnvelope, Source,
 };
-use opentelemetry::trace::{SpanId, TraceId, TracerProvider};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use oncely_testkit::otel::in_memory as otel;
+use opentelemetry::trace::{SpanId, TraceId};
+use opentelemetry_sdk::trace::SpanData;
 use support::{MemStore, MemTx};
-use tracing_subscriber::layer::SubscriberExt;
 
 /// Records its effect inside a span of its own, as a user's handler would.
 struct Effect;
@@ -24,23 +24,6 @@ impl Handler<MemTx> for Effect {
         tx.effect(msg.id().as_str());
         Ok(Handled::Applied)
     }
-}
-
-fn otel() -> (
-    impl tracing::Subscriber + Send + Sync,
-    InMemorySpanExporter,
-    SdkTracerProvider,
-) {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
-    (
-        tracing_subscriber::registry().with(layer),
-        exporter,
-        provider,
-    )
 }
 
 const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";

@@ -44,6 +44,8 @@ mod faulty_source;
 mod harness;
 mod ledger;
 mod memory_store;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod provider;
 pub mod redis_server;
 pub mod services;

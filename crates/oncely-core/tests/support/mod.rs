@@ -36,6 +36,17 @@ pub struct MemTx {
 }
 
 impl MemTx {
+    fn on(tables: &Arc<Mutex<Tables>>) -> Self {
+        let (claims, effects, held) = (Vec::new(), Vec::new(), Vec::new());
+        let tables = tables.clone();
+        Self {
+            tables,
+            claims,
+            effects,
+            held,
+        }
+    }
+
     /// Writes one effect row inside the transaction.
     pub fn effect(&mut self, id: &str) {
         self.effects.push(id.to_owned());
@@ -77,12 +88,7 @@ impl Store for MemStore {
     type Tx = MemTx;
 
     async fn begin(&self) -> Result<MemTx> {
-        Ok(MemTx {
-            tables: self.tables.clone(),
-            claims: Vec::new(),
-            effects: Vec::new(),
-            held: Vec::new(),
-        })
+        Ok(MemTx::on(&self.tables))
     }
 
     async fn claim(
@@ -94,12 +100,9 @@ impl Store for MemStore {
     ) -> Result<Claim> {
         let key = (consumer.as_str().to_owned(), id.as_str().to_owned());
         let mut t = lock(&self.tables);
-        if let Some(stored) = t.inbox.get(&key) {
-            return Ok(if *stored == hash {
-                Claim::Duplicate
-            } else {
-                Claim::Conflict { stored: *stored }
-            });
+        let claim = Claim::given(t.inbox.get(&key).copied(), hash);
+        if claim != Claim::Fresh {
+            return Ok(claim);
         }
         if !t.pending.insert(key.clone()) {
             return Err(Error::transient("claim held by another transaction"));
