@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::harness::{SqlHarness, with_database};
+use common::harness::SqlHarness;
+use common::with_database;
 use oncely_sql::{Dialect, MySqlStore};
 use oncely_testkit::ExerciseOptions;
 

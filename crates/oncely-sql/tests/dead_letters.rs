@@ -6,7 +6,7 @@
 mod common;
 
 use common::dead_letter_suite as suite;
-use common::{TestStore, db_clock, mysql, pg, sqlite, text};
+use common::{HarnessStore, TestStore, db_clock, mysql, pg, sqlite, text};
 use oncely_core::{Claim, ConsumerName, MessageId, PayloadHash, Store};
 use oncely_sql::sqlx;
 

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{TestStore, mysql, suite};
+use common::{HarnessStore, mysql, suite};
 use oncely_core::{Claim, ConsumerName, ErrorKind, MessageId, PayloadHash, Store};
 use oncely_sql::MySqlStore;
 use oncely_sql::sqlx::{self, AssertSqlSafe};

@@ -9,17 +9,15 @@
 
 mod common;
 
+use common::harness::SqlHarness;
 use common::pg_url;
-use oncely_core::{Error, Result};
-use oncely_sql::sqlx::{self, AssertSqlSafe, Connection, Postgres, Transaction};
+use oncely_sql::sqlx::{self, AssertSqlSafe, Connection, Postgres};
 use oncely_sql::{
-    AnyPool, ConnectOptions, Dialect, Engine, PgStore, SqlDatabase, SqlStore, SqlTx, SqliteStore,
-    Value,
+    AnyPool, ConnectOptions, PgStore, SqlDatabase, SqlStore, SqlTx, SqliteStore, Value,
 };
-use oncely_testkit::services::unique;
-use oncely_testkit::{ExerciseOptions, StoreHarness, services};
+use oncely_testkit::{ExerciseOptions, services};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// The test-owned PgBouncer (transaction pooling) in front of the machine's PostgreSQL.
 fn bouncer_url(database: &str) -> String {
@@ -40,10 +38,6 @@ async fn bouncer_and_server_up(test: &str) -> bool {
     )
     .await
         && services::available(test, "PostgreSQL", &pg_url()).await
-}
-
-fn db(e: sqlx::Error) -> Error {
-    Error::transient("test query failed").with_source(e)
 }
 
 const CLIENTS: u64 = 24;
@@ -87,82 +81,6 @@ where
         wrong.load(Ordering::Relaxed),
         failed.load(Ordering::Relaxed),
     )
-}
-
-/// One database per case (PgBouncer maps every database name to the server's), so the
-/// suite's static `add_effect` finds its ledger without a session `search_path`, which a
-/// transaction pooler cannot keep.
-struct BouncedHarness {
-    databases: Mutex<Vec<String>>,
-    admin: sqlx::PgPool,
-}
-
-impl StoreHarness for BouncedHarness {
-    type Store = PgStore;
-
-    async fn fresh(&self) -> Result<PgStore> {
-        let name = unique("pooled");
-        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&self.admin)
-            .await
-            .map_err(db)?;
-        self.databases.lock().unwrap().push(name.clone());
-        let options = ConnectOptions {
-            max_connections: 8,
-            ..ConnectOptions::default()
-        };
-        let store = PgStore::connect_with(&bouncer_url(&name), &options).await?;
-        store.migrate().await?;
-        // In portable mode (a transaction pooler is one reason) the migration lock is a lease.
-        let sql = format!("SELECT COUNT(*) FROM {}", store.tables().ops_leases());
-        let leases = store.any_pool().fetch_i64(&sql, &[]).await?.unwrap_or(-1);
-        assert_eq!(leases, 0, "the migration lease was released");
-        sqlx::raw_sql(
-            "CREATE TABLE ledger (seq BIGSERIAL PRIMARY KEY, message_id TEXT NOT NULL, amount BIGINT NOT NULL)",
-        )
-        .execute(store.pool())
-        .await
-        .map_err(db)?;
-        Ok(store)
-    }
-
-    async fn add_effect(
-        tx: &mut Transaction<'static, Postgres>,
-        message_id: &str,
-        amount: i64,
-    ) -> Result<()> {
-        Postgres::execute(
-            &mut **tx,
-            Engine::assumed(Dialect::Postgres),
-            "INSERT INTO ledger (message_id, amount) VALUES ($1, $2)",
-            &[message_id.into(), amount.into()],
-        )
-        .await
-        .map_err(db)?;
-        Ok(())
-    }
-
-    async fn clock(store: &PgStore) -> Result<std::time::SystemTime> {
-        common::db_clock(store).await
-    }
-
-    fn dead_letter_limits(&self) -> oncely_testkit::DeadLetterLimits {
-        common::sql_limits(oncely_sql::Dialect::Postgres)
-    }
-
-    async fn effects(store: &PgStore) -> Result<Vec<(String, i64)>> {
-        let mut conn = store.pool().acquire().await.map_err(db)?;
-        let rows = Postgres::fetch(
-            &mut *conn,
-            store.engine(),
-            "SELECT message_id, amount FROM ledger ORDER BY seq",
-            &[],
-            &[oncely_sql::Column::Text, oncely_sql::Column::I64],
-        )
-        .await
-        .map_err(db)?;
-        Ok(rows.iter().map(|r| (r[0].text(), r[1].i64())).collect())
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -263,31 +181,17 @@ async fn through_pgbouncer_in_transaction_mode() {
 
     // 5. The store conformance suite (claims, duplicates, conflicts, crashes after every
     //    step, concurrent copies, bad input, dead letters), effects counted from the ledger.
-    let admin = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&pg_url())
-        .await
-        .unwrap();
-    let harness = BouncedHarness {
-        databases: Mutex::new(vec![]),
-        admin: admin.clone(),
-    };
-    oncely_testkit::exercise_with(
-        &harness,
-        ExerciseOptions {
-            crash_seeds: 4,
-            crash_messages: 60,
-        },
-    )
-    .await;
-    let created = harness.databases.lock().unwrap().clone();
-    for name in created {
-        let _ = sqlx::raw_sql(AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-        )))
-        .execute(&admin)
+    //    Each case a database of its own, so the suite's static `add_effect` finds its ledger
+    //    without a session `search_path`, which a transaction pooler cannot keep.
+    SqlHarness::<PgStore>::through_pgbouncer()
+        .exercise(
+            test,
+            ExerciseOptions {
+                crash_seeds: 4,
+                crash_messages: 60,
+            },
+        )
         .await;
-    }
 }
 
 /// The statements a query through `store`'s own pool left cached on its one connection.

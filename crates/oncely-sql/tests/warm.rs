@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{TestStore, pg};
+use common::{HarnessStore, pg};
 use oncely_core::{Claim, ConsumerName, ErrorKind, MessageId, PayloadHash, Store};
 use oncely_sql::Isolation;
 use oncely_sql::sqlx::{self, Postgres, Row, Transaction};
@@ -155,6 +155,6 @@ async fn pg_kept_transactions_do_not_hold_a_pool_open() {
     assert!(e.to_string().contains("closed"), "{e}");
     let _ = fx
         .other
-        .exec(format!("DROP SCHEMA IF EXISTS {} CASCADE", fx.name))
+        .exec(format!("DROP SCHEMA IF EXISTS {} CASCADE", fx.name()))
         .await;
 }

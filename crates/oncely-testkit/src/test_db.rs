@@ -31,6 +31,8 @@ pub struct TestDb {
     /// oncely's tables; on a server, qualified with the schema (PostgreSQL) or database
     /// (MySQL) made for the test and dropped with it.
     tables: Tables,
+    /// A whole database made for the test: `(server URL, name)`, dropped there.
+    database: Option<(String, String)>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -53,6 +55,7 @@ impl TestDb {
             url: format!("sqlite:{}", dir.path().join("oncely.db").display()),
             dialect: Dialect::Sqlite,
             tables: Tables::default(),
+            database: None,
             _dir: Some(dir),
         }
     }
@@ -72,6 +75,36 @@ impl TestDb {
     pub async fn pgbouncer(test: &str) -> Option<Self> {
         let what = "PgBouncer (scripts/pgbouncer.sh start)";
         Self::on_server(test, &services::pgbouncer_url(), what).await
+    }
+
+    /// A PostgreSQL database of its own, made on the test server and reached through the test
+    /// PgBouncer (which maps every database name to that server), oncely's tables unqualified:
+    /// for statements that must find their tables without a session `search_path`, which a
+    /// transaction pooler cannot keep (the store suite's static `add_effect`).
+    pub async fn pgbouncer_database(test: &str) -> Option<Self> {
+        let what = "PgBouncer (scripts/pgbouncer.sh start) and PostgreSQL";
+        let (bouncer, server) = (services::pgbouncer_url(), services::pg_url());
+        for url in [&bouncer, &server] {
+            if let Err(why) = services::probe(url).await {
+                services::unavailable(test, what, &why);
+                return None;
+            }
+        }
+        let name = unique(test);
+        if let Err(why) = run_once(&server, &format!("CREATE DATABASE {name}")).await {
+            services::unavailable(test, what, &why);
+            return None;
+        }
+        let (path, query) = bouncer.split_once('?').unwrap_or((&bouncer, ""));
+        let base = path.rsplit_once('/').map_or(path, |(base, _)| base);
+        let sep = if query.is_empty() { "" } else { "?" };
+        Some(Self {
+            url: format!("{base}/{name}{sep}{query}"),
+            dialect: Dialect::Postgres,
+            tables: Tables::default(),
+            database: Some((server, name)),
+            _dir: None,
+        })
     }
 
     /// A schema (PostgreSQL) or database (MySQL) named [`unique`]`(test)` on the server at
@@ -99,6 +132,7 @@ impl TestDb {
             tables: Tables::default()
                 .with_schema(&schema)
                 .expect("a valid name"),
+            database: None,
             _dir: None,
         })
     }
@@ -173,18 +207,25 @@ impl Drop for TestDb {
     /// Drops the test's schema or database on a thread of its own (a test's runtime may be
     /// single-threaded, and busy dropping this); a failed test keeps it, named on stderr.
     fn drop(&mut self) {
-        let Some(schema) = self.tables.schema().map(str::to_owned) else {
-            return;
+        let (url, schema, sql) = match (&self.database, self.tables.schema()) {
+            (Some((server, name)), _) => (
+                server.clone(),
+                name.clone(),
+                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            ),
+            (None, Some(schema)) => (
+                self.url.clone(),
+                schema.to_owned(),
+                self.dialect
+                    .drop_schema_sql(schema)
+                    .expect("a server has schemas"),
+            ),
+            (None, None) => return,
         };
         if std::thread::panicking() {
-            eprintln!("test database kept for a look: {schema} at {}", self.url);
+            eprintln!("test database kept for a look: {schema} at {url}");
             return;
         }
-        let sql = self
-            .dialect
-            .drop_schema_sql(&schema)
-            .expect("a server has schemas");
-        let url = self.url.clone();
         let dropped = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

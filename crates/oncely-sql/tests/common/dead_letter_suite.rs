@@ -32,7 +32,7 @@ pub async fn upgrade_folds_repeats<S: TestStore>(fx: Fx<S>) {
     let d = S::DIALECT;
     let mut tables = Tables::default().with_prefix("old_").unwrap();
     if d != Dialect::Sqlite {
-        tables = tables.with_schema(&fx.name).unwrap();
+        tables = tables.with_schema(fx.name()).unwrap();
     }
     let store = S::open(fx.url(), tables.clone()).await.unwrap();
     store
