@@ -19,6 +19,15 @@ impl Db {
     /// Opens `url` (sqlite:, postgres:, mysql: or mariadb:), applies oncely's migrations and
     /// creates the credits tables. `schema` (PostgreSQL) holds the tables; None: the default.
     pub async fn open(url: &str, schema: Option<&str>) -> Result<Self> {
+        Self::open_with(url, schema, ConnectOptions::default()).await
+    }
+
+    /// [`Db::open`] with `options` (their tables and pool size set as `open` sets them).
+    pub async fn open_with(
+        url: &str,
+        schema: Option<&str>,
+        options: ConnectOptions,
+    ) -> Result<Self> {
         let dialect = Dialect::from_url(url)?;
         let mut tables = Tables::default();
         if let Some(s) = schema {
@@ -27,7 +36,7 @@ impl Db {
         let opts = ConnectOptions {
             tables,
             max_connections: if dialect.has_schemas() { 8 } else { 4 },
-            ..ConnectOptions::default()
+            ..options
         };
         let store = AnyStore::connect_with(url, &opts).await?;
         store.migrate().await?;

@@ -338,19 +338,7 @@ async fn pg_blackhole_bounds_of_a_store_call() {
 /// fail with `pool timed out`, its slots held by the silent connections).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_connections_stranded_mid_run() {
-    use oncely_broker_tests::check::Report;
-    use oncely_broker_tests::faults::wait_for_rows;
-    use oncely_broker_tests::workload::Workload;
-    use oncely_core::{CancellationToken, Consumer, MemorySource};
-    use oncely_sql::SqlTx;
-    use std::time::{Duration, Instant};
     let test = "pg_connections_stranded_mid_run";
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
-            "warn,oncely_core=info,oncely_sql=debug",
-        ))
-        .with_test_writer()
-        .try_init();
     if !pg_up(test) {
         return;
     }
@@ -364,6 +352,65 @@ async fn pg_connections_stranded_mid_run() {
     );
     let db = Db::open(&via_proxy, None).await.expect("store via proxy");
     let check = Db::open(&url, None).await.expect("checker");
+    stranded_mid_run(test, &proxy, db, check).await;
+    pg_drop_db(PG_SERVER, &name).await;
+}
+
+/// The same on MariaDB: the store's connections go silent mid-run; `idle_transaction_timeout`
+/// (set by oncely per session, here 4 s through `ConnectOptions`) ends the stranded
+/// transactions on the server, the bounded ping closes the silent connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_connections_stranded_mid_run() {
+    let test = "mariadb_connections_stranded_mid_run";
+    let server = "127.0.0.1:3306";
+    if !available(test, "MariaDB", server) {
+        return;
+    }
+    let name = unique("oncely_sf");
+    mariadb_admin(server, &format!("CREATE DATABASE {name}")).await;
+    let proxy = FaultProxy::start(server).await.expect("proxy");
+    let options = oncely_sql::ConnectOptions {
+        idle_in_transaction_timeout: std::time::Duration::from_secs(4),
+        ..Default::default()
+    };
+    let via_proxy = format!("mysql://root@{}/{name}", proxy.addr());
+    let db = Db::open_with(&via_proxy, None, options)
+        .await
+        .expect("store via proxy");
+    let check = Db::open(&format!("mysql://root@{server}/{name}"), None)
+        .await
+        .expect("checker");
+    stranded_mid_run(test, &proxy, db, check).await;
+    mariadb_admin(server, &format!("DROP DATABASE IF EXISTS {name}")).await;
+}
+
+async fn mariadb_admin(server: &str, sql: &str) {
+    use oncely_sql::sqlx::MySqlConnection;
+    let mut c = MySqlConnection::connect(&format!("mysql://root@{server}/test"))
+        .await
+        .expect("MariaDB root connection");
+    sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+        .execute(&mut c)
+        .await
+        .expect("MariaDB admin statement");
+}
+
+/// Runs 3,000 messages into `db` (reached through `proxy`), strands every open connection
+/// after 300 rows, and checks with `check` (a direct connection): every message applied once,
+/// the consumer done within 90 s of the strand, its pool answering afterwards.
+async fn stranded_mid_run(test: &str, proxy: &FaultProxy, db: Db, check: Db) {
+    use oncely_broker_tests::check::Report;
+    use oncely_broker_tests::faults::wait_for_rows;
+    use oncely_broker_tests::workload::Workload;
+    use oncely_core::{CancellationToken, Consumer, MemorySource};
+    use oncely_sql::SqlTx;
+    use std::time::{Duration, Instant};
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "warn,oncely_core=info,oncely_sql=debug",
+        ))
+        .with_test_writer()
+        .try_init();
     let workload = Workload::new("strand", 3_000, 0.05, 0, 23);
     let source = MemorySource::new();
     let publisher = {
@@ -389,10 +436,11 @@ async fn pg_connections_stranded_mid_run() {
         .expect("the consumer finished within 90 s of the strand")
         .expect("consumer task")
         .expect("run");
+    let one = format!("SELECT {}", db.store().dialect().cast_i64("1"));
     let t = Instant::now();
     let read = tokio::time::timeout(
         Duration::from_secs(20),
-        db.store().pool().fetch_i64("SELECT CAST(1 AS BIGINT)", &[]),
+        db.store().pool().fetch_i64(&one, &[]),
     )
     .await;
     let read_took = t.elapsed();
@@ -405,8 +453,7 @@ async fn pg_connections_stranded_mid_run() {
         stats.duplicates,
         read_took.as_secs_f64()
     );
-    drop((db, check, proxy));
-    pg_drop_db(PG_SERVER, &name).await;
+    drop((db, check));
     report.assert_exact(test);
     assert!(stranded > 0, "{test}: the strand caught no open connection");
     assert!(
