@@ -576,7 +576,7 @@ pub async fn shutdown_then_resume<H: StoreHarness>(h: &H) -> CaseResult {
 }
 
 /// (consumer, display id, reason, payload, deliveries) of a dead-letter row.
-type LetterKey = (String, Option<String>, String, Vec<u8>, u32);
+type LetterRow<'a> = (&'a str, Option<&'a str>, &'a str, &'a [u8], u32);
 
 /// Repeats of one dead letter leave one row: the same conflicting copy delivered three times
 /// is one `conflict` row with `deliveries` 3, an id-less message twice is one `bad_id` row;
@@ -618,33 +618,19 @@ pub async fn dead_letters_are_deduplicated<H: StoreHarness>(h: &H) -> CaseResult
     );
 
     let letters = store.dead_letters(None).await.map_err(err)?;
-    let rows: Vec<LetterKey> = letters
+    let rows: Vec<LetterRow> = letters
         .iter()
         .map(|l| {
-            (
-                l.consumer.clone(),
-                l.message_id.clone(),
-                l.reason.clone(),
-                l.payload.clone(),
-                l.deliveries,
-            )
+            let id = l.message_id.as_deref();
+            (&*l.consumer, id, &*l.reason, &l.payload[..], l.deliveries)
         })
         .collect();
-    let row = |c: &str, id: Option<&str>, reason: &str, payload: &[u8], n: u32| {
-        (
-            c.to_owned(),
-            id.map(str::to_owned),
-            reason.to_owned(),
-            payload.to_vec(),
-            n,
-        )
-    };
-    let want = vec![
-        row("billing", Some("m-1"), "conflict", b"99", 3),
-        row("billing", Some("m-1"), "conflict", b"98", 1),
-        row("billing", None, "bad_id", b"7", 2),
-        row("audit", None, "bad_id", b"7", 1),
-        row("billing", Some("perm"), "permanent", b"5", 2),
+    let want: [LetterRow; 5] = [
+        ("billing", Some("m-1"), "conflict", b"99", 3),
+        ("billing", Some("m-1"), "conflict", b"98", 1),
+        ("billing", None, "bad_id", b"7", 2),
+        ("audit", None, "bad_id", b"7", 1),
+        ("billing", Some("perm"), "permanent", b"5", 2),
     ];
     ensure!(rows == want, "dead letters {rows:?}, want {want:?}");
     for l in &letters {

@@ -63,17 +63,13 @@ impl CrashingJournal {
 
     /// [`Journal::perform`] through its public steps ([`Journal::open`],
     /// [`Journal::start_call`], [`Journal::complete`]), with the crash points between them.
-    pub async fn perform<F, Fut>(
+    pub async fn perform<Fut: Future<Output = Result<String>> + Send>(
         &self,
         key: &str,
         kind: &str,
         request: &[u8],
-        call: F,
-    ) -> Result<Performed>
-    where
-        F: FnOnce(JournalEntry) -> Fut + Send,
-        Fut: Future<Output = Result<String>> + Send,
-    {
+        call: impl FnOnce(JournalEntry) -> Fut + Send,
+    ) -> Result<Performed> {
         self.crash(JournalStep::BeforeRecord, key)?;
         let opened = self.journal.open(key, kind, request).await?;
         self.crash(JournalStep::Recorded, key)?;
