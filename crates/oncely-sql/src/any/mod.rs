@@ -6,6 +6,7 @@
 //! once per database. Only this module matches on which database it is.
 
 pub(crate) mod seam;
+mod store;
 pub(crate) mod tx;
 use crate::connect::{ConnectOptions, PoolKind};
 use crate::dialect::Dialect;
@@ -381,6 +382,18 @@ impl AnyPool {
     /// Closes the pool: waits for connections in use to be returned, then closes them all.
     pub async fn close(&self) {
         with_pool!(self, p => p.close().await)
+    }
+}
+
+impl<DB: crate::SqlDatabase> crate::SqlStore<DB> {
+    /// The store's pool as an [`AnyPool`], holding the store's [`Engine`]: what tools
+    /// (operations, locks, the effect journal) take. (Written here, beside the erased layer
+    /// it converts to, so the typed store does not import it.)
+    pub fn any_pool(&self) -> AnyPool
+    where
+        AnyPool: From<sqlx::Pool<DB>>,
+    {
+        AnyPool::from(self.pool().clone()).with_engine(self.engine())
     }
 }
 

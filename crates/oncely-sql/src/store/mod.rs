@@ -225,15 +225,6 @@ impl<DB: SqlDatabase> SqlStore<DB> {
         self.engine.portable()
     }
 
-    /// The store's pool as an [`AnyPool`](crate::AnyPool), holding the store's [`Engine`]:
-    /// what tools (operations, locks, the effect journal) take.
-    pub fn any_pool(&self) -> crate::AnyPool
-    where
-        crate::AnyPool: From<Pool<DB>>,
-    {
-        crate::AnyPool::from(self.pool.clone()).with_engine(self.engine)
-    }
-
     pub(crate) fn with_failover(mut self, failover: Option<Failover<DB>>) -> Self {
         self.failover = failover.map(Arc::new);
         self
