@@ -242,7 +242,10 @@ pub(crate) fn matrix(args: &BenchArgs) -> Vec<Vec<Spec>> {
     let per_message = |c: usize| base * (1 + c / 8);
     let batched = |b: usize| {
         let n = if quick { b * 2 } else { b * 20 };
-        n.clamp(base * 4, if quick { 2000 } else { 20_000 })
+        // At least four times the per-message cells' count, which `--messages` may raise past
+        // the usual cap (a `clamp` with min > max panicked at `--messages 30000`).
+        let cap: usize = if quick { 2000 } else { 20_000 };
+        n.clamp(base * 4, cap.max(base * 4))
     };
     let spec = |mode, batch, concurrency, messages| Spec {
         mode,

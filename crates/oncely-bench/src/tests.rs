@@ -204,3 +204,24 @@ fn the_demo_cells_run_on_postgres_only() {
         vec![groups[1].clone()]
     );
 }
+
+/// `--messages` past the batch cells' usual cap raises them with it (the cap's `clamp` with
+/// min > max used to panic at `--messages 30000`).
+#[test]
+fn many_messages_raise_the_batch_cells_instead_of_panicking() {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: crate::BenchArgs,
+    }
+    let cli = Cli::parse_from(["oncely-bench", "--messages", "30000"]);
+    let batched: Vec<usize> = crate::plan::matrix(&cli.args)
+        .into_iter()
+        .flatten()
+        .filter(|s| matches!(s.mode, Mode::Oncely | Mode::Raw) && s.batch > 1)
+        .map(|s| s.messages)
+        .collect();
+    assert!(!batched.is_empty());
+    assert!(batched.iter().all(|&n| n >= 120_000), "{batched:?}");
+}
