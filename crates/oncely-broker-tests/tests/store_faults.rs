@@ -384,6 +384,7 @@ async fn mariadb_connections_stranded_mid_run() {
     mariadb_admin(server, &format!("DROP DATABASE IF EXISTS {name}")).await;
 }
 
+/// Runs `sql` as root on the MariaDB at `server`.
 async fn mariadb_admin(server: &str, sql: &str) {
     use oncely_sql::sqlx::MySqlConnection;
     let mut c = MySqlConnection::connect(&format!("mysql://root@{server}/test"))
@@ -535,14 +536,7 @@ async fn pg_restart_amqp() {
 const OWN_MARIADB: &str = "127.0.0.1:13306";
 
 async fn mariadb_exec(sql: &str) {
-    use oncely_sql::sqlx::MySqlConnection;
-    let mut c = MySqlConnection::connect(&format!("mysql://root@{OWN_MARIADB}/test"))
-        .await
-        .expect("MariaDB root connection");
-    sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
-        .execute(&mut c)
-        .await
-        .expect("MariaDB admin statement");
+    mariadb_admin(OWN_MARIADB, sql).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
