@@ -102,9 +102,14 @@ pub(crate) async fn latencies<B: Ops>(
         })
     };
     let started = Instant::now();
-    let timed = Timed {
-        inner: source,
-        acked: acked.clone(),
+    let timed = {
+        let acked = acked.clone();
+        Timed::new(source, move |id| {
+            acked
+                .lock()
+                .expect("lock")
+                .insert(id.to_owned(), Instant::now());
+        })
     };
     oncely_group(bed, name, timed, group, 1).await?;
     let elapsed = started.elapsed();
@@ -131,10 +136,25 @@ pub(crate) fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
     sorted[at].as_secs_f64() * 1e3
 }
 
-/// A source that notes when each delivery is acked.
-struct Timed {
+/// Called with a message's id right after its delivery is acked (the consumer acks after its
+/// commit).
+type OnAck = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A source that calls a hook as each delivery is acked (the latency cells and the soak mode
+/// time messages with it).
+pub(crate) struct Timed {
     inner: MemorySource,
-    acked: Arc<Mutex<HashMap<String, Instant>>>,
+    on_ack: OnAck,
+}
+
+impl Timed {
+    /// `inner`, calling `on_ack` with each message's id once its delivery is acked.
+    pub(crate) fn new(inner: MemorySource, on_ack: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        Self {
+            inner,
+            on_ack: Arc::new(on_ack),
+        }
+    }
 }
 
 impl Source for Timed {
@@ -142,16 +162,16 @@ impl Source for Timed {
         let Some(delivery) = self.inner.next().await? else {
             return Ok(None);
         };
-        let acked = self.acked.clone();
+        let on_ack = self.on_ack.clone();
         Ok(Some(
-            delivery.relay(|inner| Box::new(TimedAck { inner, acked })),
+            delivery.relay(|inner| Box::new(TimedAck { inner, on_ack })),
         ))
     }
 }
 
 struct TimedAck {
     inner: Delivery,
-    acked: Arc<Mutex<HashMap<String, Instant>>>,
+    on_ack: OnAck,
 }
 
 impl Acker for TimedAck {
@@ -160,7 +180,7 @@ impl Acker for TimedAck {
             let id = self.inner.message().display_id().unwrap_or_default();
             // The consumer's ack carried its proof; the original is acked on its behalf.
             self.inner.discard().await?;
-            self.acked.lock().expect("lock").insert(id, Instant::now());
+            (self.on_ack)(&id);
             Ok(())
         })
     }
