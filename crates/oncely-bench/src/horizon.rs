@@ -509,7 +509,8 @@ pub(crate) async fn run(args: &BenchArgs, schema: &str) -> Result<bool> {
     Ok(ok)
 }
 
-async fn drop_schema<DB: MigrateDb>(bed: &Bed<DB>, schema: &str) {
+/// Drops `schema` (PostgreSQL schema, MySQL database) and everything in it; errors ignored.
+pub(crate) async fn drop_schema<DB: MigrateDb>(bed: &Bed<DB>, schema: &str) {
     if let (Some(sql), Ok(mut conn)) = (
         DB::DIALECT.drop_schema_sql(schema),
         bed.pool.acquire().await,
