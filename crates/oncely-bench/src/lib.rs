@@ -29,6 +29,16 @@
 //!
 //! `--horizon` runs the long-horizon mode instead ([`horizon`]): the inbox prefilled to a
 //! week of ids (10^6, 10^7 rows) beside the empty inbox, per layout.
+//!
+//! ## Soak mode
+//!
+//! `--soak` runs the soak mode instead ([`soak`]): a fixed offered load (`--soak-rate`, default
+//! 2,000 msgs/s) through oncely with group commit on PostgreSQL for `--soak-minutes` (default
+//! 20) while `oncely prune` runs every `--soak-prune-secs` (window `--soak-window-secs`), with
+//! an idle transaction pinning the xmin horizon from 25 % to 50 % of the run and four
+//! repeatable-read readers from 62.5 % to 87.5 %. Sampled every 10 s (throughput, backlog,
+//! latency, prune, inbox rows, dead tuples, WAL); the targets are reported, the checker's
+//! 0 double / 0 lost decides the exit code; `soak.json` goes to `--out`.
 
 /// Two runs' figures as one: `merged!(a, b => T { sum: [..], max: [..], all: [..] })` adds the
 /// `sum` fields, keeps the larger of the `max` fields, ands the `all` fields, and takes the rest
@@ -58,6 +68,7 @@ mod plan;
 mod raw;
 pub mod report;
 mod runners;
+pub mod soak;
 #[cfg(test)]
 mod tests;
 

@@ -104,6 +104,9 @@ pub struct BenchArgs {
     /// How the long-horizon mode's producers make ids.
     #[arg(long, value_enum, default_value = "uuid4")]
     pub horizon_ids: crate::horizon::IdKind,
+    /// The soak mode (`--soak` and its `--soak-*` flags).
+    #[command(flatten)]
+    pub soak: crate::soak::SoakArgs,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -517,6 +520,10 @@ pub async fn run(mut args: BenchArgs) -> Result<bool> {
         let schema = format!("oncely_horizon_{}", std::process::id());
         // Boxed: its future nested in `run`'s is deeper than the compiler's layout limit.
         return Box::pin(crate::horizon::run(&args, &schema)).await;
+    }
+    if args.soak.enabled {
+        let schema = format!("oncely_soak_{}", std::process::id());
+        return Box::pin(crate::soak::run(&args, &schema)).await;
     }
     if args.redis_store_only {
         (

@@ -1,0 +1,122 @@
+//! The sampler of the soak mode: every [`SAMPLE_SECS`] the counters of the source, the
+//! latencies the ack hook noted, the pruner's runs, and three readings of PostgreSQL.
+
+use super::load::{Clock, PruneLog, Tracked};
+use super::targets::{Latencies, Phase, SAMPLE_SECS, Sample};
+use crate::bed::Bed;
+use crate::group::quantile_ms;
+use anyhow::{Context, Result};
+use oncely_core::MemorySource;
+use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres};
+use tokio::time::sleep_until;
+
+/// The WAL position in bytes.
+async fn wal_position(bed: &Bed<Postgres>) -> Result<i64> {
+    sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
+        .fetch_one(&bed.pool)
+        .await
+        .context("reading the WAL position")
+}
+
+/// `count(*)` of the inbox, its `n_dead_tup` and how many times it was vacuumed.
+async fn inbox(bed: &Bed<Postgres>) -> Result<(i64, i64, i64)> {
+    let inbox = &bed.sql.inbox;
+    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {inbox}")))
+        .fetch_one(&bed.pool)
+        .await
+        .context("counting the inbox")?;
+    let stats: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT n_dead_tup, vacuum_count + autovacuum_count FROM pg_stat_user_tables \
+         WHERE relid = to_regclass($1)",
+    )
+    .bind(inbox)
+    .fetch_optional(&bed.pool)
+    .await
+    .context("reading the inbox's dead tuples")?;
+    let (dead, vacuums) = stats.unwrap_or_default();
+    Ok((rows, dead, vacuums))
+}
+
+/// Where the previous sample left off.
+struct Mark {
+    secs: f64,
+    published: u64,
+    wal: i64,
+}
+
+/// Samples the run until its end (`clock`), printing each sample as it is taken; returns the
+/// samples and each one's latencies.
+pub(crate) async fn sample(
+    bed: &Bed<Postgres>,
+    source: &MemorySource,
+    tracked: &Tracked,
+    prunes: &PruneLog,
+    clock: Clock,
+) -> Result<(Vec<Sample>, Vec<Latencies>)> {
+    let total = clock.total.as_secs_f64();
+    let mut last = Mark {
+        secs: 0.0,
+        published: 0,
+        wal: wal_position(bed).await?,
+    };
+    let (mut samples, mut all) = (Vec::new(), Vec::new());
+    let intervals = (total / SAMPLE_SECS).ceil() as usize;
+    for k in 1..=intervals {
+        let end = (k as f64 * SAMPLE_SECS).min(total);
+        sleep_until(clock.at(end / total)).await;
+        // The counters first, then the database (its readings take a moment).
+        let (secs, stats, latencies) = (clock.secs(), source.stats(), tracked.take());
+        let wal = wal_position(bed).await?;
+        let (rows, dead, vacuums) = inbox(bed).await?;
+        let seconds = (secs - last.secs).max(1e-9);
+        let runs = prunes.ended(last.secs, secs);
+        let sorted = latencies.sorted();
+        let s = Sample {
+            elapsed_secs: secs,
+            seconds,
+            phase: Phase::at((last.secs + secs) / 2.0 / total),
+            offered_per_sec: (stats.published - last.published) as f64 / seconds,
+            consumed_per_sec: latencies.len() as f64 / seconds,
+            backlog: stats.published.saturating_sub(stats.acked),
+            p50_ms: quantile_ms(&sorted, 0.5),
+            p99_ms: quantile_ms(&sorted, 0.99),
+            prunes: runs.len() as u32,
+            pruned_rows: runs.iter().map(|r| r.deleted).sum(),
+            inbox_rows: rows as u64,
+            dead_tuples: dead as u64,
+            vacuums: vacuums as u64,
+            wal_bytes_per_sec: (wal - last.wal) as f64 / seconds,
+        };
+        print_sample(&s);
+        last = Mark {
+            secs,
+            published: stats.published,
+            wal,
+        };
+        samples.push(s);
+        all.push(latencies);
+    }
+    Ok((samples, all))
+}
+
+fn print_sample(s: &Sample) {
+    let prune = if s.prunes > 0 {
+        format!("prune {} rows", s.pruned_rows)
+    } else {
+        "no prune".to_owned()
+    };
+    eprintln!(
+        "soak: {:>5.0} s {:<9} offered {:>6.0}/s consumed {:>6.0}/s backlog {:>6}  p50 {:>6.1} ms p99 {:>7.1} ms  {prune:<17} inbox {:>8} dead {:>8} vacuums {:>2}  WAL {:>6.2} MB/s",
+        s.elapsed_secs,
+        s.phase.name(),
+        s.offered_per_sec,
+        s.consumed_per_sec,
+        s.backlog,
+        s.p50_ms,
+        s.p99_ms,
+        s.inbox_rows,
+        s.dead_tuples,
+        s.vacuums,
+        s.wal_bytes_per_sec / 1e6
+    );
+}
