@@ -45,5 +45,6 @@ pub mod replay;
 pub mod retention;
 pub mod stats;
 pub mod time;
+pub mod vacuum;
 
 pub use db::Ops;

@@ -15,7 +15,9 @@
 //! Partitioned path (PostgreSQL, see [`crate::partition`]): drops every daily partition older
 //! than the window and creates the partitions for the coming days.
 //!
-//! Either way only one pruner runs at a time per inbox ([`oncely_sql::DbLock`]).
+//! Either way only one pruner runs at a time per inbox ([`oncely_sql::DbLock`]), and on a
+//! PostgreSQL server with autovacuum off a run that deleted rows vacuums the table itself
+//! ([`crate::vacuum`]).
 
 use crate::db::Ops;
 use crate::partition;
@@ -93,6 +95,9 @@ pub struct PruneReport {
     pub elapsed_secs: f64,
     /// Seconds the oldest remaining row is past the window (0 when fully pruned).
     pub lag_secs: f64,
+    /// Whether the run vacuumed the table it deleted from: PostgreSQL with autovacuum off
+    /// for it ([`crate::vacuum`]).
+    pub vacuumed: bool,
 }
 
 /// Prunes the inbox of `ops`, calling `progress` after every batch.
@@ -192,6 +197,7 @@ async fn run(
         lock.renew().await?;
         tokio::time::sleep(options.pause).await;
     }
+    report.vacuumed = crate::vacuum::after_prune(ops, &table, report.deleted).await?;
     Ok(())
 }
 
