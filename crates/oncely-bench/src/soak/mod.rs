@@ -90,7 +90,8 @@ pub struct SoakArgs {
 pub struct Server {
     /// `version()`.
     pub version: String,
-    /// `autovacuum`: when `off`, nothing removes the dead tuples prune leaves.
+    /// `autovacuum`: when `off`, each prune run that deleted rows vacuums the inbox itself
+    /// (`oncely_ops::vacuum`).
     pub autovacuum: String,
     /// `autovacuum_naptime`.
     pub autovacuum_naptime: String,
@@ -162,7 +163,7 @@ async fn soak(bed: &Bed<Postgres>, args: &BenchArgs) -> Result<SoakReport> {
     let server = server(&args.postgres).await?;
     if server.autovacuum != "on" {
         eprintln!(
-            "soak: warning: autovacuum is {} on this server: nothing removes the dead tuples prune leaves",
+            "soak: autovacuum is {} on this server: each prune run that deletes rows vacuums the inbox itself",
             server.autovacuum
         );
     }
@@ -250,7 +251,7 @@ async fn soak(bed: &Bed<Postgres>, args: &BenchArgs) -> Result<SoakReport> {
     let mut targets = targets::evaluate(&plan, &samples, &latencies, &check);
     if server.autovacuum != "on" {
         for t in targets.iter_mut().filter(|t| t.key == "c") {
-            t.detail += "; autovacuum is off on this server";
+            t.detail += "; autovacuum is off on this server: prune vacuums the inbox";
         }
     }
     Ok(SoakReport {
