@@ -116,6 +116,25 @@ fn url_or(set: Option<String>, default: &str) -> String {
         _ => default.to_owned(),
     }
 }
+/// `url` (`scheme://user@host:port/db?query`) with the database `db` in place of its own (or
+/// added when it names none); the query is kept.
+///
+/// ```
+/// use oncely_testkit::services::with_database;
+/// assert_eq!(with_database("postgres://u@h:6432/test?x=1", "t1"), "postgres://u@h:6432/t1?x=1");
+/// assert_eq!(with_database("mysql://root@h", "x"), "mysql://root@h/x");
+/// ```
+pub fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let out = format!("{}/{db}", &base[..path]);
+    query.map_or(out.clone(), |q| format!("{out}?{q}"))
+}
 
 /// Reports a server a test needs but cannot use: panics when [`required`], otherwise writes
 /// one loud `SKIPPED` banner to stderr (directly, so the harness's capture doesn't hide it)

@@ -95,11 +95,8 @@ impl TestDb {
             services::unavailable(test, what, &why);
             return None;
         }
-        let (path, query) = bouncer.split_once('?').unwrap_or((&bouncer, ""));
-        let base = path.rsplit_once('/').map_or(path, |(base, _)| base);
-        let sep = if query.is_empty() { "" } else { "?" };
         Some(Self {
-            url: format!("{base}/{name}{sep}{query}"),
+            url: services::with_database(&bouncer, &name),
             dialect: Dialect::Postgres,
             tables: Tables::default(),
             database: Some((server, name)),

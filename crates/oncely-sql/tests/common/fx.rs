@@ -8,6 +8,7 @@ use oncely_core::{Inspect, Result, Store};
 use oncely_sql::{
     AnyStore, Column, ConnectOptions, Dialect, MySqlStore, PgStore, SqlTx, SqliteStore, Tables,
 };
+use oncely_testkit::services::with_database;
 use oncely_testkit::test_db::TestDb;
 use std::future::Future;
 
@@ -209,17 +210,4 @@ impl<S: HarnessStore> Fx<S> {
 pub fn with_param(url: &str, param: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
     format!("{url}{sep}{param}")
-}
-
-/// `mysql://user@host:port/db` with another database.
-pub fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    let out = format!("{}/{db}", &base[..path]);
-    query.map_or(out.clone(), |q| format!("{out}?{q}"))
 }

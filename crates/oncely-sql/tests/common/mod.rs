@@ -10,12 +10,14 @@ pub mod ledger;
 pub mod suite;
 
 #[allow(unused_imports)]
-pub use fx::{Fx, HarnessStore, with_database};
+pub use fx::{Fx, HarnessStore};
 pub use ledger::{Gate, Ledger};
 use oncely_core::Result;
 use oncely_sql::sqlx;
 use oncely_sql::{ConnectOptions, Dialect, MySqlStore, PgStore, SqliteStore, Tables};
 use oncely_testkit::services;
+#[allow(unused_imports)]
+pub use oncely_testkit::services::with_database;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
