@@ -463,6 +463,15 @@ impl Bed<Postgres> {
     async fn begin(&self) -> sqlx::Result<Transaction<'static, Postgres>> {
         self.pool.begin().await
     }
+
+    /// The server's WAL position in bytes (`pg_current_wal_lsn()`): two readings apart are
+    /// the WAL written between them.
+    pub(crate) async fn wal_position(&self) -> Result<i64> {
+        sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
+            .fetch_one(&self.pool)
+            .await
+            .context("reading the WAL position")
+    }
 }
 
 impl Bed<Sqlite> {

@@ -221,11 +221,7 @@ impl Horizon for Bed<Postgres> {
     }
 
     async fn wal_position(&self) -> Result<Option<u64>> {
-        let lsn: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
-            .fetch_one(&self.pool)
-            .await
-            .context("reading the WAL position")?;
-        Ok(Some(lsn as u64))
+        Ok(Some(Bed::<Postgres>::wal_position(self).await? as u64))
     }
 
     async fn inbox_bytes(&self) -> Result<u64> {

@@ -246,7 +246,9 @@ async fn soak(bed: &Bed<Postgres>, args: &BenchArgs) -> Result<SoakReport> {
         rate: f64::from(flags.rate),
         window_secs: flags.window_secs as f64,
     };
-    let mut everything: Vec<Duration> = latencies.iter().flat_map(Latencies::sorted).collect();
+    // Sorted once over the whole run (not each interval first).
+    let mut everything: Vec<Duration> =
+        latencies.iter().flat_map(Latencies::all).copied().collect();
     everything.sort_unstable();
     let mut targets = targets::evaluate(&plan, &samples, &latencies, &check);
     if server.autovacuum != "on" {

@@ -10,14 +10,6 @@ use oncely_core::MemorySource;
 use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres};
 use tokio::time::sleep_until;
 
-/// The WAL position in bytes.
-async fn wal_position(bed: &Bed<Postgres>) -> Result<i64> {
-    sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
-        .fetch_one(&bed.pool)
-        .await
-        .context("reading the WAL position")
-}
-
 /// `count(*)` of the inbox, its `n_dead_tup` and how many times it was vacuumed.
 async fn inbox(bed: &Bed<Postgres>) -> Result<(i64, i64, i64)> {
     let inbox = &bed.sql.inbox;
@@ -57,7 +49,7 @@ pub(crate) async fn sample(
     let mut last = Mark {
         secs: 0.0,
         published: 0,
-        wal: wal_position(bed).await?,
+        wal: bed.wal_position().await?,
     };
     let (mut samples, mut all) = (Vec::new(), Vec::new());
     let intervals = (total / SAMPLE_SECS).ceil() as usize;
@@ -66,7 +58,7 @@ pub(crate) async fn sample(
         sleep_until(clock.at(end / total)).await;
         // The counters first, then the database (its readings take a moment).
         let (secs, stats, latencies) = (clock.secs(), source.stats(), tracked.take());
-        let wal = wal_position(bed).await?;
+        let wal = bed.wal_position().await?;
         let (rows, dead, vacuums) = inbox(bed).await?;
         let seconds = (secs - last.secs).max(1e-9);
         let runs = prunes.ended(last.secs, secs);

@@ -122,9 +122,14 @@ impl Latencies {
         self.len() == 0
     }
 
+    /// Every latency, in no order.
+    pub fn all(&self) -> impl Iterator<Item = &Duration> {
+        self.outside_prune.iter().chain(&self.during_prune)
+    }
+
     /// Every latency, sorted.
     pub fn sorted(&self) -> Vec<Duration> {
-        sorted(self.outside_prune.iter().chain(&self.during_prune))
+        sorted(self.all())
     }
 }
 
