@@ -90,6 +90,18 @@ impl Error {
         self
     }
 
+    /// This error inside one that says what was being done: the same kind (a transient
+    /// failure stays retried), this error as its source.
+    ///
+    /// ```
+    /// let e = oncely_core::Error::transient("connection reset").context("reading the inbox");
+    /// assert!(e.is_transient());
+    /// assert_eq!(e.to_string(), "reading the inbox: connection reset");
+    /// ```
+    pub fn context(self, doing: impl Into<String>) -> Self {
+        Self::new(self.kind, doing).with_source(self)
+    }
+
     /// The kind.
     pub fn kind(&self) -> ErrorKind {
         self.kind

@@ -154,14 +154,12 @@ impl Journal {
 
     async fn exec(&self, doing: &str, sql: String, args: Vec<Value>) -> Result<u64> {
         let done = self.pool.clone().execute(&sql, &args).await;
-        Ok(done
-            .map_err(|e| Error::new(e.kind(), doing.to_owned()).with_source(e))?
-            .rows)
+        Ok(done.map_err(|e| e.context(doing))?.rows)
     }
 
     async fn query(&self, doing: &str, sql: String, args: Vec<Value>) -> Result<Vec<JournalEntry>> {
         let rows = self.pool.clone().fetch(&sql, &args, COL_TYPES).await;
-        let rows = rows.map_err(|e| Error::new(e.kind(), doing.to_owned()).with_source(e))?;
+        let rows = rows.map_err(|e| e.context(doing))?;
         Ok(rows.iter().map(|r| entry_of(r)).collect())
     }
 

@@ -230,9 +230,9 @@ impl Outbox {
             Value::I64(0),
             now.into(),
         ];
-        tx.execute(&sql, &args).await.map_err(|e| {
-            oncely_core::Error::new(e.kind(), "enqueuing an outgoing message").with_source(e)
-        })?;
+        tx.execute(&sql, &args)
+            .await
+            .map_err(|e| e.context("enqueuing an outgoing message"))?;
         if tx.engine().notifies() {
             tx.execute(NOTIFY, &[channel(&self.tables).into()]).await?;
         }

@@ -72,7 +72,7 @@ impl Ops {
 
 /// Names what failed (`reading the inbox: …`), keeping the error's kind and cause.
 pub(crate) fn doing(what: &str) -> impl FnOnce(Error) -> Error + '_ {
-    move |e| Error::new(e.kind(), what).with_source(e)
+    move |e| e.context(what)
 }
 
 /// `Ok(None)` for a table that does not exist (oncely-effects' tables, where it is not

@@ -196,10 +196,7 @@ impl AnyStore {
             Ok(dialect) => Err(not_built(dialect)),
             Err(e) => Err(e),
         };
-        store.map_err(|e| {
-            let doing = format!("opening {}", redact_url(url));
-            Error::new(e.kind(), doing).with_source(e)
-        })
+        store.map_err(|e| e.context(format!("opening {}", redact_url(url))))
     }
 
     /// The store over `pool` for the tables `tables`, with the pool's [`Engine`]: for tools

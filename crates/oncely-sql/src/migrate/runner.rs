@@ -148,7 +148,7 @@ impl Ledger {
 
 /// Wraps an error of a step of the runner with what the step was doing.
 fn failed(doing: &str) -> impl FnOnce(Error) -> Error + '_ {
-    move |e| Error::new(e.kind(), format!("{doing} failed")).with_source(e)
+    move |e| e.context(format!("{doing} failed"))
 }
 
 /// The one migration transaction (SQLite and PostgreSQL, whose DDL is transactional): begun as
