@@ -104,7 +104,7 @@ pub(crate) async fn latencies<B: Ops>(
     let started = Instant::now();
     let timed = {
         let acked = acked.clone();
-        Timed::new(source, move |id| {
+        Timed::new(source, move |id, _| {
             acked
                 .lock()
                 .expect("lock")
@@ -136,20 +136,24 @@ pub(crate) fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
     sorted[at].as_secs_f64() * 1e3
 }
 
-/// Called with a message's id right after its delivery is acked (the consumer acks after its
-/// commit).
-type OnAck = Arc<dyn Fn(&str) + Send + Sync>;
+/// Called with a message's id and the time from its delivery to the consumer (the source's
+/// `next`) to its ack, right after the ack (the consumer acks after its commit).
+type OnAck = Arc<dyn Fn(&str, Duration) + Send + Sync>;
 
-/// A source that calls a hook as each delivery is acked (the latency cells and the soak mode
-/// time messages with it).
+/// A source that calls a hook as each delivery is acked (the latency cells, the long-horizon
+/// cells and the soak mode time messages with it).
 pub(crate) struct Timed {
     inner: MemorySource,
     on_ack: OnAck,
 }
 
 impl Timed {
-    /// `inner`, calling `on_ack` with each message's id once its delivery is acked.
-    pub(crate) fn new(inner: MemorySource, on_ack: impl Fn(&str) + Send + Sync + 'static) -> Self {
+    /// `inner`, calling `on_ack` with each message's id and its time in the consumer once its
+    /// delivery is acked.
+    pub(crate) fn new(
+        inner: MemorySource,
+        on_ack: impl Fn(&str, Duration) + Send + Sync + 'static,
+    ) -> Self {
         Self {
             inner,
             on_ack: Arc::new(on_ack),
@@ -162,16 +166,21 @@ impl Source for Timed {
         let Some(delivery) = self.inner.next().await? else {
             return Ok(None);
         };
-        let on_ack = self.on_ack.clone();
-        Ok(Some(
-            delivery.relay(|inner| Box::new(TimedAck { inner, on_ack })),
-        ))
+        let (on_ack, delivered) = (self.on_ack.clone(), Instant::now());
+        Ok(Some(delivery.relay(|inner| {
+            Box::new(TimedAck {
+                inner,
+                on_ack,
+                delivered,
+            })
+        })))
     }
 }
 
 struct TimedAck {
     inner: Delivery,
     on_ack: OnAck,
+    delivered: Instant,
 }
 
 impl Acker for TimedAck {
@@ -180,7 +189,7 @@ impl Acker for TimedAck {
             let id = self.inner.message().display_id().unwrap_or_default();
             // The consumer's ack carried its proof; the original is acked on its behalf.
             self.inner.discard().await?;
-            (self.on_ack)(&id);
+            (self.on_ack)(&id, self.delivered.elapsed());
             Ok(())
         })
     }

@@ -8,14 +8,16 @@
 //! (never through claims); statistics are refreshed and, on PostgreSQL, a checkpoint taken;
 //! then oncely with group commit at its defaults consumes the same kind of messages from the
 //! in-process source. Reported per cell: msgs/s, WAL (redo) bytes per message, inbox bytes per
-//! row, and each figure as a ratio to the empty inbox of the same layout; the partitioned
+//! row, the median and 99th percentile of a message's time in the consumer (from its delivery
+//! to its ack: with a backlog, mostly the wait behind the groups before it, so it grows as
+//! groups slow down), and each figure as a ratio to the empty inbox of the same layout; the partitioned
 //! layout also as a ratio to the plain one at the same size. The checker counts the ledger and
 //! the balances against the published messages (0 double, 0 lost) and the inbox rows against
 //! prefill + published.
 
 use crate::bed::{Bed, Ops};
 use crate::cells::{Check, workload_with};
-use crate::group::oncely_group;
+use crate::group::{Timed, oncely_group, quantile_ms};
 use crate::plan::{BenchArgs, GROUP};
 use anyhow::{Context, Result, bail};
 use oncely_core::{ConsumerName, DEFAULT_CONCURRENCY, MemorySource};
@@ -24,7 +26,8 @@ use oncely_sql::clock::now_ms;
 use oncely_sql::migrate::MigrateDb;
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySql, Postgres, Sqlite};
 use serde::Serialize;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The retention window the prefill spreads its rows over (the default of `oncely prune`).
 const WINDOW_MS: i64 = 7 * 86_400_000;
@@ -98,6 +101,10 @@ pub struct HorizonCell {
     pub wal_bytes_per_msg: Option<f64>,
     /// Inbox table + index bytes per row after the run.
     pub inbox_bytes_per_row: f64,
+    /// Median time of a message in the consumer (delivery to ack), milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile of the same, milliseconds.
+    pub p99_ms: f64,
     /// The checker's verdict.
     pub check: Check,
 }
@@ -343,11 +350,20 @@ async fn cell<B: Horizon>(
         source.publish(m.clone());
     }
     source.close();
+    let times: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let timed = {
+        let times = times.clone();
+        Timed::new(source, move |_, took| {
+            times.lock().expect("lock").push(took)
+        })
+    };
     let before = bed.wal_position().await?;
     let started = Instant::now();
     let name = ConsumerName::new(CONSUMER)?;
-    oncely_group(bed, &name, source, GROUP, DEFAULT_CONCURRENCY).await?;
+    oncely_group(bed, &name, timed, GROUP, DEFAULT_CONCURRENCY).await?;
     let seconds = started.elapsed().as_secs_f64();
+    let mut times = std::mem::take(&mut *times.lock().expect("lock"));
+    times.sort();
     let after = bed.wal_position().await?;
     let mut counts = bed.counts().await?;
     let found = counts.inbox_rows;
@@ -365,6 +381,8 @@ async fn cell<B: Horizon>(
         msgs_per_sec: n as f64 / seconds.max(1e-9),
         wal_bytes_per_msg: wal,
         inbox_bytes_per_row: bed.inbox_bytes().await? as f64 / found.max(1) as f64,
+        p50_ms: quantile_ms(&times, 0.5),
+        p99_ms: quantile_ms(&times, 0.99),
         check,
     })
 }
@@ -383,11 +401,13 @@ async fn sizes<B: Horizon>(bed: &B, layout: &str, args: &BenchArgs) -> Result<Ve
             .await
             .with_context(|| format!("{layout} at {rows} inbox rows"))?;
         eprintln!(
-            "horizon: {layout:<21} {rows:>10} rows  {:>8.0} msgs/s  WAL {:>6} B/msg  {:>5.0} B/row  prefill {:.0} s  double {} lost {}",
+            "horizon: {layout:<21} {rows:>10} rows  {:>8.0} msgs/s  WAL {:>6} B/msg  {:>5.0} B/row  p50 {:.1} ms p99 {:.1} ms  prefill {:.0} s  double {} lost {}",
             c.msgs_per_sec,
             c.wal_bytes_per_msg
                 .map_or("-".into(), |w| format!("{w:.0}")),
             c.inbox_bytes_per_row,
+            c.p50_ms,
+            c.p99_ms,
             c.prefill_seconds,
             c.check.double,
             c.check.lost

@@ -199,7 +199,7 @@ async fn soak(bed: &Bed<Postgres>, args: &BenchArgs) -> Result<SoakReport> {
     ));
     let timed = {
         let (tracked, prunes) = (tracked.clone(), prunes.clone());
-        Timed::new(source.clone(), move |id| {
+        Timed::new(source.clone(), move |id, _| {
             tracked.acked(id, prunes.running())
         })
     };
