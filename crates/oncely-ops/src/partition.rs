@@ -26,14 +26,22 @@ pub const PARTITIONED_INBOX_SQL: &str =
 
 /// The partitioned-inbox DDL for these tables, for users who run their own migration tool.
 pub fn partitioned_inbox_sql(tables: &Tables) -> String {
-    let both = [PARTITIONED_INBOX_SQL, PARTITIONED_CLAIM_SQL];
-    both.map(|sql| tables.render(sql)).join("\n")
+    let all = [
+        PARTITIONED_INBOX_SQL,
+        PARTITIONED_CLAIM_SQL,
+        PARTITIONED_KEY_SQL,
+    ];
+    all.map(|sql| tables.render(sql)).join("\n")
 }
 
 /// The SQL template of the partitioned inbox's second migration: the guard trigger skips the
 /// ids a batch claim locked and checked itself (see `oncely_sql::batch`).
 pub const PARTITIONED_CLAIM_SQL: &str =
     include_str!("../migrations/postgres/partitioned_claim.sql");
+
+/// The SQL template of the partitioned inbox's third migration: the claim-key index the batch
+/// claim probes the partitions by (see `oncely_sql::batch`).
+pub const PARTITIONED_KEY_SQL: &str = include_str!("../migrations/postgres/partitioned_key.sql");
 
 /// The `partitioned` migration set (PostgreSQL only) of oncely-sql's one registry: the static
 /// part of the layout (partitioned table, default partition, guard trigger). It must run
@@ -44,6 +52,7 @@ pub static MIGRATIONS: MigrationSet = MigrationSet::new("partitioned")
     .postgres(&[
         Migration::new(1, "partitioned_inbox", PARTITIONED_INBOX_SQL),
         Migration::new(2, "partitioned_claim", PARTITIONED_CLAIM_SQL),
+        Migration::new(3, "partitioned_key", PARTITIONED_KEY_SQL),
     ])
     .adopt(&[Adopt::Probe {
         dialect: Dialect::Postgres,

@@ -1,9 +1,12 @@
 //! The partitioned inbox in the one migration ledger: one installed by the code before the
 //! ledger (its DDL, no ledger row) is adopted by `install` without running the DDL again, and
-//! upgraded by the later migrations.
+//! upgraded by the later migrations; one from before the claim-key index is refused with a
+//! clear error until upgraded, and keeps every id it held.
 
 mod common;
+use oncely_core::{Claim, ConsumerName, ErrorKind, MessageId, PayloadHash, Store};
 use oncely_ops::partition;
+use oncely_sql::clock::now_ms;
 use oncely_sql::sqlx::{self, AssertSqlSafe};
 
 #[tokio::test]
@@ -31,15 +34,84 @@ async fn an_older_partitioned_inbox_is_adopted() {
     .await
     .unwrap();
     let ledger: Vec<(&str, i64)> = ledger.iter().map(|(s, v)| (s.as_str(), *v)).collect();
-    // Adopted through version 1, then upgraded by the second migration (the batch claim).
+    // Adopted through version 1, then upgraded by the later migrations (the batch claim, the
+    // claim-key index).
     assert_eq!(
         ledger,
         [
             ("inbox", 1),
             ("inbox", 2),
             ("partitioned", 1),
-            ("partitioned", 2)
+            ("partitioned", 2),
+            ("partitioned", 3)
         ]
     );
     assert!(partition::is_partitioned(&ops).await.unwrap());
+}
+
+/// An installation from before the claim-key index (the layout's migration 3): claims are
+/// refused with an error that says how to upgrade, not run as scans of every partition; after
+/// `install` upgrades it, the ids it held before (today's and older days') are `Duplicate`.
+#[tokio::test]
+async fn a_partitioned_inbox_without_the_claim_key_is_upgraded_and_forgets_no_id() {
+    let Some((store, ops, _db)) = common::postgres("partitioned_inbox_claim_key_upgrade").await
+    else {
+        return;
+    };
+    partition::install(&ops, 1).await.unwrap();
+    store.migrate().await.unwrap();
+    partition::ensure(&ops, now_ms() - 3 * 86_400_000, 1)
+        .await
+        .unwrap();
+    // Back to what the release before migration 3 left.
+    let (inbox, ledger) = (ops.tables().inbox(), ops.tables().migration_ledger());
+    let index = ops.tables().table("inbox_claim_key");
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP INDEX {index}; DELETE FROM {ledger} WHERE set_name = 'partitioned' AND version = 3"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    // Claims made before the upgrade: today and three days ago (the guard trigger checks each).
+    let h = PayloadHash::of(b"x");
+    for (id, at) in [
+        ("before-1", now_ms()),
+        ("before-2", now_ms() - 3 * 86_400_000),
+    ] {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {inbox} VALUES ('billing', $1, $2, $3)"
+        )))
+        .bind(id)
+        .bind(h.to_hex())
+        .bind(at)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    let c = ConsumerName::new("billing").unwrap();
+    let items: Vec<(MessageId, PayloadHash)> = ["before-1", "before-2", "after-1"]
+        .iter()
+        .map(|id| (MessageId::new(*id).unwrap(), h))
+        .collect();
+    let mut tx = store.begin().await.unwrap();
+    let refused = store.claim_batch(&mut tx, &c, &items).await.unwrap_err();
+    store.rollback(tx).await.unwrap();
+    assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
+    assert!(
+        refused.to_string().contains("oncely partition install"),
+        "{refused}"
+    );
+
+    partition::install(&ops, 1).await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let claims = store.claim_batch(&mut tx, &c, &items).await.unwrap();
+    store.commit(tx).await.unwrap();
+    assert_eq!(claims, [Claim::Duplicate, Claim::Duplicate, Claim::Fresh]);
+    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {inbox} WHERE consumer = 'billing'"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows, 3, "one row per id, none claimed twice");
 }

@@ -12,7 +12,10 @@
 //!   claim): no index spans the partitions, so the group's keys are first locked with
 //!   transaction-scoped advisory locks (sorted, so overlapping groups don't deadlock), then
 //!   one insert skips the ids any partition holds (`NOT IN`, read in a new statement, so it
-//!   sees what the lock holders before it committed). The statement that took the locks
+//!   sees what the lock holders before it committed), probing each partition by its hash
+//!   index on the lock's key ([`claim_key_sql`]), the only index the probe can use, with
+//!   sequential and index-only scans off: its cached generic plan stays one lookup per id and
+//!   partition however full today's partition was when it was made. The statement that took the locks
 //!   tells the layout's guard trigger so (the transaction-local [`CLAIM_LOCKED`] setting,
 //!   cleared after the insert by the layout's statement trigger), and the trigger then skips
 //!   its own per-row lock and probe of every partition.
@@ -38,6 +41,14 @@ pub const CLAIM_LOCKED: &str = "oncely.claim_locked";
 /// `hashtextextended(consumer || E'\x1f' || message_id, CLAIM_LOCK_SEED)`, as the guard
 /// trigger computes it.
 pub const CLAIM_LOCK_SEED: i64 = 1_869_504_356;
+
+/// `hashtextextended(consumer || E'\x1f' || id, CLAIM_LOCK_SEED)` of the SQL expressions
+/// `consumer` and `id`: the partitioned inbox's advisory-lock key of an id, and (of the columns)
+/// the expression of its `inbox_claim_key` index, which the probe matches only if written the
+/// same way.
+pub(crate) fn claim_key_sql(consumer: &str, id: &str) -> String {
+    format!("hashtextextended({consumer} || E'\\x1f' || {id}, {CLAIM_LOCK_SEED})")
+}
 
 /// Ids per statement (keeps every dialect far below its bind-parameter limit).
 pub(crate) const CHUNK: usize = 500;

@@ -2,7 +2,7 @@
 //! statement per chunk: see [`crate::batch`], which holds the helpers these share).
 
 use super::SqlStore;
-use crate::batch::{CLAIM_LOCK_SEED, CLAIM_LOCKED, Found, list};
+use crate::batch::{CLAIM_LOCKED, Found, claim_key_sql, list};
 use crate::dialect::Dialect;
 use crate::error::db;
 use crate::query::{Column, SqlDatabase, Value};
@@ -28,12 +28,13 @@ impl SqlStore<Postgres> {
         let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
         let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
         let partitioned = self.partitioned_inbox(tx).await?;
-        let (unclaimed, plan_mode) = if partitioned {
-            let plan_mode = self.lock_claims(tx, consumer, &ids).await?;
+        let (unclaimed, planner) = if partitioned {
+            let planner = self.lock_claims(tx, consumer, &ids).await?;
+            let held = keyed_rows(&inbox, "consumer, message_id");
             let check = format!(
-                "WHERE m.id NOT IN (SELECT message_id FROM {inbox} WHERE consumer = $1 AND message_id = ANY($2))"
+                "WHERE m.id NOT IN (SELECT message_id FROM ({held}) AS held WHERE consumer = $1)"
             );
-            (check, Some(plan_mode))
+            (check, Some(planner))
         } else {
             (String::new(), None)
         };
@@ -53,35 +54,62 @@ impl SqlStore<Postgres> {
             .into_iter()
             .filter(|id| !found.fresh.contains(id))
             .collect();
-        let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
         if !rest.is_empty() {
-            for (id, hash) in self.stored_hashes(&mut **tx, consumer, &rest).await? {
+            let stored = if partitioned {
+                self.stored_hashes_keyed(tx, consumer, &rest).await?
+            } else {
+                let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+                self.stored_hashes(&mut **tx, consumer, &rest).await?
+            };
+            for (id, hash) in stored {
                 found.store_hash(id, &hash)?;
             }
         }
-        if let Some(plan_mode) = plan_mode {
+        if let Some(before) = planner {
             // The handler's statements after the claim plan as the user configured.
-            self.engine()
-                .query("SELECT set_config('plan_cache_mode', $1, true)")
-                .bind(plan_mode)
+            let restore: Vec<String> = (CLAIM_PLANNER.iter().enumerate())
+                .map(|(i, (name, _))| format!("set_config('{name}', ${}, true)", i + 1))
+                .collect();
+            let mut restore = self
+                .engine()
+                .query(AssertSqlSafe(format!("SELECT {}", restore.join(", "))));
+            for value in before {
+                restore = restore.bind(value);
+            }
+            restore
                 .execute(&mut **tx)
                 .await
-                .map_err(|e| db("restoring plan_cache_mode after a claim", e))?;
+                .map_err(|e| db("restoring the planner settings after a claim", e))?;
         }
         Ok(())
     }
 
     /// Whether the inbox is the time-partitioned layout (asked once per store, on `conn`).
+    /// A partitioned inbox without its claim-key index (an installation from before the
+    /// layout's third migration) is a configuration error that says how to upgrade it: the
+    /// claims would read every partition whole without it.
     pub(crate) async fn partitioned_inbox(&self, conn: &mut sqlx::PgConnection) -> Result<bool> {
-        let sql =
-            "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))";
+        let sql = "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1)), \
+                   EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+                           WHERE i.indrelid = to_regclass($1) AND c.relname = $2)";
         let found = self.partitioned.get_or_try_init(|| async move {
-            self.engine()
-                .query_scalar::<_, bool>(sql)
-                .bind(self.tables().inbox())
+            let inbox = self.tables().inbox();
+            let (partitioned, keyed): (bool, bool) = self
+                .engine()
+                .query_as(sql)
+                .bind(&inbox)
+                .bind(format!("{}inbox_claim_key", self.tables().prefix()))
                 .fetch_one(conn)
                 .await
-                .map_err(|e| db("reading the inbox layout", e))
+                .map_err(|e| db("reading the inbox layout", e))?;
+            if partitioned && !keyed {
+                return Err(Error::config(format!(
+                    "the partitioned inbox {inbox} lacks its claim-key index (the layout's \
+                     migration 3, partitioned_key): upgrade it with `oncely partition install` \
+                     or `oncely migrate --with partitioned` (docs/retention.md)"
+                )));
+            }
+            Ok(partitioned)
         });
         Ok(*found.await?)
     }
@@ -91,32 +119,33 @@ impl SqlStore<Postgres> {
     /// Refuses isolation levels above `READ COMMITTED`, as the guard trigger does: the insert's
     /// check must see what the lock holders before it committed.
     ///
-    /// Also plans the claim's statements for their own ids (`plan_cache_mode =
-    /// force_custom_plan`) until the claim's end, and returns the setting's value to restore.
-    /// A prepared statement's generic plan is made once, after its fifth run: made while
-    /// today's partition is nearly empty (after midnight, in a fresh installation) it probes
-    /// that partition by `consumer` alone and filters the ids, reading every row of the
-    /// consumer on every claim as the partition fills. Measured with pgbench on a fresh
-    /// partitioned inbox, groups of 64 random UUIDs, 4 connections: 57 groups/s in the first
-    /// 10 s, 13 after 60 s with the generic plan (`enable_seqscan` off, the earlier remedy,
-    /// does not prevent it); 400 to 480 groups/s up to 10^6 rows with custom plans.
+    /// Also sets [`CLAIM_PLANNER`] until the claim's end, and returns the settings' values to
+    /// restore.
     async fn lock_claims(
         &self,
         tx: &mut Transaction<'static, Postgres>,
         consumer: &ConsumerName,
         ids: &[String],
-    ) -> Result<String> {
+    ) -> Result<Vec<String>> {
         // OFFSET 0 keeps the sorted subquery whole, so the locks are taken in key order.
+        let key = claim_key_sql("$1", "id");
+        let (get, set): (Vec<String>, Vec<String>) = CLAIM_PLANNER
+            .iter()
+            .map(|(name, value)| {
+                let get = format!("current_setting('{name}')");
+                (get, format!("set_config('{name}', '{value}', true)"))
+            })
+            .unzip();
+        let (get, set) = (get.join(", "), format!("ARRAY[{}]", set.join(", ")));
         let sql = format!(
-            "SELECT current_setting('transaction_isolation'), prev.mode, \
-             set_config('{CLAIM_LOCKED}', 'on', true), \
-             set_config('plan_cache_mode', 'force_custom_plan', true) \
-             FROM (SELECT current_setting('plan_cache_mode') AS mode) AS prev, \
+            "SELECT current_setting('transaction_isolation'), prev.settings, \
+             set_config('{CLAIM_LOCKED}', 'on', true), {set} \
+             FROM (SELECT ARRAY[{get}] AS settings) AS prev, \
              (SELECT count(pg_advisory_xact_lock(k)) \
-             FROM (SELECT DISTINCT hashtextextended($1 || E'\\x1f' || id, {CLAIM_LOCK_SEED}) AS k \
+             FROM (SELECT DISTINCT {key} AS k \
              FROM unnest($2::text[]) AS id ORDER BY k OFFSET 0) AS keys) AS locked"
         );
-        let (isolation, plan_mode, _, _): (String, String, String, String) = self
+        let (isolation, before, ..): (String, Vec<String>, String, Vec<String>) = self
             .engine()
             .query_as(AssertSqlSafe(sql))
             .bind(consumer.as_str())
@@ -129,7 +158,28 @@ impl SqlStore<Postgres> {
                 "the partitioned oncely inbox needs READ COMMITTED transactions (got {isolation})"
             )));
         }
-        Ok(plan_mode)
+        Ok(before)
+    }
+
+    /// `(message_id, payload_hash)` of the ids the partitioned inbox holds for `consumer`,
+    /// found by the claim-key index ([`keyed_rows`]).
+    async fn stored_hashes_keyed(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        consumer: &ConsumerName,
+        ids: &[String],
+    ) -> Result<Vec<(String, String)>> {
+        let held = keyed_rows(&self.tables().inbox(), "consumer, message_id, payload_hash");
+        self.engine()
+            .query_as(AssertSqlSafe(format!(
+                "SELECT message_id, payload_hash FROM ({held}) AS held \
+                 WHERE consumer = $1 AND message_id = ANY($2)"
+            )))
+            .bind(consumer.as_str())
+            .bind(ids)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|e| db("reading claimed payload hashes", e))
     }
 
     /// `(message_id, payload_hash)` of the ids the inbox holds for `consumer`.
@@ -149,6 +199,43 @@ impl SqlStore<Postgres> {
         .await
         .map_err(|e| db("reading claimed payload hashes", e))
     }
+}
+
+/// The planner settings a group claim on the partitioned inbox runs under (transaction-local,
+/// restored before the handler runs): with sequential and index-only scans off, the claim-key
+/// index is the only path the probe has ([`keyed_rows`]), so its one generic plan, made once per
+/// connection, is safe, and no group pays for planning the probe of every partition.
+#[cfg(feature = "postgres")]
+const CLAIM_PLANNER: [(&str, &str); 3] = [
+    ("enable_seqscan", "off"),
+    ("enable_indexonlyscan", "off"),
+    ("plan_cache_mode", "force_generic_plan"),
+];
+
+/// A subquery of the partitioned `inbox`'s rows (columns `cols`) whose claim key is that of
+/// consumer `$1` with one of the ids `$2`, read through the partitions' claim-key index only.
+///
+/// A prepared statement is planned for its parameters five times, then gets a generic plan
+/// if that looks no dearer. Made while today's partition is nearly empty, a generic plan
+/// that may use the primary key probes that partition by `consumer` alone and filters the ids,
+/// reading every row of the day on every claim as the partition fills (measured with pgbench
+/// on a fresh partitioned inbox: 57 groups/s in the first 10 s, 13 after 60 s). Here the
+/// claim-key index is the only one the subquery can use: `OFFSET 0` keeps the caller's filters
+/// on `consumer` and `message_id` outside it, and sequential and index-only scans are off
+/// while the claim runs ([`CLAIM_PLANNER`]; on a partition analyzed while empty, the
+/// planner would otherwise read the primary key whole, index-only, instead of a sequential
+/// scan: 3,000 instead of 15,000 msgs/s from an empty inbox). So the generic plan is one index
+/// lookup per id and partition whatever the statistics said, and no group pays for planning
+/// the probe of every partition (about 2 ms at 11 partitions).
+#[cfg(feature = "postgres")]
+fn keyed_rows(inbox: &str, cols: &str) -> String {
+    let (key, wanted) = (
+        claim_key_sql("consumer", "message_id"),
+        claim_key_sql("$1", "x"),
+    );
+    format!(
+        "SELECT {cols} FROM {inbox} WHERE {key} = ANY(ARRAY(SELECT {wanted} FROM unnest($2::text[]) AS x)) OFFSET 0"
+    )
 }
 
 #[cfg(feature = "sqlite")]
