@@ -107,6 +107,20 @@ pub(crate) fn resolve(items: &[(MessageId, PayloadHash)], found: &Found) -> Resu
         .collect()
 }
 
+/// How many places a listed statement (an `IN` list, a multi-row `VALUES`) is written with for
+/// `n` ids: `n` rounded up to a power of two, the places beyond `n` bound to the last id again
+/// (harmless in an `IN` list, and ignored as a duplicate key by `INSERT IGNORE`).
+///
+/// sqlx prepares every statement and keeps 100 per connection; a shape per group size (1 to
+/// 64, beside the handler's own) overflows that cache, and on MySQL each statement evicted
+/// from it stalls the next one about 40 ms: sqlx sends the close in a packet of its own, and
+/// Nagle's algorithm holds the next statement until the server's delayed acknowledgement.
+/// Measured through RabbitMQ into MariaDB: 2,700 instead of 23,000 msgs/s once a run passed
+/// about 25,000 messages. Rounded, the claim's statements take a handful of shapes.
+pub(crate) fn shape_len(n: usize) -> usize {
+    n.max(1).next_power_of_two()
+}
+
 pub(crate) fn list(from: usize, count: usize, dollar: bool) -> String {
     (from..from + count)
         .map(|n| {

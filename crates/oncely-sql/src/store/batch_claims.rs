@@ -2,7 +2,7 @@
 //! statement per chunk: see [`crate::batch`], which holds the helpers these share).
 
 use super::SqlStore;
-use crate::batch::{CLAIM_LOCKED, Found, claim_key_sql, list};
+use crate::batch::{CLAIM_LOCKED, Found, claim_key_sql, list, shape_len};
 use crate::dialect::Dialect;
 use crate::error::db;
 use crate::query::{Column, SqlDatabase, Value};
@@ -325,14 +325,18 @@ impl SqlStore<MySql> {
             .execute(&mut **tx)
             .await
             .map_err(|e| db("batch savepoint", e))?;
-        let inbox = self.tables().inbox();
+        let (inbox, places) = (self.tables().inbox(), shape_len(rest.len()));
         let row = format!("(?, ?, ?, {})", Dialect::MySql.now_ms_sql());
         let mut insert = self.engine().query(AssertSqlSafe(format!(
             "INSERT IGNORE INTO {inbox} (consumer, message_id, payload_hash, received_at) VALUES {}",
-            vec![row.as_str(); rest.len()].join(", ")
+            vec![row.as_str(); places].join(", ")
         )));
-        for (id, hash) in &rest {
-            insert = insert.bind(consumer.as_str()).bind(*id).bind(hash.to_hex());
+        // The places beyond `rest` repeat its last claim, which the statement then ignores as
+        // a duplicate key: `inserted` counts `rest`'s fresh ids only.
+        let last = rest[rest.len() - 1];
+        let padding = std::iter::repeat_n(last, places - rest.len());
+        for (id, hash) in rest.iter().copied().chain(padding) {
+            insert = insert.bind(consumer.as_str()).bind(id).bind(hash.to_hex());
         }
         let inserted = insert
             .execute(&mut **tx)
@@ -403,17 +407,19 @@ impl<DB: SqlDatabase> SqlStore<DB> {
         consumer: &ConsumerName,
         ids: &[&str],
     ) -> Result<Vec<(String, String)>> {
-        let inbox = self.tables().inbox();
+        let (inbox, places) = (self.tables().inbox(), shape_len(ids.len()));
         let sql = format!(
             "SELECT message_id, payload_hash FROM {inbox} WHERE consumer = $1 AND message_id IN ({})",
-            list(2, ids.len(), true)
+            list(2, places, true)
         );
         let id = |id: &str| match DB::DIALECT {
             Dialect::MySql => Value::Bytes(id.as_bytes().to_vec()),
             _ => Value::from(id),
         };
+        let last = ids.last().copied().unwrap_or_default();
+        let padding = std::iter::repeat_n(last, places - ids.len());
         let args: Vec<Value> = std::iter::once(consumer.as_str().into())
-            .chain(ids.iter().map(|i| id(i)))
+            .chain(ids.iter().copied().chain(padding).map(id))
             .collect();
         let rows = DB::fetch(
             conn,

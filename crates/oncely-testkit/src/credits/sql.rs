@@ -159,7 +159,9 @@ impl Handler<AnyTx> for Credits {
     /// A group commit's fresh messages with two statements per [`ROWS_PER_STATEMENT`] rows,
     /// not two per message: their ledger rows in one multi-row insert, their balances in one
     /// upsert with the amounts summed per account (one statement may not update a row twice),
-    /// accounts in sorted order (so two transactions lock them in the same order). A payload
+    /// accounts in sorted order (so two transactions lock them in the same order). Each is
+    /// split into parts of a power of two rows ([`power_of_two_parts`]), so that the
+    /// statements take a few shapes, not one per group size. A payload
     /// that does not parse fails the batch: the runtime rolls it back and runs its messages
     /// one at a time through [`Handler::handle`], which dead-letters that one.
     async fn handle_batch(&self, tx: &mut AnyTx, messages: &[Envelope]) -> Result<Vec<Handled>> {
@@ -168,7 +170,7 @@ impl Handler<AnyTx> for Credits {
             .map(|m| Credit::parse(m.payload()))
             .collect::<Result<Vec<_>>>()?;
         let rows: Vec<(&Envelope, &Credit)> = messages.iter().zip(&credits).collect();
-        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        for chunk in rows.chunks(ROWS_PER_STATEMENT).flat_map(power_of_two_parts) {
             let args: Vec<Value> = chunk
                 .iter()
                 .flat_map(|(m, c)| -> [Value; 3] {
@@ -187,7 +189,7 @@ impl Handler<AnyTx> for Credits {
             *sums.entry(credit.account.as_str()).or_default() += credit.amount;
         }
         let sums: Vec<(&str, i64)> = sums.into_iter().collect();
-        for chunk in sums.chunks(ROWS_PER_STATEMENT) {
+        for chunk in sums.chunks(ROWS_PER_STATEMENT).flat_map(power_of_two_parts) {
             let args: Vec<Value> = chunk
                 .iter()
                 .flat_map(|(account, sum)| -> [Value; 2] { [(*account).into(), (*sum).into()] })
@@ -217,9 +219,36 @@ fn placeholders(rows: usize, width: usize) -> String {
         .join(", ")
 }
 
+/// `rows` in consecutive parts whose lengths are powers of two, largest first (45 rows: 32, 8,
+/// 4, 1). sqlx prepares and caches every statement (100 per connection); a multi-row statement
+/// of every length from 1 to 64 overflows that cache, and on MySQL each eviction stalls the
+/// next statement about 40 ms (oncely-sql's claims round their lists up for the same reason).
+fn power_of_two_parts<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let len = 1 << rest.len().ilog2();
+        let (part, tail) = rest.split_at(len);
+        rest = tail;
+        Some(part)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn parts_are_powers_of_two_in_order() {
+        let rows: Vec<u32> = (0..45).collect();
+        let parts: Vec<&[u32]> = super::power_of_two_parts(&rows).collect();
+        let lens: Vec<usize> = parts.iter().map(|p| p.len()).collect();
+        assert_eq!(lens, [32, 8, 4, 1]);
+        assert_eq!(parts.concat(), rows, "every row once, in order");
+        assert_eq!(super::power_of_two_parts::<u32>(&[]).count(), 0);
+    }
+
     use oncely_core::{CancellationToken, Consumer, ConsumerName, Inspect, MemorySource};
 
     /// The credits tables on a fresh, migrated SQLite file.
