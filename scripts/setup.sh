@@ -56,9 +56,10 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 # Python clients of the cross-language tests (scripts/python_producers.py, the webhook
-# signers), pinned where a test checks a library's exact behaviour.
+# signers) and the bare client of scripts/mariadb-user-path.sh, pinned where a test checks a
+# library's exact behaviour.
 PY_VENV=${ONCELY_VENV:-$PWD/.venv}
-PY_PKGS=(pika nats-py redis paho-mqtt standardwebhooks==1.1.0 stripe==16.1.0)
+PY_PKGS=(pika pymysql nats-py redis paho-mqtt standardwebhooks==1.1.0 stripe==16.1.0)
 if [ ! -x "$PY_VENV/bin/python3" ]; then
   echo "setup: creating the Python venv $PY_VENV"
   python3 -m venv "$PY_VENV" || echo "setup: *** python3 -m venv failed (apt-get install python3-venv); the Python tests will be SKIPPED ***"
