@@ -72,9 +72,9 @@ async fn apply_everything_on_postgres() {
     };
     let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("8 migration(s) applied"), "{out}");
+    assert!(out.starts_with("9 migration(s) applied"), "{out}");
     let ledger = t.tables().migration_ledger();
-    assert_eq!(t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await, 8);
+    assert_eq!(t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await, 9);
     let partitioned = t
         .scalar(&format!(
             "SELECT COUNT(*) FROM pg_partitioned_table WHERE partrelid = to_regclass('{}')",
@@ -101,7 +101,7 @@ async fn apply_everything_through_pgbouncer() {
     assert_eq!(code, 0, "{err}");
     let ledger = t.tables().migration_ledger();
     let applied = t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await;
-    assert!(applied >= 8, "{applied} migrations recorded: {out}");
+    assert!(applied >= 9, "{applied} migrations recorded: {out}");
     assert!(
         out.starts_with(&format!("{applied} migration(s) applied")),
         "{out}"
