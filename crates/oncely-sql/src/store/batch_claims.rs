@@ -2,7 +2,7 @@
 //! statement per chunk: see [`crate::batch`], which holds the helpers these share).
 
 use super::SqlStore;
-use crate::batch::{CLAIM_LOCKED, Found, claim_key_sql, list, shape_len};
+use crate::batch::{CLAIM_LOCKED, Found, claim_key_sql, list, padded, shape_len};
 use crate::dialect::Dialect;
 use crate::error::db;
 use crate::query::{Column, SqlDatabase, Value};
@@ -333,9 +333,7 @@ impl SqlStore<MySql> {
         )));
         // The places beyond `rest` repeat its last claim, which the statement then ignores as
         // a duplicate key: `inserted` counts `rest`'s fresh ids only.
-        let last = rest[rest.len() - 1];
-        let padding = std::iter::repeat_n(last, places - rest.len());
-        for (id, hash) in rest.iter().copied().chain(padding) {
+        for (id, hash) in padded(&rest) {
             insert = insert.bind(consumer.as_str()).bind(id).bind(hash.to_hex());
         }
         let inserted = insert
@@ -416,10 +414,8 @@ impl<DB: SqlDatabase> SqlStore<DB> {
             Dialect::MySql => Value::Bytes(id.as_bytes().to_vec()),
             _ => Value::from(id),
         };
-        let last = ids.last().copied().unwrap_or_default();
-        let padding = std::iter::repeat_n(last, places - ids.len());
         let args: Vec<Value> = std::iter::once(consumer.as_str().into())
-            .chain(ids.iter().copied().chain(padding).map(id))
+            .chain(padded(ids).map(id))
             .collect();
         let rows = DB::fetch(
             conn,

@@ -239,6 +239,8 @@ fn power_of_two_parts<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oncely_core::{CancellationToken, Consumer, ConsumerName, Inspect, MemorySource};
+
     #[test]
     fn parts_are_powers_of_two_in_order() {
         let rows: Vec<u32> = (0..45).collect();
@@ -248,8 +250,6 @@ mod tests {
         assert_eq!(parts.concat(), rows, "every row once, in order");
         assert_eq!(super::power_of_two_parts::<u32>(&[]).count(), 0);
     }
-
-    use oncely_core::{CancellationToken, Consumer, ConsumerName, Inspect, MemorySource};
 
     /// The credits tables on a fresh, migrated SQLite file.
     async fn sqlite_store(dir: &tempfile::TempDir) -> (AnyStore, CreditTables) {
