@@ -1,12 +1,13 @@
 //! Retention: removes inbox ids older than the window without long transactions.
 //!
 //! Generic path (every dialect, and the PostgreSQL default partition): repeated small
-//! `DELETE`s, each its own short transaction, with a pause between them:
-//!
-//! - PostgreSQL: `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … WHERE received_at < $1 LIMIT n))`
-//! - MySQL / MariaDB: `DELETE … WHERE received_at < ? LIMIT n`
-//! - SQLite (the inbox is `WITHOUT ROWID`): `DELETE … WHERE (consumer, message_id) IN
-//!   (SELECT consumer, message_id … LIMIT n)`
+//! `DELETE`s, each its own short transaction, with a pause between them, walking the expired
+//! rows once in `(received_at, consumer, message_id)` order: each batch
+//! reads the row `n` places after the previous batch's last one, then deletes the range between
+//! them. A batch never starts over from the oldest row, so rows that earlier batches deleted
+//! but vacuum (or InnoDB's purge) may not remove yet, while a long transaction such as a backup
+//! holds the horizon, are not read again by every later batch: a run reads each expired row a
+//! bounded number of times, not once per batch.
 //! - Portable mode ([`oncely_sql::SqlStore::portable()`]: detected, or forced with `ConnectOptions::portable`; every dialect): by primary-key ranges,
 //!   never `ctid`: select the next `n` expired keys after the previous batch's last one
 //!   (`expired_keys_sql`), then delete the expired rows between the first and the last of
@@ -23,7 +24,7 @@ use crate::db::Ops;
 use crate::partition;
 use oncely_core::Result;
 use oncely_sql::clock::now_ms;
-use oncely_sql::{Column, DbLock, Value};
+use oncely_sql::{Column, DbLock, Dialect, Value};
 use std::time::{Duration, Instant};
 use tracing::info;
 
@@ -163,8 +164,8 @@ async fn run(
     }
     report.expired_at_start = count_expired(ops, &table, report.cutoff_ms).await?;
     let batch = options.batch_size.max(1);
-    let sql = batch_sql(ops, &table, batch);
     let mut after = None;
+    let mut last = None;
     loop {
         if options.max_batches.is_some_and(|m| report.batches >= m)
             || options
@@ -179,10 +180,7 @@ async fn run(
                 key_range_batch(ops, &table, batch, report.cutoff_ms, &mut after).await?;
             (deleted, keys == u64::from(batch))
         } else {
-            let mut tx = ops.begin().await?;
-            let deleted = tx.execute(&sql, &[report.cutoff_ms.into()]).await?.rows;
-            tx.commit().await?;
-            (deleted, deleted >= u64::from(batch))
+            ordered_batch(ops, &table, batch, report.cutoff_ms, &mut last).await?
         };
         report.batches += 1;
         report.deleted += deleted;
@@ -201,17 +199,101 @@ async fn run(
     Ok(())
 }
 
-/// The statement deleting one batch of at most `batch` inbox rows of `table` received before
-/// `$1` (unix ms), in no particular order ([`Dialect::delete_any`](oncely_sql::Dialect::delete_any)).
-pub fn batch_sql(ops: &Ops, table: &str, batch: u32) -> String {
-    let d = ops.dialect();
-    let condition = format!("received_at < {}", d.param(1));
-    d.delete_any(
-        table,
-        "consumer, message_id",
-        &condition,
-        &batch.to_string(),
+/// A row's place in the order the batched path walks: `(received_at, consumer, message_id)`.
+type Place = (i64, String, String);
+
+/// The condition "the row's place `op` the place bound at `$n, $n+1, $n+2`": the row-value
+/// comparison written out, so that every database ranges its `received_at` index on the
+/// first column (`op` is `>` or `<`; the place itself is included with `<`).
+fn place_condition(op: char, n: usize) -> String {
+    let (at, consumer, message_id) = (n, n + 1, n + 2);
+    let (equal_at, last) = if op == '>' { (">=", ">") } else { ("<=", "<=") };
+    format!(
+        " AND received_at {equal_at} ${at} AND (received_at {op} ${at} OR consumer {op} ${consumer} \
+         OR (consumer = ${consumer} AND message_id {last} ${message_id}))"
     )
+}
+
+/// The batched path's first statement: the place of the expired row `batch` places after the
+/// previous batch's last one (`$2..$4`, with `after`), in walking order; none when fewer remain.
+/// The subquery finds that row's `received_at` in the index's own order (it stops after
+/// `batch` entries); the outer query sorts only the rows up to it (the batch and the rest of
+/// its last millisecond), never every expired row, whatever the planner thinks of the table.
+fn boundary_sql(table: &str, batch: u32, after: bool) -> String {
+    let after = if after {
+        place_condition('>', 2)
+    } else {
+        String::new()
+    };
+    let offset = batch - 1;
+    format!(
+        "SELECT received_at, consumer, message_id FROM {table} WHERE received_at < $1{after} \
+         AND received_at <= (SELECT received_at FROM {table} WHERE received_at < $1{after} \
+         ORDER BY received_at LIMIT 1 OFFSET {offset}) \
+         ORDER BY received_at, consumer, message_id LIMIT 1 OFFSET {offset}"
+    )
+}
+
+/// The batched path's second statement: deletes the expired rows after the previous batch's
+/// last place (`$2..$4`, with `after`) up to and including the place bound next (with `upto`),
+/// or all of them.
+fn delete_range_sql(table: &str, after: bool, upto: bool) -> String {
+    let mut sql = format!("DELETE FROM {table} WHERE received_at < $1");
+    if after {
+        sql += &place_condition('>', 2);
+    }
+    if upto {
+        sql += &place_condition('<', if after { 5 } else { 2 });
+    }
+    sql
+}
+
+/// One batch of the batched path, in one transaction: finds the place `batch` expired rows
+/// after `last` (the previous batch's last place), deletes the rows up to it and moves `last`
+/// there; with fewer than `batch` left, deletes them all. Returns the rows deleted and whether
+/// the batch was full (more may remain).
+async fn ordered_batch(
+    ops: &Ops,
+    table: &str,
+    batch: u32,
+    cutoff_ms: i64,
+    last: &mut Option<Place>,
+) -> Result<(u64, bool)> {
+    let bind = |args: &mut Vec<Value>, (at, consumer, message_id): &Place| {
+        args.extend([Value::I64(*at), consumer.into(), message_id.into()]);
+    };
+    let mut args = vec![Value::I64(cutoff_ms)];
+    if let Some(last) = last.as_ref() {
+        bind(&mut args, last);
+    }
+    let after = last.is_some();
+    let mut tx = ops.begin().await?;
+    if ops.dialect() == Dialect::Postgres {
+        // The boundary's subquery must walk the index in order and stop after `batch` entries.
+        // On a table whose statistics are stale or missing (autovacuum off, never analyzed)
+        // the planner may read every expired row into a sort instead (a bitmap scan and a
+        // top-N sort), once per batch: quadratic in the rows to prune. Sorting costs it more
+        // than anything here, for this transaction only.
+        tx.execute("SET LOCAL enable_sort = off", &[]).await?;
+    }
+    let cols = [Column::I64, Column::Text, Column::Text];
+    let rows = tx
+        .fetch(&boundary_sql(table, batch, after), &args, &cols)
+        .await?;
+    let place = rows
+        .first()
+        .map(|row| (row[0].i64(), row[1].text(), row[2].text()));
+    if let Some(place) = place.as_ref() {
+        bind(&mut args, place);
+    }
+    let sql = delete_range_sql(table, after, place.is_some());
+    let deleted = tx.execute(&sql, &args).await?.rows;
+    tx.commit().await?;
+    let full = place.is_some();
+    if full {
+        *last = place;
+    }
+    Ok((deleted, full))
 }
 
 /// The portable prune's first statement: the keys `(consumer, message_id)` of the next

@@ -292,42 +292,6 @@ impl Dialect {
         }
     }
 
-    /// A statement deleting at most `limit` rows of `table` matching `condition`, in no
-    /// particular order, by the cheapest row address each database has: `ctid` on PostgreSQL,
-    /// `DELETE … LIMIT` on MySQL, the unique `key` (one column or a comma-separated composite
-    /// key) through a subquery on SQLite. `limit` is SQL text (a number or a placeholder).
-    ///
-    /// ```
-    /// use oncely_sql::Dialect;
-    /// assert_eq!(
-    ///     Dialect::Postgres.delete_any("t", "id", "at < $1", "100"),
-    ///     "DELETE FROM t WHERE ctid = ANY(ARRAY(SELECT ctid FROM t WHERE at < $1 LIMIT 100))"
-    /// );
-    /// assert_eq!(Dialect::MySql.delete_any("t", "id", "at < ?", "100"), "DELETE FROM t WHERE at < ? LIMIT 100");
-    /// assert_eq!(
-    ///     Dialect::Sqlite.delete_any("t", "a, b", "at < ?1", "100"),
-    ///     "DELETE FROM t WHERE (a, b) IN (SELECT a, b FROM t WHERE at < ?1 LIMIT 100)"
-    /// );
-    /// ```
-    pub fn delete_any(self, table: &str, key: &str, condition: &str, limit: &str) -> String {
-        match self {
-            Self::Postgres => format!(
-                "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {condition} LIMIT {limit}))"
-            ),
-            Self::MySql => format!("DELETE FROM {table} WHERE {condition} LIMIT {limit}"),
-            Self::Sqlite => {
-                let row = if key.contains(',') {
-                    format!("({key})")
-                } else {
-                    key.to_owned()
-                };
-                format!(
-                    "DELETE FROM {table} WHERE {row} IN (SELECT {key} FROM {table} WHERE {condition} LIMIT {limit})"
-                )
-            }
-        }
-    }
-
     /// The table of leases behind [`DbLock`](crate::DbLock) (SQLite, portable mode) and the
     /// portable migration lock: `name` (primary key), `holder`, `expires_at` (unix ms).
     ///
