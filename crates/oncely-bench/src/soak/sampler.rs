@@ -29,11 +29,26 @@ async fn inbox(bed: &Bed<Postgres>) -> Result<(i64, i64, i64)> {
     Ok((rows, dead, vacuums))
 }
 
+/// `n_dead_tup` of `table` and the index entries its indexes' scans have returned so far.
+async fn table_reads(bed: &Bed<Postgres>, table: &str) -> Result<(i64, i64)> {
+    let stats: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT t.n_dead_tup, COALESCE((SELECT SUM(i.idx_tup_read) FROM pg_stat_user_indexes i \
+         WHERE i.relid = t.relid), 0)::bigint FROM pg_stat_user_tables t WHERE t.relid = to_regclass($1)",
+    )
+    .bind(table)
+    .fetch_optional(&bed.pool)
+    .await
+    .with_context(|| format!("reading the statistics of {table}"))?;
+    Ok(stats.unwrap_or_default())
+}
+
 /// Where the previous sample left off.
 struct Mark {
     secs: f64,
     published: u64,
     wal: i64,
+    inbox_reads: i64,
+    accounts_reads: i64,
 }
 
 /// Samples the run until its end (`clock`), printing each sample as it is taken; returns the
@@ -50,6 +65,8 @@ pub(crate) async fn sample(
         secs: 0.0,
         published: 0,
         wal: bed.wal_position().await?,
+        inbox_reads: table_reads(bed, &bed.sql.inbox).await?.1,
+        accounts_reads: table_reads(bed, &bed.sql.accounts).await?.1,
     };
     let (mut samples, mut all) = (Vec::new(), Vec::new());
     let intervals = (total / SAMPLE_SECS).ceil() as usize;
@@ -60,6 +77,8 @@ pub(crate) async fn sample(
         let (secs, stats, latencies) = (clock.secs(), source.stats(), tracked.take());
         let wal = bed.wal_position().await?;
         let (rows, dead, vacuums) = inbox(bed).await?;
+        let (_, inbox_reads) = table_reads(bed, &bed.sql.inbox).await?;
+        let (accounts_dead, accounts_reads) = table_reads(bed, &bed.sql.accounts).await?;
         let seconds = (secs - last.secs).max(1e-9);
         let runs = prunes.ended(last.secs, secs);
         let sorted = latencies.sorted();
@@ -78,12 +97,17 @@ pub(crate) async fn sample(
             dead_tuples: dead as u64,
             vacuums: vacuums as u64,
             wal_bytes_per_sec: (wal - last.wal) as f64 / seconds,
+            accounts_dead_tuples: accounts_dead as u64,
+            inbox_index_reads_per_sec: (inbox_reads - last.inbox_reads) as f64 / seconds,
+            accounts_index_reads_per_sec: (accounts_reads - last.accounts_reads) as f64 / seconds,
         };
         print_sample(&s);
         last = Mark {
             secs,
             published: stats.published,
             wal,
+            inbox_reads,
+            accounts_reads,
         };
         samples.push(s);
         all.push(latencies);
@@ -98,7 +122,7 @@ fn print_sample(s: &Sample) {
         "no prune".to_owned()
     };
     eprintln!(
-        "soak: {:>5.0} s {:<9} offered {:>6.0}/s consumed {:>6.0}/s backlog {:>6}  p50 {:>6.1} ms p99 {:>7.1} ms  {prune:<17} inbox {:>8} dead {:>8} vacuums {:>2}  WAL {:>6.2} MB/s",
+        "soak: {:>5.0} s {:<9} offered {:>6.0}/s consumed {:>6.0}/s backlog {:>6}  p50 {:>6.1} ms p99 {:>7.1} ms  {prune:<17} inbox {:>8} dead {:>8} vacuums {:>2}  WAL {:>6.2} MB/s  index reads/s inbox {:>8.0} accounts {:>8.0} (dead {:>7})",
         s.elapsed_secs,
         s.phase.name(),
         s.offered_per_sec,
@@ -109,6 +133,9 @@ fn print_sample(s: &Sample) {
         s.inbox_rows,
         s.dead_tuples,
         s.vacuums,
-        s.wal_bytes_per_sec / 1e6
+        s.wal_bytes_per_sec / 1e6,
+        s.inbox_index_reads_per_sec,
+        s.accounts_index_reads_per_sec,
+        s.accounts_dead_tuples
     );
 }

@@ -92,6 +92,14 @@ pub struct Sample {
     pub vacuums: u64,
     /// WAL bytes written per second (`pg_current_wal_lsn()` difference).
     pub wal_bytes_per_sec: f64,
+    /// `n_dead_tup` of the effect's accounts table: with the horizon pinned, the old versions
+    /// of its few hundred rows, updated thousands of times a second, cannot be removed either.
+    pub accounts_dead_tuples: u64,
+    /// Index entries read per second in the inbox's indexes (`idx_tup_read`, dead ones too).
+    pub inbox_index_reads_per_sec: f64,
+    /// The same in the accounts table's index: with the horizon pinned, each update of an
+    /// account walks the versions no vacuum may remove.
+    pub accounts_index_reads_per_sec: f64,
 }
 
 impl Sample {

@@ -36,6 +36,9 @@ fn steady_run() -> Vec<Sample> {
                 dead_tuples: 30_000,
                 vacuums: u64::from(k) / 6,
                 wal_bytes_per_sec: 1e6,
+                accounts_dead_tuples: 1_000,
+                inbox_index_reads_per_sec: 200_000.0,
+                accounts_index_reads_per_sec: 4_000.0,
             }
         })
         .collect()
