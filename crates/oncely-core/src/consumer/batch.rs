@@ -84,7 +84,12 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 .iter()
                 .map(|m| (m.id().clone(), m.payload_hash()))
                 .collect();
-            let read = self.store.committed_claims(&self.name, &items).await;
+            // Bounded like a transaction: a read stuck on a connection the network stranded
+            // would otherwise hold this lane forever, silently (it did, once in CI).
+            let read = self
+                .within_attempt_timeout(self.store.committed_claims(&self.name, &items))
+                .await
+                .and_then(|read| read);
             if let Ok(held) = &read {
                 self.batches
                     .duplicates_seen

@@ -279,7 +279,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// [`DEFAULT_ATTEMPT_TIMEOUT`], 60 s). Past it the attempt is dropped, which rolls it back,
     /// logged at WARN, and retried like a store failure (the store's backoff and health
     /// apply): a connection the network stranded mid-statement cannot hold a lane forever.
-    /// A retry after a commit that did land finds the claim and is a `Duplicate`. Set it
+    /// The same bound holds every other call the runtime makes to the store (the start
+    /// check, the inbox reads before a claim and after a lost commit answer). A retry after a commit that did land finds the claim and is a `Duplicate`. Set it
     /// above your handler's longest legitimate run.
     ///
     /// ```
@@ -485,7 +486,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// tables, permission denied) is logged at ERROR and refuses the start; an outage is
     /// logged and left to the runtime, which holds deliveries until the store answers.
     async fn check_ready(&self) -> crate::Result<()> {
-        match self.store.check_ready().await {
+        let ready = self.within_attempt_timeout(self.store.check_ready());
+        match ready.await.and_then(|ready| ready) {
             Ok(()) => {
                 debug!(
                     consumer = %self.name,

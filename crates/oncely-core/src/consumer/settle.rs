@@ -111,9 +111,11 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         .map(|()| Committed::new())
     }
 
-    /// Runs one transaction (an attempt, or a dead letter's insert) within
-    /// [`Consumer::attempt_timeout`]; past it the future is dropped, which rolls the
+    /// Runs one store call (an attempt's transaction, a dead letter's insert, an inbox read)
+    /// within [`Consumer::attempt_timeout`]; past it the future is dropped, which rolls a
     /// transaction back, and the store is reported unavailable (held, retried with backoff).
+    /// Every call the runtime makes to the store goes through here: one without a bound, on
+    /// a connection the network stranded, would wait forever and say nothing.
     /// Boxed: the attempt's future is deep, and a timer around it in every caller's state
     /// would push the callers past the compiler's type-layout depth.
     pub(super) fn within_attempt_timeout<'a, T: Send + 'a>(
@@ -126,10 +128,10 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 warn!(
                     consumer = %self.name,
                     timeout_s = limit.as_secs_f64(),
-                    "a transaction did not finish within {limit:?}; rolled back, retrying (a database connection stranded by the network, or a handler waiting on something? Consumer::attempt_timeout)"
+                    "a store call did not finish within {limit:?}; given up (a transaction rolled back) and retried (a database connection stranded by the network, or a handler waiting on something? Consumer::attempt_timeout)"
                 );
                 Error::unavailable(format!(
-                    "the transaction did not finish within {limit:?} (Consumer::attempt_timeout)"
+                    "the store call did not finish within {limit:?} (Consumer::attempt_timeout)"
                 ))
             })
         })

@@ -246,7 +246,15 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         self.held(
             stop,
             |_| true,
-            || self.store.committed_claim(&self.name, envelope.id(), hash),
+            || async {
+                self.within_attempt_timeout(self.store.committed_claim(
+                    &self.name,
+                    envelope.id(),
+                    hash,
+                ))
+                .await
+                .and_then(|held| held)
+            },
         )
         .await
     }

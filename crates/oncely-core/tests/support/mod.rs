@@ -140,6 +140,8 @@ pub enum Calls {
     All,
     /// dead_letter only.
     DeadLetter,
+    /// commit only (the transaction is rolled back).
+    Commit,
 }
 
 /// Wraps a [`MemStore`]; while a fault is on, the chosen calls fail with its kind.
@@ -149,6 +151,9 @@ pub struct Faulty {
     pub inner: MemStore,
     fault: Arc<Mutex<Option<(ErrorKind, Calls)>>>,
     failed: Arc<AtomicU64>,
+    /// Inbox reads (committed_claim) left that never answer.
+    to_stall: Arc<AtomicU64>,
+    stalled: Arc<AtomicU64>,
 }
 
 impl Faulty {
@@ -160,6 +165,17 @@ impl Faulty {
     /// Ends the fault.
     pub fn heal(&self) {
         *self.fault.lock().unwrap() = None;
+    }
+
+    /// Makes the next `reads` inbox reads never answer, as on a connection the network
+    /// stranded (no RST, no FIN: the client waits for an answer that never comes).
+    pub fn stall_reads(&self, reads: u64) {
+        self.to_stall.store(reads, Relaxed);
+    }
+
+    /// Inbox reads that stalled so far.
+    pub fn stalled_reads(&self) -> u64 {
+        self.stalled.load(Relaxed)
     }
 
     /// Store calls that failed so far.
@@ -204,11 +220,19 @@ impl Store for Faulty {
         _hash: PayloadHash,
     ) -> Result<bool> {
         self.check(Calls::All)?;
+        let stall = self
+            .to_stall
+            .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(1))
+            .is_ok();
+        if stall {
+            self.stalled.fetch_add(1, Relaxed);
+            std::future::pending::<()>().await;
+        }
         Ok(false)
     }
 
     async fn commit(&self, tx: MemTx) -> Result<()> {
-        self.check(Calls::All)?;
+        self.check(Calls::Commit)?;
         self.inner.commit(tx).await
     }
 
