@@ -1,17 +1,16 @@
 //! Retention: removes inbox ids older than the window without long transactions.
 //!
-//! Generic path (every dialect, and the PostgreSQL default partition): repeated small
+//! Batched path (every dialect, and the PostgreSQL default partition): repeated small
 //! `DELETE`s, each its own short transaction, with a pause between them, walking the expired
 //! rows once in `(received_at, consumer, message_id)` order: each batch
 //! reads the row `n` places after the previous batch's last one, then deletes the range between
 //! them. A batch never starts over from the oldest row, so rows that earlier batches deleted
 //! but vacuum (or InnoDB's purge) may not remove yet, while a long transaction such as a backup
 //! holds the horizon, are not read again by every later batch: a run reads each expired row a
-//! bounded number of times, not once per batch.
-//! - Portable mode ([`oncely_sql::SqlStore::portable()`]: detected, or forced with `ConnectOptions::portable`; every dialect): by primary-key ranges,
-//!   never `ctid`: select the next `n` expired keys after the previous batch's last one
-//!   (`expired_keys_sql`), then delete the expired rows between the first and the last of
-//!   them (`delete_key_range_sql`).
+//! bounded number of times, not once per batch. In portable mode
+//! ([`oncely_sql::SqlStore::portable()`]: detected, or forced with `ConnectOptions::portable`)
+//! the same walk goes in primary-key order `(consumer, message_id)`: primary-key ranges,
+//! never `ctid`.
 //!
 //! Partitioned path (PostgreSQL, see [`crate::partition`]): drops every daily partition older
 //! than the window and creates the partitions for the coming days.
@@ -164,7 +163,7 @@ async fn run(
     }
     report.expired_at_start = count_expired(ops, &table, report.cutoff_ms).await?;
     let batch = options.batch_size.max(1);
-    let mut after = None;
+    let walk = if portable { Walk::Key } else { Walk::Received };
     let mut last = None;
     loop {
         if options.max_batches.is_some_and(|m| report.batches >= m)
@@ -175,13 +174,9 @@ async fn run(
         {
             break;
         }
-        let (deleted, full) = if portable {
-            let (deleted, keys) =
-                key_range_batch(ops, &table, batch, report.cutoff_ms, &mut after).await?;
-            (deleted, keys == u64::from(batch))
-        } else {
-            ordered_batch(ops, &table, batch, report.cutoff_ms, &mut last).await?
-        };
+        let (deleted, full) = walk
+            .batch(ops, &table, batch, report.cutoff_ms, &mut last)
+            .await?;
         report.batches += 1;
         report.deleted += deleted;
         progress(PruneProgress {
@@ -199,159 +194,136 @@ async fn run(
     Ok(())
 }
 
-/// A row's place in the order the batched path walks: `(received_at, consumer, message_id)`.
-type Place = (i64, String, String);
-
-/// The condition "the row's place `op` the place bound at `$n, $n+1, $n+2`": the row-value
-/// comparison written out, so that every database ranges its `received_at` index on the
-/// first column (`op` is `>` or `<`; the place itself is included with `<`).
-fn place_condition(op: char, n: usize) -> String {
-    let (at, consumer, message_id) = (n, n + 1, n + 2);
-    let (equal_at, last) = if op == '>' { (">=", ">") } else { ("<=", "<=") };
-    format!(
-        " AND received_at {equal_at} ${at} AND (received_at {op} ${at} OR consumer {op} ${consumer} \
-         OR (consumer = ${consumer} AND message_id {last} ${message_id}))"
-    )
+/// The order a batched prune walks the expired rows in, and the statements of that walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// `(received_at, consumer, message_id)`: along the `received_at` index, oldest first.
+    Received,
+    /// `(consumer, message_id)`: the primary key, for portable mode (a distributed engine
+    /// deletes a primary-key range without a full scan; it may have no `ctid`-like order).
+    Key,
 }
 
-/// The batched path's first statement: the place of the expired row `batch` places after the
-/// previous batch's last one (`$2..$4`, with `after`), in walking order; none when fewer remain.
-/// The subquery finds that row's `received_at` in the index's own order (it stops after
-/// `batch` entries); the outer query sorts only the rows up to it (the batch and the rest of
-/// its last millisecond), never every expired row, whatever the planner thinks of the table.
-fn boundary_sql(table: &str, batch: u32, after: bool) -> String {
-    let after = if after {
-        place_condition('>', 2)
-    } else {
-        String::new()
-    };
-    let offset = batch - 1;
-    format!(
-        "SELECT received_at, consumer, message_id FROM {table} WHERE received_at < $1{after} \
-         AND received_at <= (SELECT received_at FROM {table} WHERE received_at < $1{after} \
-         ORDER BY received_at LIMIT 1 OFFSET {offset}) \
-         ORDER BY received_at, consumer, message_id LIMIT 1 OFFSET {offset}"
-    )
-}
+/// A row's place in a [`Walk`]: its values of the walk's columns.
+type Place = Vec<Value>;
 
-/// The batched path's second statement: deletes the expired rows after the previous batch's
-/// last place (`$2..$4`, with `after`) up to and including the place bound next (with `upto`),
-/// or all of them.
-fn delete_range_sql(table: &str, after: bool, upto: bool) -> String {
-    let mut sql = format!("DELETE FROM {table} WHERE received_at < $1");
-    if after {
-        sql += &place_condition('>', 2);
+impl Walk {
+    fn columns(self) -> &'static [(&'static str, Column)] {
+        match self {
+            Walk::Received => &[
+                ("received_at", Column::I64),
+                ("consumer", Column::Text),
+                ("message_id", Column::Text),
+            ],
+            Walk::Key => &[("consumer", Column::Text), ("message_id", Column::Text)],
+        }
     }
-    if upto {
-        sql += &place_condition('<', if after { 5 } else { 2 });
-    }
-    sql
-}
 
-/// One batch of the batched path, in one transaction: finds the place `batch` expired rows
-/// after `last` (the previous batch's last place), deletes the rows up to it and moves `last`
-/// there; with fewer than `batch` left, deletes them all. Returns the rows deleted and whether
-/// the batch was full (more may remain).
-async fn ordered_batch(
-    ops: &Ops,
-    table: &str,
-    batch: u32,
-    cutoff_ms: i64,
-    last: &mut Option<Place>,
-) -> Result<(u64, bool)> {
-    let bind = |args: &mut Vec<Value>, (at, consumer, message_id): &Place| {
-        args.extend([Value::I64(*at), consumer.into(), message_id.into()]);
-    };
-    let mut args = vec![Value::I64(cutoff_ms)];
-    if let Some(last) = last.as_ref() {
-        bind(&mut args, last);
+    fn order_by(self) -> String {
+        let names: Vec<&str> = self.columns().iter().map(|(name, _)| *name).collect();
+        names.join(", ")
     }
-    let after = last.is_some();
-    let mut tx = ops.begin().await?;
-    if ops.dialect() == Dialect::Postgres {
-        // The boundary's subquery must walk the index in order and stop after `batch` entries.
-        // On a table whose statistics are stale or missing (autovacuum off, never analyzed)
-        // the planner may read every expired row into a sort instead (a bitmap scan and a
-        // top-N sort), once per batch: quadratic in the rows to prune. Sorting costs it more
-        // than anything here, for this transaction only.
-        tx.execute("SET LOCAL enable_sort = off", &[]).await?;
-    }
-    let cols = [Column::I64, Column::Text, Column::Text];
-    let rows = tx
-        .fetch(&boundary_sql(table, batch, after), &args, &cols)
-        .await?;
-    let place = rows
-        .first()
-        .map(|row| (row[0].i64(), row[1].text(), row[2].text()));
-    if let Some(place) = place.as_ref() {
-        bind(&mut args, place);
-    }
-    let sql = delete_range_sql(table, after, place.is_some());
-    let deleted = tx.execute(&sql, &args).await?.rows;
-    tx.commit().await?;
-    let full = place.is_some();
-    if full {
-        *last = place;
-    }
-    Ok((deleted, full))
-}
 
-/// The portable prune's first statement: the keys `(consumer, message_id)` of the next
-/// `batch` rows of `table` received before `$1`, in key order; with `after`, only keys after
-/// (`$2`, `$3`).
-fn expired_keys_sql(table: &str, batch: u32, after: bool) -> String {
-    let after = if after {
-        " AND consumer >= $2 AND (consumer > $2 OR message_id > $3)"
-    } else {
-        ""
-    };
-    format!(
-        "SELECT consumer, message_id FROM {table} WHERE received_at < $1{after} ORDER BY consumer, message_id LIMIT {batch}"
-    )
-}
-
-/// The portable prune's second statement: deletes the rows of `table` received before `$1`
-/// whose key lies between (`$2`, `$3`) and (`$4`, `$5`) inclusive: a primary-key range, which
-/// every distributed engine deletes without a full scan.
-fn delete_key_range_sql(table: &str) -> String {
-    format!(
-        "DELETE FROM {table} WHERE received_at < $1 AND consumer >= $2 AND consumer <= $4 \
-         AND (consumer > $2 OR message_id >= $3) AND (consumer < $4 OR message_id <= $5)"
-    )
-}
-
-/// One portable batch: the next `batch` expired keys of `table` after `after` (the previous
-/// batch's last key), then one `DELETE` of the expired rows in that key range. Moves `after`
-/// to this batch's last key; returns the rows deleted and the keys selected.
-async fn key_range_batch(
-    ops: &Ops,
-    table: &str,
-    batch: u32,
-    cutoff_ms: i64,
-    after: &mut Option<(String, String)>,
-) -> Result<(u64, u64)> {
-    let mut args = vec![Value::I64(cutoff_ms)];
-    if let Some((consumer, message_id)) = after.as_ref() {
-        args.extend([consumer.into(), message_id.into()]);
+    /// The condition "the row's place `op` the place bound from `$n` on": the row-value
+    /// comparison written out, so that every database ranges its index on the first column
+    /// (`op` is `>` or `<`; the place itself is included with `<`).
+    fn place_condition(self, op: char, n: usize) -> String {
+        let columns = self.columns();
+        let (equal_first, last) = if op == '>' { (">=", ">") } else { ("<=", "<=") };
+        let (first, _) = columns[0];
+        // From the last column back: `c op $k OR (c = $k AND <the rest>)`.
+        let mut rest = String::new();
+        for (k, (column, _)) in columns.iter().enumerate().skip(1).rev() {
+            let at = n + k;
+            rest = if rest.is_empty() {
+                format!("{column} {last} ${at}")
+            } else {
+                format!("{column} {op} ${at} OR ({column} = ${at} AND {rest})")
+            };
+        }
+        format!(" AND {first} {equal_first} ${n} AND ({first} {op} ${n} OR {rest})")
     }
-    let sql = expired_keys_sql(table, batch, after.is_some());
-    let mut tx = ops.begin().await?;
-    let keys = tx.fetch(&sql, &args, &[Column::Text, Column::Text]).await?;
-    let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
+
+    /// The walk's first statement: the place of the expired row `batch` places after the
+    /// previous batch's last one (bound from `$2`, with `after`); none when fewer remain.
+    /// Along `received_at`, a subquery first finds that row's `received_at` in the index's own
+    /// order (it stops after `batch` entries), so the outer query sorts only the rows up to it
+    /// (the batch and the rest of its last millisecond), never every expired row, whatever
+    /// the planner thinks of the table.
+    fn boundary_sql(self, table: &str, batch: u32, after: bool) -> String {
+        let after = if after {
+            self.place_condition('>', 2)
+        } else {
+            String::new()
+        };
+        let (offset, order) = (batch - 1, self.order_by());
+        let upto = match self {
+            Walk::Received => format!(
+                " AND received_at <= (SELECT received_at FROM {table} WHERE received_at < $1{after} \
+                 ORDER BY received_at LIMIT 1 OFFSET {offset})"
+            ),
+            Walk::Key => String::new(),
+        };
+        format!(
+            "SELECT {order} FROM {table} WHERE received_at < $1{after}{upto} \
+             ORDER BY {order} LIMIT 1 OFFSET {offset}"
+        )
+    }
+
+    /// The walk's second statement: deletes the expired rows after the previous batch's last
+    /// place (with `after`) up to and including the place bound next (with `upto`), or all of
+    /// them.
+    fn delete_sql(self, table: &str, after: bool, upto: bool) -> String {
+        let mut sql = format!("DELETE FROM {table} WHERE received_at < $1");
+        if after {
+            sql += &self.place_condition('>', 2);
+        }
+        if upto {
+            let n = if after { 2 + self.columns().len() } else { 2 };
+            sql += &self.place_condition('<', n);
+        }
+        sql
+    }
+
+    /// One batch, in one transaction: finds the place `batch` expired rows after `last` (the
+    /// previous batch's last place), deletes the rows up to it and moves `last` there; with
+    /// fewer than `batch` left, deletes them all. Returns the rows deleted and whether the
+    /// batch was full (more may remain).
+    async fn batch(
+        self,
+        ops: &Ops,
+        table: &str,
+        batch: u32,
+        cutoff_ms: i64,
+        last: &mut Option<Place>,
+    ) -> Result<(u64, bool)> {
+        let mut args = vec![Value::I64(cutoff_ms)];
+        args.extend(last.iter().flatten().cloned());
+        let after = last.is_some();
+        let mut tx = ops.begin().await?;
+        if self == Walk::Received && ops.dialect() == Dialect::Postgres {
+            // The boundary's subquery must walk the index in order and stop after `batch`
+            // entries. On a table whose statistics are stale or missing (autovacuum off,
+            // never analyzed) the planner may read every expired row into a sort instead (a
+            // bitmap scan and a top-N sort), once per batch: quadratic in the rows to prune.
+            // Sorting costs it more than anything here, for this transaction only.
+            tx.execute("SET LOCAL enable_sort = off", &[]).await?;
+        }
+        let columns: Vec<Column> = self.columns().iter().map(|&(_, c)| c).collect();
+        let rows = tx
+            .fetch(&self.boundary_sql(table, batch, after), &args, &columns)
+            .await?;
+        let place = rows.into_iter().next();
+        args.extend(place.iter().flatten().cloned());
+        let sql = self.delete_sql(table, after, place.is_some());
+        let deleted = tx.execute(&sql, &args).await?.rows;
         tx.commit().await?;
-        return Ok((0, 0));
-    };
-    let range = [
-        Value::I64(cutoff_ms),
-        first[0].text().into(),
-        first[1].text().into(),
-        last[0].text().into(),
-        last[1].text().into(),
-    ];
-    let deleted = tx.execute(&delete_key_range_sql(table), &range).await?.rows;
-    tx.commit().await?;
-    *after = Some((last[0].text(), last[1].text()));
-    Ok((deleted, keys.len() as u64))
+        let full = place.is_some();
+        if full {
+            *last = place;
+        }
+        Ok((deleted, full))
+    }
 }
 
 /// How many inbox ids a prune with `window` would remove now (the preview an operator sees
@@ -376,4 +348,39 @@ pub async fn oldest_received(ops: &Ops) -> Result<Option<i64>> {
     let oldest = tx.fetch_i64(&sql, &[]).await?;
     tx.commit().await?;
     Ok(oldest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Walk;
+
+    #[test]
+    fn a_place_bound_compares_the_walks_columns_as_one_row_value() {
+        assert_eq!(
+            Walk::Received.place_condition('>', 2),
+            " AND received_at >= $2 AND (received_at > $2 OR consumer > $3 \
+             OR (consumer = $3 AND message_id > $4))"
+        );
+        assert_eq!(
+            Walk::Key.place_condition('<', 4),
+            " AND consumer <= $4 AND (consumer < $4 OR message_id <= $5)"
+        );
+    }
+
+    #[test]
+    fn a_batch_after_a_place_deletes_up_to_the_next_one() {
+        assert_eq!(
+            Walk::Key.delete_sql("t", true, true),
+            "DELETE FROM t WHERE received_at < $1 AND consumer >= $2 AND (consumer > $2 \
+             OR message_id > $3) AND consumer <= $4 AND (consumer < $4 OR message_id <= $5)"
+        );
+        // The last batch: no place ahead, everything after the last one goes.
+        assert_eq!(
+            Walk::Received.delete_sql("t", false, false),
+            "DELETE FROM t WHERE received_at < $1"
+        );
+        assert!(Walk::Received.delete_sql("t", true, true).ends_with(
+            "AND (received_at < $5 OR consumer < $6 OR (consumer = $6 AND message_id <= $7))"
+        ));
+    }
 }
