@@ -10,36 +10,42 @@ use oncely_core::MemorySource;
 use oncely_sql::sqlx::{self, AssertSqlSafe, Postgres};
 use tokio::time::sleep_until;
 
-/// `count(*)` of the inbox, its `n_dead_tup` and how many times it was vacuumed.
-async fn inbox(bed: &Bed<Postgres>) -> Result<(i64, i64, i64)> {
-    let inbox = &bed.sql.inbox;
-    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {inbox}")))
-        .fetch_one(&bed.pool)
-        .await
-        .context("counting the inbox")?;
-    let stats: Option<(i64, i64)> = sqlx::query_as(
-        "SELECT n_dead_tup, vacuum_count + autovacuum_count FROM pg_stat_user_tables \
-         WHERE relid = to_regclass($1)",
-    )
-    .bind(inbox)
-    .fetch_optional(&bed.pool)
-    .await
-    .context("reading the inbox's dead tuples")?;
-    let (dead, vacuums) = stats.unwrap_or_default();
-    Ok((rows, dead, vacuums))
+/// What PostgreSQL's statistics say of one table.
+#[derive(Default)]
+struct TableStats {
+    dead_tuples: i64,
+    vacuums: i64,
+    /// Index entries its indexes' scans have returned so far.
+    index_reads: i64,
 }
 
-/// `n_dead_tup` of `table` and the index entries its indexes' scans have returned so far.
-async fn table_reads(bed: &Bed<Postgres>, table: &str) -> Result<(i64, i64)> {
-    let stats: Option<(i64, i64)> = sqlx::query_as(
-        "SELECT t.n_dead_tup, COALESCE((SELECT SUM(i.idx_tup_read) FROM pg_stat_user_indexes i \
+/// The statistics of `table`, in one read of `pg_stat_user_tables`.
+async fn table_stats(bed: &Bed<Postgres>, table: &str) -> Result<TableStats> {
+    let stats: Option<(i64, i64, i64)> = sqlx::query_as(
+        "SELECT t.n_dead_tup, t.vacuum_count + t.autovacuum_count, \
+         COALESCE((SELECT SUM(i.idx_tup_read) FROM pg_stat_user_indexes i \
          WHERE i.relid = t.relid), 0)::bigint FROM pg_stat_user_tables t WHERE t.relid = to_regclass($1)",
     )
     .bind(table)
     .fetch_optional(&bed.pool)
     .await
     .with_context(|| format!("reading the statistics of {table}"))?;
-    Ok(stats.unwrap_or_default())
+    Ok(stats
+        .map(|(dead_tuples, vacuums, index_reads)| TableStats {
+            dead_tuples,
+            vacuums,
+            index_reads,
+        })
+        .unwrap_or_default())
+}
+
+/// `count(*)` of the inbox.
+async fn inbox_rows(bed: &Bed<Postgres>) -> Result<i64> {
+    let inbox = &bed.sql.inbox;
+    sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {inbox}")))
+        .fetch_one(&bed.pool)
+        .await
+        .context("counting the inbox")
 }
 
 /// Where the previous sample left off.
@@ -65,8 +71,8 @@ pub(crate) async fn sample(
         secs: 0.0,
         published: 0,
         wal: bed.wal_position().await?,
-        inbox_reads: table_reads(bed, &bed.sql.inbox).await?.1,
-        accounts_reads: table_reads(bed, &bed.sql.accounts).await?.1,
+        inbox_reads: table_stats(bed, &bed.sql.inbox).await?.index_reads,
+        accounts_reads: table_stats(bed, &bed.sql.accounts).await?.index_reads,
     };
     let (mut samples, mut all) = (Vec::new(), Vec::new());
     let intervals = (total / SAMPLE_SECS).ceil() as usize;
@@ -76,9 +82,9 @@ pub(crate) async fn sample(
         // The counters first, then the database (its readings take a moment).
         let (secs, stats, latencies) = (clock.secs(), source.stats(), tracked.take());
         let wal = bed.wal_position().await?;
-        let (rows, dead, vacuums) = inbox(bed).await?;
-        let (_, inbox_reads) = table_reads(bed, &bed.sql.inbox).await?;
-        let (accounts_dead, accounts_reads) = table_reads(bed, &bed.sql.accounts).await?;
+        let rows = inbox_rows(bed).await?;
+        let inbox = table_stats(bed, &bed.sql.inbox).await?;
+        let accounts = table_stats(bed, &bed.sql.accounts).await?;
         let seconds = (secs - last.secs).max(1e-9);
         let runs = prunes.ended(last.secs, secs);
         let sorted = latencies.sorted();
@@ -94,20 +100,21 @@ pub(crate) async fn sample(
             prunes: runs.len() as u32,
             pruned_rows: runs.iter().map(|r| r.deleted).sum(),
             inbox_rows: rows as u64,
-            dead_tuples: dead as u64,
-            vacuums: vacuums as u64,
+            dead_tuples: inbox.dead_tuples as u64,
+            vacuums: inbox.vacuums as u64,
             wal_bytes_per_sec: (wal - last.wal) as f64 / seconds,
-            accounts_dead_tuples: accounts_dead as u64,
-            inbox_index_reads_per_sec: (inbox_reads - last.inbox_reads) as f64 / seconds,
-            accounts_index_reads_per_sec: (accounts_reads - last.accounts_reads) as f64 / seconds,
+            accounts_dead_tuples: accounts.dead_tuples as u64,
+            inbox_index_reads_per_sec: (inbox.index_reads - last.inbox_reads) as f64 / seconds,
+            accounts_index_reads_per_sec: (accounts.index_reads - last.accounts_reads) as f64
+                / seconds,
         };
         print_sample(&s);
         last = Mark {
             secs,
             published: stats.published,
             wal,
-            inbox_reads,
-            accounts_reads,
+            inbox_reads: inbox.index_reads,
+            accounts_reads: accounts.index_reads,
         };
         samples.push(s);
         all.push(latencies);
