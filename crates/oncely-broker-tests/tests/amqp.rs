@@ -170,3 +170,85 @@ async fn amqp_held_acks_settle_exactly_what_was_settled() {
         "messages left in the queue after every ack"
     );
 }
+
+/// RabbitMQ meets a silent network: twice in a run the consumer's connection stops carrying
+/// bytes for good (no RST, no FIN: a NAT or firewall that dropped its state) while new
+/// connections work. lapin ends the connection at twice the negotiated heartbeat (here the
+/// URL's `heartbeat=2`, so 4 s; at RabbitMQ's default of 60 s, 2 minutes), the source says so
+/// at WARN and reconnects, RabbitMQ requeues what the silent connection held once its own
+/// heartbeat check gives up on it, and every message is applied once, counted from the
+/// database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_connection_stranded_mid_run() {
+    use oncely_broker_tests::check::Report;
+    use oncely_broker_tests::faults::wait_for_rows;
+    use oncely_broker_tests::runner::{RunOptions, run_until_idle};
+    use std::time::Instant;
+    let test = "amqp_connection_stranded_mid_run";
+    let broker = Broker::RabbitMq;
+    if !broker.up(test) {
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "warn,oncely_amqp=info,lapin=error",
+        ))
+        .with_test_writer()
+        .try_init();
+    let dest = broker.destination("stranded").await.expect("queue");
+    let proxy = oncely_testkit::FaultProxy::start("127.0.0.1:5672")
+        .await
+        .expect("proxy");
+    let via_proxy = format!(
+        "{}&heartbeat=2",
+        dest.url
+            .replace("127.0.0.1:5672", &proxy.addr().to_string())
+    );
+    let workload = Workload::new(&dest.name, 3_000, 0.2, 2, 29);
+    let (db, _dir) = oncely_broker_tests::ledger::sqlite_db().await;
+    let source = oncely_broker_tests::brokers::connect_source(&via_proxy, &dest.name)
+        .await
+        .expect("connect through the proxy");
+    let publisher = broker.publish(&dest, &workload, &db).await;
+    // Exits after 10 s without a delivery: past the heartbeat's 4 s and the requeue.
+    let mut options = RunOptions::new("stranded");
+    options.idle_exit = Duration::from_secs(10);
+    let run = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            run_until_idle(
+                &db,
+                source,
+                &options,
+                tokio_util::sync::CancellationToken::new(),
+            )
+            .await
+        })
+    };
+    wait_for_rows(&db, 750).await;
+    // Each strand silences the connection in use; the source must notice and open another.
+    let mut noticed = Vec::new();
+    for strand in 1..=2 {
+        let accepted = proxy.stats().accepted;
+        proxy.strand();
+        let at = Instant::now();
+        while proxy.stats().accepted == accepted {
+            assert!(
+                at.elapsed() < Duration::from_secs(30),
+                "{test}: strand {strand}: no new connection within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        noticed.push(at.elapsed().as_secs_f64());
+    }
+    let run = run.await.expect("join").expect("run");
+    publisher.await.expect("join").expect("publish");
+    eprintln!(
+        "FIGURES {test}: reconnected {:.1} s and {:.1} s after the strands (heartbeat 2 s); {} applied, {} duplicates",
+        noticed[0], noticed[1], run.stats.applied, run.stats.duplicates
+    );
+    Report::read(&db, &workload)
+        .await
+        .expect("report")
+        .assert_exact(test);
+}
