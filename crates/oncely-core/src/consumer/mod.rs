@@ -132,6 +132,9 @@ pub struct Consumer<S: Store, H> {
     /// Set on the lanes of a group-commit run: where a lane leaves its committed group's acks
     /// to finish while it takes its next group (see [`PendingAcks`]).
     pending_acks: Option<PendingAcks>,
+    /// When an ack past [`Consumer::attempt_timeout`] was last logged at WARN (see
+    /// `settle.rs`): one WARN a minute, not one per delivery of a stranded connection.
+    ack_timeout_warned: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 /// The acks of committed groups still on their way to the broker. A lane hands its group's
@@ -173,6 +176,7 @@ impl<S: Store, H> Clone for Consumer<S, H> {
             health: self.health.clone(),
             batches: self.batches.clone(),
             pending_acks: self.pending_acks.clone(),
+            ack_timeout_warned: self.ack_timeout_warned.clone(),
         }
     }
 }
@@ -197,6 +201,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             stats: Arc::default(),
             batches: Arc::default(),
             pending_acks: None,
+            ack_timeout_warned: Arc::default(),
         }
     }
 
@@ -280,7 +285,9 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// logged at WARN, and retried like a store failure (the store's backoff and health
     /// apply): a connection the network stranded mid-statement cannot hold a lane forever.
     /// The same bound holds every other call the runtime makes to the store (the start
-    /// check, the inbox reads before a claim and after a lost commit answer). A retry after a commit that did land finds the claim and is a `Duplicate`. Set it
+    /// check, the inbox reads before a claim and after a lost commit answer) and to the
+    /// broker (an ack or a hand-back; one not taken in time is given up, and the broker
+    /// redelivers the message, a `Duplicate` once committed). A retry after a commit that did land finds the claim and is a `Duplicate`. Set it
     /// above your handler's longest legitimate run.
     ///
     /// ```

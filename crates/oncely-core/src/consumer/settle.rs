@@ -27,20 +27,58 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
 
     /// [`Self::ack`] for a delivery whose outcome is already counted.
     pub(super) async fn ack_committed(&self, delivery: Delivery, proof: Committed) {
-        if let Err(e) = delivery.ack(proof).await {
+        let limit = self.config.attempt_timeout;
+        match tokio::time::timeout(limit, delivery.ack(proof)).await {
+            Ok(Ok(())) => {}
             // Committed but not acked: the redelivery will be a Duplicate. Nothing is lost.
-            warn!(error = %e, "ack failed after commit; the broker will redeliver a duplicate");
-            self.stats.ack_failed();
+            Ok(Err(e)) => {
+                warn!(error = %e, "ack failed after commit; the broker will redeliver a duplicate");
+                self.stats.ack_failed();
+            }
+            Err(_) => {
+                self.broker_too_slow("an ack");
+                self.stats.ack_failed();
+            }
         }
     }
 
     /// Hands a delivery back to the broker (shutdown while it could not be settled).
     pub(super) async fn nack(&self, delivery: Delivery, error: Error) -> Outcome {
         warn!(error = %error, "shutting down before the delivery could be settled; handed back to the broker");
-        if let Err(e) = delivery.nack().await {
-            warn!(error = %e, "nack failed; the broker redelivers after its timeout");
+        match tokio::time::timeout(self.config.attempt_timeout, delivery.nack()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "nack failed; the broker redelivers after its timeout"),
+            Err(_) => self.broker_too_slow("a hand-back (nack)"),
         }
         Outcome::Retry(error)
+    }
+
+    /// The broker did not take `what` within [`Consumer::attempt_timeout`]: given up (the
+    /// broker redelivers the message). At WARN once a minute (a stranded connection leaves
+    /// every delivery in hand unacked at once), at DEBUG in between.
+    fn broker_too_slow(&self, what: &str) {
+        let limit = self.config.attempt_timeout;
+        let now = std::time::Instant::now();
+        let warn_now = {
+            let mut last = self
+                .ack_timeout_warned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let due = last.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60));
+            if due {
+                *last = Some(now);
+            }
+            due
+        };
+        if warn_now {
+            warn!(
+                consumer = %self.name,
+                timeout_s = limit.as_secs_f64(),
+                "the broker did not take {what} within {limit:?}; given up, the broker will redeliver (a committed message comes back as a Duplicate); a broker connection stranded by the network? (Consumer::attempt_timeout; further ones this minute at DEBUG)"
+            );
+        } else {
+            tracing::debug!(consumer = %self.name, "the broker did not take {what} within {limit:?}; given up");
+        }
     }
 
     /// Holds a delivery after the store failed (see [`crate::StoreHealth`]); `None` on
