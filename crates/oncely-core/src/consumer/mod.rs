@@ -287,8 +287,9 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// The same bound holds every other call the runtime makes to the store (the start
     /// check, the inbox reads before a claim and after a lost commit answer) and to the
     /// broker (an ack or a hand-back; one not taken in time is given up, and the broker
-    /// redelivers the message, a `Duplicate` once committed). A retry after a commit that did land finds the claim and is a `Duplicate`. Set it
-    /// above your handler's longest legitimate run.
+    /// redelivers the message, a `Duplicate` once committed). A retry after a commit that
+    /// did land finds the claim and is a `Duplicate`. Set it above your handler's longest
+    /// legitimate run.
     ///
     /// ```
     /// # use oncely_core::{Consumer, ConsumerName};
