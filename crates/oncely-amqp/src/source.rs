@@ -155,7 +155,25 @@ impl AmqpSource {
     }
 }
 
+/// How long opening a connection may take (TCP, the AMQP handshake, the channel, the queue's
+/// declare) before it counts as failed: a host that accepts and then says nothing (a
+/// firewall, a connection the network strands mid-handshake) would otherwise hold the source,
+/// at start or in a reconnect, forever and without a word.
+pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens a connection and its channel within [`OPEN_TIMEOUT`].
 async fn open(url: &str, options: &AmqpOptions) -> Result<Live> {
+    tokio::time::timeout(OPEN_TIMEOUT, open_unbounded(url, options))
+        .await
+        .map_err(|_| {
+            Error::transient(format!(
+                "RabbitMQ: no answer within {OPEN_TIMEOUT:?} while connecting (a firewall \
+                 dropping packets, a wrong host or port, or a connection the network stranded?)"
+            ))
+        })?
+}
+
+async fn open_unbounded(url: &str, options: &AmqpOptions) -> Result<Live> {
     let props = ConnectionProperties::default()
         .with_connection_name(options.connection_name.as_str().into());
     let connection = Connection::connect(url, props)

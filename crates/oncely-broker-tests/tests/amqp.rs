@@ -252,3 +252,31 @@ async fn amqp_connection_stranded_mid_run() {
         .expect("report")
         .assert_exact(test);
 }
+
+/// A host that accepts the TCP connection and then says nothing (a firewall that drops
+/// packets after the handshake, a port forwarded to something silent): connecting fails within
+/// the source's open timeout (10 s) with a message that says so, instead of waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_connect_to_a_silent_host_fails_within_seconds() {
+    let test = "amqp_connect_to_a_silent_host_fails_within_seconds";
+    if !Broker::RabbitMq.up(test) {
+        return;
+    }
+    let proxy = oncely_testkit::FaultProxy::start("127.0.0.1:5672")
+        .await
+        .expect("proxy");
+    proxy.set(oncely_testkit::Fault::Blackhole);
+    let url = format!("amqp://guest:guest@{}/%2f?queue=silent", proxy.addr());
+    let (base, options) = AmqpOptions::from_url(&url, "t").expect("options");
+    let started = std::time::Instant::now();
+    let connected =
+        tokio::time::timeout(Duration::from_secs(60), AmqpSource::connect(&base, options))
+            .await
+            .expect("connecting to a silent host must not wait forever");
+    let error = connected.err().expect("nothing answered, so no source");
+    eprintln!(
+        "FIGURES {test}: failed after {:.1} s: {error}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(error.to_string().contains("no answer within"), "{error}");
+}
