@@ -210,9 +210,11 @@ async fn amqp_connection_stranded_mid_run() {
         .await
         .expect("connect through the proxy");
     let publisher = broker.publish(&dest, &workload, &db).await;
-    // Exits after 10 s without a delivery: past the heartbeat's 4 s and the requeue.
+    // Exits after 25 s without a delivery: past a reconnect whose handshake the second strand
+    // catches (the source's 10 s open timeout, then a new connection), the heartbeat's 4 s
+    // and the requeue.
     let mut options = RunOptions::new("stranded");
-    options.idle_exit = Duration::from_secs(10);
+    options.idle_exit = Duration::from_secs(25);
     let run = {
         let db = db.clone();
         tokio::spawn(async move {
