@@ -26,6 +26,7 @@ mod handler;
 mod handler_fn;
 mod health;
 mod id;
+mod log_throttle;
 mod memory;
 pub mod metrics;
 mod outcome;
@@ -51,6 +52,7 @@ pub use id::{
     ConsumerName, IdError, IntoConsumerName, MAX_CONSUMER_NAME_BYTES, MAX_MESSAGE_ID_BYTES,
     MessageId,
 };
+pub use log_throttle::LogThrottle;
 pub use memory::{MemorySource, MemoryStats};
 pub use outcome::{DeadLetterReason, Handled, Outcome};
 pub use retry::RetryPolicy;

@@ -16,7 +16,7 @@ use crate::store::PgStore;
 use crate::store::SqliteStore;
 use crate::tables::Tables;
 use crate::url::split_hosts;
-use oncely_core::Result;
+use oncely_core::{LogThrottle, Result};
 #[cfg(feature = "mysql")]
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::pool::PoolOptions;
@@ -304,16 +304,16 @@ async fn end_orphaned_transactions(
 /// a released connection, forever). One that does not answer is closed hard, with one WARN
 /// a minute, and the pool takes or opens another.
 fn bounded_pings<DB: Database>(pool: PoolOptions<DB>, timeout: Duration) -> PoolOptions<DB> {
-    let last_warned = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let released = last_warned.clone();
+    let logged = std::sync::Arc::new(LogThrottle::new(Duration::from_secs(60)));
+    let released = logged.clone();
     pool.test_before_acquire(false)
         .before_acquire(move |conn, _| {
-            let warned = last_warned.clone();
-            Box::pin(async move { answers(conn, timeout, &warned, "before use").await })
+            let logged = logged.clone();
+            Box::pin(async move { answers(conn, timeout, &logged, "before use").await })
         })
         .after_release(move |conn, _| {
-            let warned = released.clone();
-            Box::pin(async move { answers(conn, timeout, &warned, "after release").await })
+            let logged = released.clone();
+            Box::pin(async move { answers(conn, timeout, &logged, "after release").await })
         })
 }
 
@@ -321,19 +321,18 @@ fn bounded_pings<DB: Database>(pool: PoolOptions<DB>, timeout: Duration) -> Pool
 async fn answers<C: Connection>(
     conn: &mut C,
     timeout: Duration,
-    last_warned: &std::sync::atomic::AtomicU64,
+    logged: &LogThrottle,
     when: &str,
 ) -> std::result::Result<bool, sqlx::Error> {
-    use std::sync::atomic::Ordering;
     match tokio::time::timeout(timeout, conn.ping()).await {
         Ok(answer) => answer.map(|()| true),
         Err(_) => {
-            let now = crate::clock::now_ms().max(0) as u64 / 1000;
-            if now.saturating_sub(last_warned.swap(now, Ordering::Relaxed)) >= 60 {
+            if let Some(held_back) = logged.turn() {
                 tracing::warn!(
                     timeout_s = timeout.as_secs_f64(),
                     when,
-                    "a pooled database connection did not answer a ping within {timeout:?}; closed it and took another (the network dropped the connection's state, e.g. a NAT or firewall timeout, without telling either end?)"
+                    held_back,
+                    "a pooled database connection did not answer a ping within {timeout:?}; closed it and took another (the network dropped the connection's state, e.g. a NAT or firewall timeout, without telling either end?) ({held_back} more since the last such line; further ones this minute at DEBUG)"
                 );
             } else {
                 tracing::debug!(

@@ -8,9 +8,8 @@
 //! | `oncely_webhook_unavailable_total` | counter | consumer | requests answered 503 at once because the store is failing and another delivery is probing it |
 
 use crate::rejection::Rejection;
-use oncely_core::ConsumerName;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use oncely_core::{ConsumerName, LogThrottle};
+use std::time::Duration;
 use tracing::warn;
 
 /// Names of the metrics, for dashboards and tests.
@@ -29,20 +28,14 @@ pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct Refusals {
     consumer: ConsumerName,
-    throttle: Mutex<Throttle>,
-}
-
-#[derive(Debug, Default)]
-struct Throttle {
-    last: Option<Instant>,
-    suppressed: u64,
+    logged: LogThrottle,
 }
 
 impl Refusals {
     pub(crate) fn new(consumer: ConsumerName) -> Self {
         Self {
             consumer,
-            throttle: Mutex::default(),
+            logged: LogThrottle::new(LOG_EVERY),
         }
     }
 
@@ -50,7 +43,7 @@ impl Refusals {
     pub(crate) fn rejected(&self, rejection: &Rejection) {
         metrics::counter!(names::REJECTED, "consumer" => self.consumer.as_str().to_owned(), "reason" => rejection.code())
             .increment(1);
-        if let Some(suppressed) = self.turn() {
+        if let Some(suppressed) = self.logged.turn() {
             warn!(
                 consumer = %self.consumer,
                 reason = rejection.code(),
@@ -65,43 +58,12 @@ impl Refusals {
     pub(crate) fn unavailable(&self) {
         metrics::counter!(names::UNAVAILABLE, "consumer" => self.consumer.as_str().to_owned())
             .increment(1);
-        if let Some(suppressed) = self.turn() {
+        if let Some(suppressed) = self.logged.turn() {
             warn!(
                 consumer = %self.consumer,
                 suppressed,
                 "webhook request answered 503: the store is failing; the sender will retry ({suppressed} more refusals not logged since the last line)"
             );
         }
-    }
-
-    /// `Some(suppressed)` when a line may be written now.
-    fn turn(&self) -> Option<u64> {
-        let mut throttle = self.throttle.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        match throttle.last {
-            Some(last) if now.duration_since(last) < LOG_EVERY => {
-                throttle.suppressed += 1;
-                None
-            }
-            _ => {
-                throttle.last = Some(now);
-                Some(std::mem::take(&mut throttle.suppressed))
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_line_per_interval() {
-        let refusals = Refusals::new(ConsumerName::new("hooks").unwrap());
-        assert_eq!(refusals.turn(), Some(0));
-        assert_eq!(refusals.turn(), None);
-        assert_eq!(refusals.turn(), None);
-        refusals.throttle.lock().unwrap().last = Some(Instant::now() - LOG_EVERY);
-        assert_eq!(refusals.turn(), Some(2));
     }
 }

@@ -87,9 +87,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             // Bounded like a transaction: a read stuck on a connection the network stranded
             // would otherwise hold this lane forever, silently (it did, once in CI).
             let read = self
-                .within_attempt_timeout(self.store.committed_claims(&self.name, &items))
-                .await
-                .and_then(|read| read);
+                .store_call(self.store.committed_claims(&self.name, &items))
+                .await;
             if let Ok(held) = &read {
                 self.batches
                     .duplicates_seen
@@ -219,9 +218,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         stop: &CancellationToken,
     ) -> Result<Vec<Committable>> {
         self.held(stop, Error::is_unavailable, || async {
-            self.within_attempt_timeout(self.attempt_batch(batch))
-                .await
-                .and_then(|attempt| attempt)
+            self.store_call(self.attempt_batch(batch)).await
         })
         .await
     }

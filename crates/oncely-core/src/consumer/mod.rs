@@ -132,9 +132,9 @@ pub struct Consumer<S: Store, H> {
     /// Set on the lanes of a group-commit run: where a lane leaves its committed group's acks
     /// to finish while it takes its next group (see [`PendingAcks`]).
     pending_acks: Option<PendingAcks>,
-    /// When an ack past [`Consumer::attempt_timeout`] was last logged at WARN (see
-    /// `settle.rs`): one WARN a minute, not one per delivery of a stranded connection.
-    ack_timeout_warned: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// Acks past [`Consumer::attempt_timeout`] are logged at WARN once a minute (see
+    /// `settle.rs`), not once per delivery of a stranded connection.
+    ack_timeouts_logged: Arc<crate::LogThrottle>,
 }
 
 /// The acks of committed groups still on their way to the broker. A lane hands its group's
@@ -176,7 +176,7 @@ impl<S: Store, H> Clone for Consumer<S, H> {
             health: self.health.clone(),
             batches: self.batches.clone(),
             pending_acks: self.pending_acks.clone(),
-            ack_timeout_warned: self.ack_timeout_warned.clone(),
+            ack_timeouts_logged: self.ack_timeouts_logged.clone(),
         }
     }
 }
@@ -201,7 +201,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             stats: Arc::default(),
             batches: Arc::default(),
             pending_acks: None,
-            ack_timeout_warned: Arc::default(),
+            ack_timeouts_logged: Arc::new(crate::LogThrottle::new(Duration::from_secs(60))),
         }
     }
 
@@ -494,8 +494,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// tables, permission denied) is logged at ERROR and refuses the start; an outage is
     /// logged and left to the runtime, which holds deliveries until the store answers.
     async fn check_ready(&self) -> crate::Result<()> {
-        let ready = self.within_attempt_timeout(self.store.check_ready());
-        match ready.await.and_then(|ready| ready) {
+        match self.store_call(self.store.check_ready()).await {
             Ok(()) => {
                 debug!(
                     consumer = %self.name,

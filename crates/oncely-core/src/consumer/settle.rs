@@ -58,23 +58,12 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
     /// every delivery in hand unacked at once), at DEBUG in between.
     fn broker_too_slow(&self, what: &str) {
         let limit = self.config.attempt_timeout;
-        let now = std::time::Instant::now();
-        let warn_now = {
-            let mut last = self
-                .ack_timeout_warned
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let due = last.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60));
-            if due {
-                *last = Some(now);
-            }
-            due
-        };
-        if warn_now {
+        if let Some(held_back) = self.ack_timeouts_logged.turn() {
             warn!(
                 consumer = %self.name,
                 timeout_s = limit.as_secs_f64(),
-                "the broker did not take {what} within {limit:?}; given up, the broker will redeliver (a committed message comes back as a Duplicate); a broker connection stranded by the network? (Consumer::attempt_timeout; further ones this minute at DEBUG)"
+                held_back,
+                "the broker did not take {what} within {limit:?}; given up, the broker will redeliver (a committed message comes back as a Duplicate); a broker connection stranded by the network? (Consumer::attempt_timeout; {held_back} more since the last such line; further ones this minute at DEBUG)"
             );
         } else {
             tracing::debug!(consumer = %self.name, "the broker did not take {what} within {limit:?}; given up");
@@ -139,11 +128,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
         self.held(
             stop,
             |_| true,
-            || async {
-                self.within_attempt_timeout(self.store.dead_letter(letter))
-                    .await
-                    .and_then(|written| written)
-            },
+            || async { self.store_call(self.store.dead_letter(letter)).await },
         )
         .await
         .map(|()| Committed::new())
@@ -173,6 +158,18 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
                 ))
             })
         })
+    }
+
+    /// A store call that returns a `Result`, within [`Consumer::attempt_timeout`]
+    /// ([`Self::within_attempt_timeout`]): its own error and the timeout's are one error.
+    /// Not an `async fn`: its state would hold `call`'s (deep) type unboxed.
+    pub(super) fn store_call<'a, T: Send + 'a>(
+        &'a self,
+        call: impl Future<Output = Result<T>> + Send + 'a,
+    ) -> impl Future<Output = Result<T>> + Send + 'a {
+        use futures::FutureExt;
+        self.within_attempt_timeout(call)
+            .map(|bounded| bounded.and_then(|result| result))
     }
 
     /// Runs `op` until it succeeds or fails with an error `holds` does not cover; an error it

@@ -247,13 +247,8 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             stop,
             |_| true,
             || async {
-                self.within_attempt_timeout(self.store.committed_claim(
-                    &self.name,
-                    envelope.id(),
-                    hash,
-                ))
-                .await
-                .and_then(|held| held)
+                self.store_call(self.store.committed_claim(&self.name, envelope.id(), hash))
+                    .await
             },
         )
         .await
