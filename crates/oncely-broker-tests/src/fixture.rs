@@ -180,9 +180,9 @@ impl Broker {
         match self {
             // Still there to cut when a loaded machine makes rabbitmqctl slow.
             Broker::RabbitMq => Duration::from_secs(10),
-            // A pull request lost in a cut is noticed after two missed idle heartbeats (10 s,
+            // A pull request lost in a cut is noticed after two missed idle heartbeats (2 s,
             // docs/distributed.md), then `ack_wait` (3 s) gives back what was in flight.
-            Broker::Nats => Duration::from_secs(14),
+            Broker::Nats => Duration::from_secs(8),
             Broker::Redis => Duration::from_secs(8),
             Broker::Mosquitto => Duration::from_secs(5),
             Broker::Kafka => Duration::from_secs(15),
