@@ -154,6 +154,34 @@ pub async fn projection(ops: &Ops, stats: &InboxStats, window: Duration) -> Resu
     })
 }
 
+/// Ids from which a plain PostgreSQL inbox's WAL is worth a server setting (retention.md).
+pub const LARGE_INBOX_IDS: u64 = 1_000_000;
+
+/// On PostgreSQL, advice for a large plain inbox (holding, or projected to hold, at least
+/// [`LARGE_INBOX_IDS`]) on a server that does not compress full-page writes: a claim of a
+/// random id can write a whole 8 kB index page to the WAL. `None` otherwise, or when the
+/// setting cannot be read.
+pub async fn wal_advice(ops: &Ops, stats: &InboxStats, projection: &Projection) -> Option<String> {
+    if ops.dialect() != Dialect::Postgres {
+        return None;
+    }
+    let sql = "SELECT (current_setting('wal_compression') <> 'off')::int::bigint";
+    let compressed = ops.autocommit().fetch_i64(sql, &[]).await.ok().flatten()? != 0;
+    advice_for(
+        stats.partitioned,
+        stats.ids_held.max(projection.ids),
+        compressed,
+    )
+}
+
+fn advice_for(partitioned: bool, ids: u64, compressed: bool) -> Option<String> {
+    (!partitioned && !compressed && ids >= LARGE_INBOX_IDS).then(|| {
+        format!(
+            "wal_compression is off and the inbox holds or will hold {ids} ids: a claim of a random id can write a whole 8 kB index page to the WAL (measured: 5.3x an empty inbox's WAL per message at 10^7 ids); set wal_compression = zstd and a max_wal_size that holds one checkpoint interval's WAL (docs/retention.md)"
+        )
+    })
+}
+
 /// Size on disk of the oncely table `name` with its indexes (and, on PostgreSQL, its
 /// partitions), if the database says (SQLite needs the `dbstat` table).
 pub async fn table_bytes(ops: &Ops, name: &str) -> Option<i64> {
@@ -214,4 +242,26 @@ pub async fn inbox_rows_estimate(ops: &Ops) -> Result<u64> {
     let sql = format!("SELECT COUNT(*) FROM {inbox}");
     let n = (ops.autocommit().fetch_i64(&sql, &[]).await).map_err(doing("counting the inbox"))?;
     Ok(n.unwrap_or(0).max(0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wal_advice_only_for_a_large_plain_inbox_without_compression() {
+        let advice = advice_for(false, LARGE_INBOX_IDS, false).expect("advice");
+        assert!(advice.contains("1000000 ids") && advice.contains("wal_compression = zstd"));
+        assert_eq!(advice_for(false, LARGE_INBOX_IDS - 1, false), None, "small");
+        assert_eq!(
+            advice_for(true, 10 * LARGE_INBOX_IDS, false),
+            None,
+            "partitioned"
+        );
+        assert_eq!(
+            advice_for(false, 10 * LARGE_INBOX_IDS, true),
+            None,
+            "compressed"
+        );
+    }
 }

@@ -20,6 +20,9 @@ struct Json<'a> {
     #[serde(flatten)]
     stats: &'a crate::stats::InboxStats,
     projection: &'a crate::stats::Projection,
+    /// A PostgreSQL setting worth changing for this inbox ([`crate::stats::wal_advice`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    advice: Option<String>,
 }
 
 /// Runs `oncely stats`.
@@ -27,10 +30,12 @@ pub(crate) async fn run(args: StatsArgs) -> Result<bool> {
     let (_store, ops) = args.db.open().await?;
     let stats = crate::stats::stats(&ops).await?;
     let projection = crate::stats::projection(&ops, &stats, args.window).await?;
+    let advice = crate::stats::wal_advice(&ops, &stats, &projection).await;
     if args.db.json {
         print_json(&Json {
             stats: &stats,
             projection: &projection,
+            advice,
         });
         return Ok(true);
     }
@@ -90,6 +95,9 @@ pub(crate) async fn run(args: StatsArgs) -> Result<bool> {
         projection.ids,
         bytes(projection.bytes)
     );
+    if let Some(advice) = advice {
+        println!("advice: {advice}");
+    }
     println!(
         "dead letters: {} rows, {}",
         stats.dead_letters,
