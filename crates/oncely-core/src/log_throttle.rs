@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 /// use oncely_core::LogThrottle;
 /// use std::time::Duration;
 ///
-/// let throttle = LogThrottle::new(Duration::from_secs(60));
+/// let throttle = LogThrottle::new(Duration::from_secs(10));
 /// assert_eq!(throttle.turn(), Some(0)); // write it (nothing held back before it)
 /// assert_eq!(throttle.turn(), None); // within the minute: hold it back
 /// ```
@@ -35,6 +35,12 @@ impl LogThrottle {
             every,
             state: Mutex::default(),
         }
+    }
+
+    /// At most one line a minute: what oncely's own WARNs about repeated faults use (a
+    /// stranded connection, a silent pull stream).
+    pub fn per_minute() -> Self {
+        Self::new(Duration::from_secs(60))
     }
 
     /// `Some(held_back)` when a line may be written now, `held_back` being the lines held
@@ -61,11 +67,11 @@ mod tests {
 
     #[test]
     fn one_line_per_interval_and_the_count_of_the_rest() {
-        let throttle = LogThrottle::new(Duration::from_secs(60));
+        let throttle = LogThrottle::per_minute();
         assert_eq!(throttle.turn(), Some(0));
         assert_eq!(throttle.turn(), None);
         assert_eq!(throttle.turn(), None);
-        throttle.state.lock().unwrap().last = Instant::now().checked_sub(Duration::from_secs(60));
+        throttle.state.lock().unwrap().last = Instant::now().checked_sub(throttle.every);
         assert_eq!(throttle.turn(), Some(2));
         assert_eq!(throttle.turn(), None);
     }

@@ -166,7 +166,7 @@ impl NatsSource {
             options,
             read_ahead: None,
             messages: None,
-            reopens_logged: LogThrottle::new(Duration::from_secs(60)),
+            reopens_logged: LogThrottle::per_minute(),
         })
     }
 

@@ -304,7 +304,7 @@ async fn end_orphaned_transactions(
 /// a released connection, forever). One that does not answer is closed hard, with one WARN
 /// a minute, and the pool takes or opens another.
 fn bounded_pings<DB: Database>(pool: PoolOptions<DB>, timeout: Duration) -> PoolOptions<DB> {
-    let logged = std::sync::Arc::new(LogThrottle::new(Duration::from_secs(60)));
+    let logged = std::sync::Arc::new(LogThrottle::per_minute());
     let released = logged.clone();
     pool.test_before_acquire(false)
         .before_acquire(move |conn, _| {

@@ -201,7 +201,7 @@ impl<S: Store, H: Handler<S::Tx>> Consumer<S, H> {
             stats: Arc::default(),
             batches: Arc::default(),
             pending_acks: None,
-            ack_timeouts_logged: Arc::new(crate::LogThrottle::new(Duration::from_secs(60))),
+            ack_timeouts_logged: Arc::new(crate::LogThrottle::per_minute()),
         }
     }
 
