@@ -33,8 +33,7 @@ async fn finish(child: Child, who: &str) {
 /// A consumer process's arguments. The idle exit (30 s) is longer than a cluster's pause after
 /// a node loss (Galera evicts a dead node after about 6 s, commits wait meanwhile; a NATS pull
 /// stream notices a lost consumer leader after two missed 1 s heartbeats, then waits for the
-/// new leader), so no process takes
-/// the pause for the end.
+/// new leader), so no process takes the pause for the end.
 fn args(source: &str, consumer: &str, store: &str, schema: &str) -> Vec<String> {
     procs::consumer_args(source, consumer, store, Some(schema), 30)
 }

@@ -30,6 +30,18 @@ async fn run_to_end(consumer: Consumer<Faulty, Ledger>, source: impl Source) -> 
         .expect("run")
 }
 
+/// A consumer of `store` into the ledger, in groups of `group`, each store call bounded at
+/// `attempt_timeout`.
+fn consumer(store: &Faulty, group: usize, attempt_timeout: Duration) -> Consumer<Faulty, Ledger> {
+    Consumer::new(
+        ConsumerName::new("stall").unwrap(),
+        store.clone(),
+        Ledger::default(),
+    )
+    .group_commit(group)
+    .attempt_timeout(attempt_timeout)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_inbox_read_that_never_answers_ends_at_the_attempt_timeout() {
     let store = Faulty::default();
@@ -43,13 +55,7 @@ async fn a_group_inbox_read_that_never_answers_ends_at_the_attempt_timeout() {
     }
     source.close();
     // Groups of 8 (the ledger takes 2 ms a message): well within the attempt timeout.
-    let consumer = Consumer::new(
-        ConsumerName::new("stall").unwrap(),
-        store.clone(),
-        Ledger::default(),
-    )
-    .group_commit(8)
-    .attempt_timeout(Duration::from_millis(200));
+    let consumer = consumer(&store, 8, Duration::from_millis(200));
     let stats = run_to_end(consumer, source).await;
     assert!(
         store.stalled_reads() > 0,
@@ -71,14 +77,8 @@ async fn the_read_after_a_lost_commit_answer_that_never_answers_is_retried() {
     let source = MemorySource::new();
     source.publish(RawEnvelope::new("m-1", "1"));
     source.close();
-    let consumer = Consumer::new(
-        ConsumerName::new("stall").unwrap(),
-        store.clone(),
-        Ledger::default(),
-    )
-    .group_commit(1)
-    .retry(RetryPolicy::default().max_attempts(1))
-    .attempt_timeout(Duration::from_millis(100));
+    let consumer = consumer(&store, 1, Duration::from_millis(100))
+        .retry(RetryPolicy::default().max_attempts(1));
     let stats = run_to_end(consumer, source).await;
     assert_eq!(store.stalled_reads(), 2);
     // The commit never landed: no effect, one dead letter saying so.
@@ -128,13 +128,7 @@ async fn an_ack_the_broker_never_takes_is_given_up_at_the_attempt_timeout() {
     );
     // Both paths: group commit (its acks handed off past the lane) and one at a time.
     for group in [8, 1] {
-        let consumer = Consumer::new(
-            ConsumerName::new("stall").unwrap(),
-            store.clone(),
-            Ledger::default(),
-        )
-        .group_commit(group)
-        .attempt_timeout(Duration::from_millis(200));
+        let consumer = consumer(&store, group, Duration::from_millis(200));
         let stats = run_to_end(consumer, AcksNeverAnswer(source.0.clone())).await;
         assert_eq!(stats.ack_failures, ids.len() as u64, "group {group}");
     }
