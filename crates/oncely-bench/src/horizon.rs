@@ -216,6 +216,12 @@ impl Horizon for Bed<Postgres> {
             let reset = script(format!("ALTER INDEX {index} RESET (fillfactor)"));
             let _ = reset.execute(&mut *conn).await;
         }
+        // The days before today sealed and their keys indexed, as the next `oncely prune`
+        // would (the partitioned layout).
+        let ops = oncely_ops::Ops::new(self.pool.clone().into(), self.tables.clone());
+        if oncely_ops::partition::is_partitioned(&ops).await? {
+            oncely_ops::sealed::seal(&ops).await?;
+        }
         // Each alone: a script of several statements runs as one transaction, and VACUUM
         // refuses to run inside one.
         for sql in [format!("VACUUM ANALYZE {inbox}"), "CHECKPOINT".to_owned()] {

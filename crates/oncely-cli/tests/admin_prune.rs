@@ -104,6 +104,13 @@ async fn partitioned_prune_on_postgres_drops_whole_days() {
     let dropped = r["partitions_dropped"].as_array().unwrap().len();
     assert!(dropped >= 2, "{r}");
     assert_eq!(n(&r["deleted"]), 0, "no row-by-row deletes: {r}");
+    // The days before today sealed, once a day: the next run leaves them as they are.
+    let below = r["sealed"]["below_ms"].as_i64().expect("days sealed");
+    assert_eq!(below % DAY, 0, "{r}");
+    assert!(
+        t.json(&["prune", "--older-than", "7d"])["sealed"].is_null(),
+        "built once a day"
+    );
     assert_eq!(
         t.json(&["partition", "list"]).as_array().unwrap().len(),
         before - dropped + r["partitions_created"].as_array().unwrap().len()

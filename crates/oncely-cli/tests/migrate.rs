@@ -72,9 +72,12 @@ async fn apply_everything_on_postgres() {
     };
     let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("9 migration(s) applied"), "{out}");
+    assert!(out.starts_with("10 migration(s) applied"), "{out}");
     let ledger = t.tables().migration_ledger();
-    assert_eq!(t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await, 9);
+    assert_eq!(
+        t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await,
+        10
+    );
     let partitioned = t
         .scalar(&format!(
             "SELECT COUNT(*) FROM pg_partitioned_table WHERE partrelid = to_regclass('{}')",

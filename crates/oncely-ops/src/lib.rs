@@ -4,7 +4,8 @@
 //!
 //! - [`prune`]: retention. Deletes ids older than a window in bounded batches with a pause
 //!   between them (never one long transaction), or — on PostgreSQL with the
-//!   [`partition`]ed inbox — drops whole daily partitions. Only one pruner runs at a time per
+//!   [`partition`]ed inbox — drops whole daily partitions and seals the days that are over
+//!   ([`sealed`]). Only one pruner runs at a time per
 //!   inbox across all instances ([`oncely_sql::DbLock`]).
 //! - [`stats`], [`inspect`]: per-consumer numbers and where one message id is;
 //!   [`backlog`]: outbox rows not dispatched and journal rows pending (oncely-effects).
@@ -43,6 +44,7 @@ pub mod partition;
 pub mod prune;
 pub mod replay;
 pub mod retention;
+pub mod sealed;
 pub mod stats;
 pub mod time;
 pub mod vacuum;

@@ -30,6 +30,7 @@ pub fn partitioned_inbox_sql(tables: &Tables) -> String {
         PARTITIONED_INBOX_SQL,
         PARTITIONED_CLAIM_SQL,
         PARTITIONED_KEY_SQL,
+        PARTITIONED_SEALED_SQL,
     ];
     all.map(|sql| tables.render(sql)).join("\n")
 }
@@ -43,6 +44,11 @@ pub const PARTITIONED_CLAIM_SQL: &str =
 /// claim probes the partitions by (see `oncely_sql::batch`).
 pub const PARTITIONED_KEY_SQL: &str = include_str!("../migrations/postgres/partitioned_key.sql");
 
+/// The SQL template of the partitioned inbox's fourth migration: the sealed days' claim keys
+/// a batch claim probes instead of every day's partition ([`seal`] builds them).
+pub const PARTITIONED_SEALED_SQL: &str =
+    include_str!("../migrations/postgres/partitioned_sealed.sql");
+
 /// The `partitioned` migration set (PostgreSQL only) of oncely-sql's one registry: the static
 /// part of the layout (partitioned table, default partition, guard trigger). It must run
 /// before the `inbox` set, whose `CREATE TABLE IF NOT EXISTS` then leaves the table alone. The
@@ -53,6 +59,7 @@ pub static MIGRATIONS: MigrationSet = MigrationSet::new("partitioned")
         Migration::new(1, "partitioned_inbox", PARTITIONED_INBOX_SQL),
         Migration::new(2, "partitioned_claim", PARTITIONED_CLAIM_SQL),
         Migration::new(3, "partitioned_key", PARTITIONED_KEY_SQL),
+        Migration::new(4, "partitioned_sealed", PARTITIONED_SEALED_SQL),
     ])
     .adopt(&[Adopt::Probe {
         dialect: Dialect::Postgres,
@@ -165,6 +172,10 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
     let stray_sql = format!(
         "SELECT COUNT(*) FROM (SELECT 1 FROM {default} WHERE received_at >= $1 AND received_at < $2 LIMIT 1) AS stray"
     );
+    let (today, sealing) = (
+        crate::sealed::db_today_ms(ops).await?,
+        crate::sealed::installed(ops).await?,
+    );
     for day in from_ms.div_euclid(DAY_MS)..=last {
         let name = ops.tables().table(&suffix(day)?);
         if existing.contains(&name) {
@@ -192,8 +203,15 @@ pub async fn ensure(ops: &Ops, from_ms: i64, days_ahead: u32) -> Result<Vec<Stri
                 "CREATE TABLE IF NOT EXISTS {name} PARTITION OF {inbox} FOR VALUES FROM ({lo}) TO ({hi})"
             )
         };
+        // A day already over, not in the sealed days' keys: claims probe every partition
+        // again until the next seal covers it ([`crate::sealed`]).
+        let sealed = if sealing && hi <= today {
+            format!("; {}", crate::sealed::unpublish_sql(ops))
+        } else {
+            String::new()
+        };
         let mut tx = ops.begin().await?;
-        tx.script(&format!("SET LOCAL lock_timeout = '5s'; {sql}"))
+        tx.script(&format!("SET LOCAL lock_timeout = '5s'; {sql}{sealed}"))
             .await
             .map_err(doing(&format!("creating partition {name}")))?;
         tx.commit().await?;

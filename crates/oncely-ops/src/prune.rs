@@ -91,6 +91,9 @@ pub struct PruneReport {
     pub partitions_dropped: Vec<String>,
     /// Partitions created ahead (partitioned layout).
     pub partitions_created: Vec<String>,
+    /// The days sealed and their claim keys rebuilt (partitioned layout, once a day:
+    /// [`crate::sealed`]).
+    pub sealed: Option<crate::sealed::Sealed>,
     /// Seconds the run took.
     pub elapsed_secs: f64,
     /// Seconds the oldest remaining row is past the window (0 when fully pruned).
@@ -159,6 +162,7 @@ async fn run(
         report.mode = "partitions";
         report.partitions_dropped = partition::drop_expired(ops, report.cutoff_ms).await?;
         report.partitions_created = partition::ensure(ops, now_ms(), options.days_ahead).await?;
+        report.sealed = crate::sealed::seal(ops).await?;
         table = ops.tables().inbox_default();
     }
     report.expired_at_start = count_expired(ops, &table, report.cutoff_ms).await?;

@@ -35,7 +35,7 @@ async fn an_older_partitioned_inbox_is_adopted() {
     .unwrap();
     let ledger: Vec<(&str, i64)> = ledger.iter().map(|(s, v)| (s.as_str(), *v)).collect();
     // Adopted through version 1, then upgraded by the later migrations (the batch claim, the
-    // claim-key index).
+    // claim-key index, the sealed days' keys).
     assert_eq!(
         ledger,
         [
@@ -43,7 +43,8 @@ async fn an_older_partitioned_inbox_is_adopted() {
             ("inbox", 2),
             ("partitioned", 1),
             ("partitioned", 2),
-            ("partitioned", 3)
+            ("partitioned", 3),
+            ("partitioned", 4)
         ]
     );
     assert!(partition::is_partitioned(&ops).await.unwrap());

@@ -274,6 +274,9 @@ async fn batch_claims_read_only_their_ids_as_todays_partition_fills() {
     let ops = oncely_ops::Ops::from(&store);
     partition::install(&ops, 1).await.unwrap();
     store.migrate().await.unwrap();
+    // The sealed bound set: today's partition is found by `received_at >= bound` too, which
+    // must not become a scan of the day by its `received_at` index.
+    assert!(oncely_ops::sealed::seal(&ops).await.unwrap().is_some());
     // Statistics that say the partitions are empty (a nightly `VACUUM ANALYZE` before the day
     // began): the planner then finds reading a whole index as cheap as one lookup.
     sqlx::raw_sql(AssertSqlSafe(format!(
@@ -355,5 +358,146 @@ async fn batch_claims_read_only_their_ids_as_todays_partition_fills() {
     assert!(
         read < 100,
         "claiming 17 ids read {read} rows and index entries of a partition of {filled} rows"
+    );
+}
+
+/// The days that are over are sealed and their keys indexed: a group claim finds their ids
+/// through the keys (and the partitions from today on), a late insert into a sealed day is
+/// refused with a retryable error, and keys without a row (deleted since, or the unlogged keys
+/// emptied by a crash) never make a claim lose or repeat an id.
+#[tokio::test]
+async fn sealed_days_are_found_through_their_keys() {
+    let Some((store, ops, _db)) =
+        common::postgres("sealed_days_are_found_through_their_keys").await
+    else {
+        return;
+    };
+    partition::install(&ops, 1).await.unwrap();
+    store.migrate().await.unwrap();
+    partition::ensure(&ops, now_ms() - 3 * DAY, 1)
+        .await
+        .unwrap();
+    let c = ConsumerName::new("billing").unwrap();
+    let (h, other) = (PayloadHash::of(b"x"), PayloadHash::of(b"y"));
+    let (inbox, tables) = (ops.tables().inbox(), ops.tables().clone());
+    let insert = format!("INSERT INTO {inbox} VALUES ('billing', $1, $2, $3)");
+    for id in ["old-1", "old-2", "old-3"] {
+        sqlx::query(AssertSqlSafe(insert.clone()))
+            .bind(id)
+            .bind(h.to_hex())
+            .bind(now_ms() - 2 * DAY)
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    let sealed = oncely_ops::sealed::seal(&ops)
+        .await
+        .unwrap()
+        .expect("a build");
+    assert_eq!(sealed.keys, 3);
+    assert_eq!(sealed.below_ms % DAY, 0);
+    assert!(sealed.below_ms <= now_ms() && now_ms() - sealed.below_ms < DAY + 60_000);
+    assert_eq!(
+        oncely_ops::sealed::seal(&ops).await.unwrap(),
+        None,
+        "built for today already"
+    );
+
+    // A day that is over takes no more rows: a claim that started in it retries into today.
+    let late = sqlx::query(AssertSqlSafe(insert.clone()))
+        .bind("late-1")
+        .bind(h.to_hex())
+        .bind(now_ms() - 2 * DAY)
+        .execute(store.pool())
+        .await
+        .expect_err("a sealed day refuses rows");
+    let code = late
+        .as_database_error()
+        .and_then(|e| e.code().map(|c| c.into_owned()));
+    assert_eq!(code.as_deref(), Some("40001"), "{late}");
+
+    let id = |s: &str| MessageId::new(s).unwrap();
+    let claim = |items: Vec<(MessageId, PayloadHash)>| {
+        let store = store.clone();
+        let c = c.clone();
+        async move {
+            let mut tx = store.begin().await.unwrap();
+            let claims = store.claim_batch(&mut tx, &c, &items).await.unwrap();
+            store.commit(tx).await.unwrap();
+            claims
+        }
+    };
+    assert_eq!(
+        claim(vec![
+            (id("new-1"), h),
+            (id("old-1"), h),
+            (id("old-2"), other)
+        ])
+        .await,
+        [
+            Claim::Fresh,
+            Claim::Duplicate,
+            Claim::Conflict { stored: h }
+        ]
+    );
+
+    // The claim reads the sealed days through their keys only: a row put into a sealed day
+    // behind the seal's back (triggers off, as a restore of a dump may do) is not seen. This
+    // is what makes the claim cheap, and why the seal refuses late rows.
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(AssertSqlSafe(insert.clone()))
+        .bind("smuggled-1")
+        .bind(h.to_hex())
+        .bind(now_ms() - 2 * DAY)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(claim(vec![(id("smuggled-1"), h)]).await, [Claim::Fresh]);
+
+    // A key whose row is gone (deleted since the build) does not hold its id: Fresh once.
+    sqlx::query(AssertSqlSafe(format!(
+        "DELETE FROM {inbox} WHERE message_id = 'old-3'"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(claim(vec![(id("old-3"), h)]).await, [Claim::Fresh]);
+    assert_eq!(claim(vec![(id("old-3"), h)]).await, [Claim::Duplicate]);
+
+    // A crash empties the unlogged keys and their state: claims probe every day again.
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "TRUNCATE {}, {}, {}",
+        tables.table("inbox_sealed_state"),
+        tables.table("inbox_sealed_a"),
+        tables.table("inbox_sealed_b")
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        claim(vec![(id("old-1"), h), (id("old-2"), h), (id("new-2"), h)]).await,
+        [Claim::Duplicate, Claim::Duplicate, Claim::Fresh]
+    );
+    // The next build covers every row again, the smuggled one included; one row per id.
+    let rebuilt = oncely_ops::sealed::seal(&ops)
+        .await
+        .unwrap()
+        .expect("a build");
+    assert_eq!(rebuilt.keys, 3, "old-1, old-2 and smuggled-1");
+    assert_eq!(claim(vec![(id("smuggled-1"), h)]).await, [Claim::Duplicate]);
+    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {inbox} GROUP BY message_id ORDER BY 1 DESC LIMIT 1"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        rows, 2,
+        "smuggled-1 twice (behind the seal's back), every other id once"
     );
 }

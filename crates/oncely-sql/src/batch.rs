@@ -18,7 +18,11 @@
 //!   partition however full today's partition was when it was made. The statement that took the locks
 //!   tells the layout's guard trigger so (the transaction-local [`CLAIM_LOCKED`] setting,
 //!   cleared after the insert by the layout's statement trigger), and the trigger then skips
-//!   its own per-row lock and probe of every partition.
+//!   its own per-row lock and probe of every partition. Where the layout has the sealed days'
+//!   keys (oncely-ops `sealed`, built once a day for the days that are over), the insert
+//!   probes those keys and the partitions from the sealed bound on instead of every day; an
+//!   id whose key is there without a row (deleted since the build) is claimed after a probe
+//!   of every partition.
 //! - SQLite: a multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING message_id`.
 //! - `received_at` is the database's clock ([`Dialect::now_ms_sql`]), like the single claim.
 //! - MySQL / MariaDB: a plain read finds the ids already claimed, then one multi-row
@@ -45,9 +49,23 @@ pub const CLAIM_LOCK_SEED: i64 = 1_869_504_356;
 /// `hashtextextended(consumer || E'\x1f' || id, CLAIM_LOCK_SEED)` of the SQL expressions
 /// `consumer` and `id`: the partitioned inbox's advisory-lock key of an id, and (of the columns)
 /// the expression of its `inbox_claim_key` index, which the probe matches only if written the
-/// same way.
-pub(crate) fn claim_key_sql(consumer: &str, id: &str) -> String {
+/// same way, and of the sealed days' keys (oncely-ops `sealed`).
+///
+/// ```
+/// let key = oncely_sql::claim_key_sql("consumer", "message_id");
+/// assert!(key.starts_with("hashtextextended(consumer || E'\\x1f' || message_id, "));
+/// ```
+pub fn claim_key_sql(consumer: &str, id: &str) -> String {
     format!("hashtextextended({consumer} || E'\\x1f' || {id}, {CLAIM_LOCK_SEED})")
+}
+
+/// What a PostgreSQL store found its inbox to be (read once, on the first claim).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// The time-partitioned layout (oncely-ops `partition`).
+    pub partitioned: bool,
+    /// It has the sealed days' claim keys (the layout's migration 4, oncely-ops `sealed`).
+    pub sealed: bool,
 }
 
 /// Ids per statement (keeps every dialect far below its bind-parameter limit).

@@ -64,6 +64,7 @@ pub use any::tx::AnyTx;
 #[doc(hidden)]
 pub use any::tx::TxKind;
 pub use any::{AnyPool, AnyStore};
+pub use batch::claim_key_sql;
 #[doc(hidden)]
 pub use connect::PoolKind;
 pub use connect::{ConnectOptions, Durability};

@@ -271,14 +271,18 @@ pub fn print_migration_sets(
         .join("\n"))
 }
 
-/// The names after `CREATE TABLE [IF NOT EXISTS] {schema}{prefix}` in `template` (a statement
-/// creating a table that is not `{prefix}`-named, or prose in a comment, is not oncely's).
+/// The names after `CREATE [UNLOGGED] TABLE [IF NOT EXISTS] {schema}{prefix}` in `template` (a
+/// statement creating a table that is not `{prefix}`-named, or prose in a comment, is not
+/// oncely's).
 fn created_tables(template: &'static str) -> impl Iterator<Item = &'static str> {
-    const CREATE: &str = "CREATE TABLE";
     let upper = template.to_ascii_uppercase();
-    let starts: Vec<usize> = upper.match_indices(CREATE).map(|(at, _)| at).collect();
-    starts.into_iter().filter_map(move |at| {
-        let rest = template[at + CREATE.len()..].trim_start();
+    let mut starts: Vec<(usize, usize)> = ["CREATE TABLE", "CREATE UNLOGGED TABLE"]
+        .iter()
+        .flat_map(|create| upper.match_indices(create).map(|(at, m)| (at, m.len())))
+        .collect();
+    starts.sort_unstable();
+    starts.into_iter().filter_map(move |(at, len)| {
+        let rest = template[at + len..].trim_start();
         let rest = match rest.get(..13) {
             Some(words) if words.eq_ignore_ascii_case("IF NOT EXISTS") => rest[13..].trim_start(),
             _ => rest,

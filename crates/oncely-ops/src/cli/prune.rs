@@ -92,6 +92,12 @@ pub(crate) async fn run(args: PruneArgs) -> Result<bool> {
                 "partitions created".into(),
                 report.partitions_created.join(", "),
             ],
+            vec![
+                "days sealed".into(),
+                report.sealed.map_or_else(String::new, |s| {
+                    format!("before {} ({} keys)", super::when(Some(s.below_ms)), s.keys)
+                }),
+            ],
             vec!["prune lag".into(), format!("{:.0} s", report.lag_secs)],
             vec!["http keys deleted".into(), http_keys.to_string()],
             vec!["took".into(), format!("{:.2} s", report.elapsed_secs)],

@@ -2,7 +2,7 @@
 //! statement per chunk: see [`crate::batch`], which holds the helpers these share).
 
 use super::SqlStore;
-use crate::batch::{CLAIM_LOCKED, Found, claim_key_sql, list, padded, shape_len};
+use crate::batch::{CLAIM_LOCKED, Found, Layout, claim_key_sql, list, padded, shape_len};
 use crate::dialect::Dialect;
 use crate::error::db;
 use crate::query::{Column, SqlDatabase, Value};
@@ -24,38 +24,28 @@ impl SqlStore<Postgres> {
         chunk: &[(&str, PayloadHash)],
         found: &mut Found,
     ) -> Result<()> {
-        let (inbox, now) = (self.tables().inbox(), Dialect::Postgres.now_ms_sql());
         let ids: Vec<String> = chunk.iter().map(|(id, _)| (*id).to_owned()).collect();
-        let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
-        let partitioned = self.partitioned_inbox(tx).await?;
-        let (unclaimed, planner) = if partitioned {
-            let planner = self.lock_claims(tx, consumer, &ids).await?;
-            let held = keyed_rows(&inbox, "consumer, message_id");
-            let check = format!(
-                "WHERE m.id NOT IN (SELECT message_id FROM ({held}) AS held WHERE consumer = $1)"
-            );
-            (check, Some(planner))
+        let layout = self.inbox_layout(tx).await?;
+        let planner = if layout.partitioned {
+            Some(self.lock_claims(tx, consumer, &ids).await?)
         } else {
-            (String::new(), None)
+            None
         };
-        let inserted: Vec<String> = self.engine().query_scalar(AssertSqlSafe(format!(
-            "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) \
-             SELECT $1, m.id, m.hash, {now} FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) \
-             {unclaimed} ORDER BY m.n ON CONFLICT DO NOTHING RETURNING message_id"
-        )))
-        .bind(consumer.as_str())
-        .bind(&ids)
-        .bind(&hashes)
-        .fetch_all(&mut **tx)
-        .await
-        .map_err(|e| db("batch claim", e))?;
+        let probe = match layout {
+            Layout {
+                partitioned: false, ..
+            } => Probe::Unique,
+            Layout { sealed: true, .. } => Probe::SealedAndRecent,
+            _ => Probe::EveryPartition,
+        };
+        let inserted = self.insert_claims(tx, consumer, chunk, probe).await?;
         found.fresh.extend(inserted);
         let rest: Vec<String> = ids
             .into_iter()
             .filter(|id| !found.fresh.contains(id))
             .collect();
         if !rest.is_empty() {
-            let stored = if partitioned {
+            let stored = if layout.partitioned {
                 self.stored_hashes_keyed(tx, consumer, &rest).await?
             } else {
                 let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
@@ -63,6 +53,21 @@ impl SqlStore<Postgres> {
             };
             for (id, hash) in stored {
                 found.store_hash(id, &hash)?;
+            }
+        }
+        if probe == Probe::SealedAndRecent {
+            // A sealed key with no row behind it (the row was deleted or its day dropped since
+            // the keys were built, or two ids share a 64-bit key): claimed after a probe of
+            // every partition, which alone tells.
+            let unheld: Vec<(&str, PayloadHash)> = chunk
+                .iter()
+                .filter(|(id, _)| !found.fresh.contains(*id) && !found.stored.contains_key(*id))
+                .copied()
+                .collect();
+            if !unheld.is_empty() {
+                let inserted =
+                    (self.insert_claims(tx, consumer, &unheld, Probe::EveryPartition)).await?;
+                found.fresh.extend(inserted);
             }
         }
         if let Some(before) = planner {
@@ -84,21 +89,54 @@ impl SqlStore<Postgres> {
         Ok(())
     }
 
+    /// Inserts the claims of `chunk` that `probe` finds nowhere; returns the ids inserted.
+    async fn insert_claims(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        consumer: &ConsumerName,
+        chunk: &[(&str, PayloadHash)],
+        probe: Probe,
+    ) -> Result<Vec<String>> {
+        let (inbox, now) = (self.tables().inbox(), Dialect::Postgres.now_ms_sql());
+        let ids: Vec<&str> = chunk.iter().map(|(id, _)| *id).collect();
+        let hashes: Vec<String> = chunk.iter().map(|(_, h)| h.to_hex()).collect();
+        let unclaimed = probe.filter(self.tables());
+        self.engine().query_scalar(AssertSqlSafe(format!(
+            "INSERT INTO {inbox} (consumer, message_id, payload_hash, received_at) \
+             SELECT $1, m.id, m.hash, {now} FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) \
+             {unclaimed} ORDER BY m.n ON CONFLICT DO NOTHING RETURNING message_id"
+        )))
+        .bind(consumer.as_str())
+        .bind(&ids)
+        .bind(&hashes)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(|e| db("batch claim", e))
+    }
+
     /// Whether the inbox is the time-partitioned layout (asked once per store, on `conn`).
-    /// A partitioned inbox without its claim-key index (an installation from before the
-    /// layout's third migration) is a configuration error that says how to upgrade it: the
-    /// claims would read every partition whole without it.
     pub(crate) async fn partitioned_inbox(&self, conn: &mut sqlx::PgConnection) -> Result<bool> {
+        Ok(self.inbox_layout(conn).await?.partitioned)
+    }
+
+    /// The inbox's [`Layout`] (asked once per store, on `conn`). A partitioned inbox without
+    /// its claim-key index (an installation from before the layout's third migration) is a
+    /// configuration error that says how to upgrade it: the claims would read every partition
+    /// whole without it. One without the sealed days' keys (before the fourth) is probed
+    /// partition by partition, as before them.
+    async fn inbox_layout(&self, conn: &mut sqlx::PgConnection) -> Result<Layout> {
         let sql = "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1)), \
                    EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
-                           WHERE i.indrelid = to_regclass($1) AND c.relname = $2)";
+                           WHERE i.indrelid = to_regclass($1) AND c.relname = $2), \
+                   to_regclass($3) IS NOT NULL";
         let found = self.partitioned.get_or_try_init(|| async move {
             let inbox = self.tables().inbox();
-            let (partitioned, keyed): (bool, bool) = self
+            let (partitioned, keyed, sealed): (bool, bool, bool) = self
                 .engine()
                 .query_as(sql)
                 .bind(&inbox)
                 .bind(format!("{}inbox_claim_key", self.tables().prefix()))
+                .bind(self.tables().table("inbox_sealed_state"))
                 .fetch_one(conn)
                 .await
                 .map_err(|e| db("reading the inbox layout", e))?;
@@ -109,7 +147,10 @@ impl SqlStore<Postgres> {
                      or `oncely migrate --with partitioned` (docs/retention.md)"
                 )));
             }
-            Ok(partitioned)
+            Ok(Layout {
+                partitioned,
+                sealed: partitioned && sealed,
+            })
         });
         Ok(*found.await?)
     }
@@ -204,11 +245,16 @@ impl SqlStore<Postgres> {
 /// The planner settings a group claim on the partitioned inbox runs under (transaction-local,
 /// restored before the handler runs): with sequential and index-only scans off, the claim-key
 /// index is the only path the probe has ([`keyed_rows`]), so its one generic plan, made once per
-/// connection, is safe, and no group pays for planning the probe of every partition.
+/// connection, is safe, and no group pays for planning the probe of every partition. Plain
+/// index scans are off too: the sealed bound (`received_at >= …`, [`Probe::SealedAndRecent`])
+/// would otherwise let the plan read today's partition by its `received_at` index, the whole
+/// day on every claim; the claim-key probe is a bitmap scan (a hash index takes `= ANY` no
+/// other way).
 #[cfg(feature = "postgres")]
-const CLAIM_PLANNER: [(&str, &str); 3] = [
+const CLAIM_PLANNER: [(&str, &str); 4] = [
     ("enable_seqscan", "off"),
     ("enable_indexonlyscan", "off"),
+    ("enable_indexscan", "off"),
     ("plan_cache_mode", "force_generic_plan"),
 ];
 
@@ -229,13 +275,75 @@ const CLAIM_PLANNER: [(&str, &str); 3] = [
 /// the probe of every partition (about 2 ms at 11 partitions).
 #[cfg(feature = "postgres")]
 fn keyed_rows(inbox: &str, cols: &str) -> String {
+    keyed_rows_where(inbox, cols, "")
+}
+
+/// [`keyed_rows`] with `and` (`AND …`) among the subquery's own conditions.
+#[cfg(feature = "postgres")]
+fn keyed_rows_where(inbox: &str, cols: &str, and: &str) -> String {
     let (key, wanted) = (
         claim_key_sql("consumer", "message_id"),
         claim_key_sql("$1", "x"),
     );
     format!(
-        "SELECT {cols} FROM {inbox} WHERE {key} = ANY(ARRAY(SELECT {wanted} FROM unnest($2::text[]) AS x)) OFFSET 0"
+        "SELECT {cols} FROM {inbox} WHERE {key} = ANY(ARRAY(SELECT {wanted} FROM unnest($2::text[]) AS x)) {and} OFFSET 0"
     )
+}
+
+/// Where a group claim on PostgreSQL looks for the ids already claimed before it inserts.
+#[cfg(feature = "postgres")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// The plain inbox: its primary key (`ON CONFLICT DO NOTHING`).
+    Unique,
+    /// The partitioned inbox: every daily partition, by its claim-key index.
+    EveryPartition,
+    /// The partitioned inbox with sealed days (oncely-ops `sealed`): the sealed days' keys,
+    /// and the partitions from the sealed bound on (runtime partition pruning on
+    /// `received_at`). Without a current build (no state row: a crash or a failover emptied
+    /// the unlogged tables, or none was made yet), every partition.
+    SealedAndRecent,
+}
+
+#[cfg(feature = "postgres")]
+impl Probe {
+    /// The `WHERE` of the claim's `INSERT … SELECT … FROM unnest(…) AS m(id, hash, n)`.
+    fn filter(self, tables: &crate::Tables) -> String {
+        let inbox = tables.inbox();
+        let held = |and: &str| {
+            let rows = keyed_rows_where(&inbox, "consumer, message_id", and);
+            format!("m.id NOT IN (SELECT message_id FROM ({rows}) AS held WHERE consumer = $1)")
+        };
+        match self {
+            Self::Unique => String::new(),
+            Self::EveryPartition => format!("WHERE {}", held("")),
+            Self::SealedAndRecent => {
+                let state = tables.table("inbox_sealed_state");
+                let recent = held(&format!(
+                    "AND received_at >= coalesce((SELECT below FROM {state} WHERE one), '{}'::bigint)",
+                    i64::MIN
+                ));
+                let active =
+                    format!("(SELECT active FROM {state} WHERE one AND below IS NOT NULL)");
+                let wanted = format!(
+                    "ARRAY(SELECT {} FROM unnest($2::text[]) AS x)",
+                    claim_key_sql("$1", "x")
+                );
+                let sealed = ["a", "b"].map(|t| {
+                    let table = tables.table(&format!("inbox_sealed_{t}"));
+                    format!(
+                        "SELECT claim_key FROM {table} WHERE {active} = '{t}' AND claim_key = ANY({wanted})"
+                    )
+                });
+                format!(
+                    "WHERE {recent} AND {} NOT IN ({} UNION ALL {})",
+                    claim_key_sql("$1", "m.id"),
+                    sealed[0],
+                    sealed[1]
+                )
+            }
+        }
+    }
 }
 
 #[cfg(feature = "sqlite")]
