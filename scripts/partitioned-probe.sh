@@ -6,7 +6,7 @@
 #
 #   plain    the plain inbox's claim (INSERT ... ON CONFLICT DO NOTHING on its primary key);
 #   full     the partitioned claim without the sealed days' keys: advisory locks, then an
-#            insert that probes every daily partition by its claim-key hash index;
+#            insert that probes every daily partition by its claim-key hash index, per id;
 #   sealed   the partitioned claim with them (oncely-ops `sealed`): the keys of the days
 #            before today in one UNLOGGED B-tree, so a claim probes it and the partitions from
 #            today on (runtime partition pruning on `received_at >= bound`) instead of every day;
@@ -92,9 +92,9 @@ SELECT 'bench-consumer', m.id, md5(m.id), (extract(epoch from statement_timestam
 FROM unnest(:ids::text[]) WITH ORDINALITY AS m(id, n)"
 TAIL="ORDER BY m.n ON CONFLICT DO NOTHING RETURNING message_id;
 END;"
-HELD="m.id NOT IN (SELECT message_id FROM (SELECT consumer, message_id FROM inbox
-  WHERE $(key consumer message_id) = ANY($WANTED)"
-HELD_END="OFFSET 0) AS held WHERE consumer = 'bench-consumer')"
+HELD="m.id NOT IN (SELECT message_id FROM (SELECT consumer, message_id FROM unnest($WANTED) AS k(key),
+  LATERAL (SELECT consumer, message_id FROM inbox WHERE $(key consumer message_id) = k.key"
+HELD_END="OFFSET 0) AS i OFFSET 0) AS held WHERE consumer = 'bench-consumer')"
 BOUND="received_at >= coalesce((SELECT below FROM inbox_sealed_state WHERE one), '-9223372036854775808'::bigint)"
 ACTIVE="(SELECT active FROM inbox_sealed_state WHERE one AND below IS NOT NULL)"
 SEALED="$(key "'bench-consumer'" m.id) NOT IN (
@@ -106,7 +106,7 @@ printf '%s\n' "$HEAD" "$LOCK" "$INSERT" "WHERE $HELD $HELD_END" "$TAIL" >"$WORK/
 printf '%s\n' "$HEAD" "$LOCK" "$INSERT" "WHERE $HELD AND $BOUND $HELD_END" "AND $SEALED" "$TAIL" >"$WORK/sealed.sql"
 
 # The planner settings oncely-sql's partitioned claim runs under (oncely_sql CLAIM_PLANNER).
-PLANNER="-c enable_seqscan=off -c enable_indexonlyscan=off -c enable_indexscan=off -c plan_cache_mode=force_generic_plan"
+PLANNER="-c enable_seqscan=off -c enable_indexonlyscan=off -c enable_bitmapscan=off -c enable_hashjoin=off -c enable_mergejoin=off -c enable_material=off -c plan_cache_mode=force_generic_plan"
 run() { # variant
   local url=$PART options=$PLANNER
   [ "$1" = plain ] && { url=$PLAIN; options=""; }

@@ -152,6 +152,13 @@ macro_rules! prefill_chunks {
 impl Horizon for Bed<Postgres> {
     async fn prefill(&self, rows: u64, kind: IdKind) -> Result<()> {
         let inbox = &self.sql.inbox;
+        // The partitioned layout's days unsealed for the prefill (a size before this one may
+        // have sealed them), sealed again after it.
+        let ops = oncely_ops::Ops::new(self.pool.clone().into(), self.tables.clone());
+        let partitioned = oncely_ops::partition::is_partitioned(&ops).await?;
+        if partitioned {
+            oncely_ops::sealed::unseal(&ops).await?;
+        }
         let mut conn = self.pool.acquire().await.context("connecting")?;
         // Random keys into a large index one by one take minutes per million: the indexes
         // are dropped for the bulk insert and built after it, at 70 % leaf fill (what random
@@ -218,8 +225,7 @@ impl Horizon for Bed<Postgres> {
         }
         // The days before today sealed and their keys indexed, as the next `oncely prune`
         // would (the partitioned layout).
-        let ops = oncely_ops::Ops::new(self.pool.clone().into(), self.tables.clone());
-        if oncely_ops::partition::is_partitioned(&ops).await? {
+        if partitioned {
             oncely_ops::sealed::seal(&ops).await?;
         }
         // Each alone: a script of several statements runs as one transaction, and VACUUM
@@ -238,13 +244,17 @@ impl Horizon for Bed<Postgres> {
     }
 
     async fn inbox_bytes(&self) -> Result<u64> {
-        // The inbox and, for the partitioned layout, every partition.
+        // The inbox and, for the partitioned layout, every partition and the sealed days'
+        // keys (oncely_ops::sealed).
         let bytes: i64 = sqlx::query_scalar(
             "SELECT COALESCE(sum(pg_total_relation_size(c)), 0)::bigint FROM \
              (SELECT to_regclass($1) AS c UNION ALL \
-              SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1)) AS rels",
+              SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($1) UNION ALL \
+              SELECT to_regclass($2) UNION ALL SELECT to_regclass($3)) AS rels",
         )
         .bind(&self.sql.inbox)
+        .bind(self.tables.table("inbox_sealed_a"))
+        .bind(self.tables.table("inbox_sealed_b"))
         .fetch_one(&self.pool)
         .await
         .context("reading the inbox size")?;

@@ -134,7 +134,7 @@ pub async fn seal(ops: &Ops) -> Result<Option<Sealed>> {
     ));
     let table = tables.table(&format!("inbox_sealed_{next}"));
     for step in [locks.join("; "), format!("TRUNCATE {table}")] {
-        if !locked_step(ops, &step).await? {
+        if !locked_step(ops, &step, "seal the inbox's past days").await? {
             return Ok(None);
         }
     }
@@ -165,11 +165,48 @@ pub async fn seal(ops: &Ops) -> Result<Option<Sealed>> {
         warn!("a partition of a past day was created while sealing; will seal again next run");
         return Ok(None);
     }
+    // The previous build, no longer probed, emptied now if the claims in flight let it be
+    // (else by the next build).
+    let previous = tables.table(&format!(
+        "inbox_sealed_{}",
+        if next == "a" { "b" } else { "a" }
+    ));
+    locked_step(
+        ops,
+        &format!("TRUNCATE {previous}"),
+        "empty the previous build",
+    )
+    .await?;
     info!(below_ms = below, keys, "sealed the inbox's past days");
     Ok(Some(Sealed {
         below_ms: below,
         keys,
     }))
+}
+
+/// Undoes [`seal`]: claims probe every partition again, and the days that are over take rows
+/// again (to copy an older inbox's ids into the layout, say); the next [`seal`] (the next
+/// `oncely prune`) seals them and indexes their keys again, the copied ones included.
+pub async fn unseal(ops: &Ops) -> Result<()> {
+    if !installed(ops).await? {
+        return Ok(());
+    }
+    // Withdrawn from the claims first, so that no claim relies on a seal this removes.
+    let withdrawn = ops.autocommit().execute(&unpublish_sql(ops), &[]).await;
+    withdrawn.map_err(doing("withdrawing the sealed days' keys"))?;
+    let trigger = format!("{}inbox_sealed", ops.tables().prefix());
+    for p in partition::list(ops).await? {
+        let sql = format!(
+            "SET LOCAL lock_timeout = '5s'; DROP TRIGGER IF EXISTS {trigger} ON {}",
+            p.name
+        );
+        let mut tx = ops.begin().await?;
+        tx.script(&sql)
+            .await
+            .map_err(doing("unsealing a partition"))?;
+        tx.commit().await?;
+    }
+    Ok(())
 }
 
 /// The daily partitions that end at or before `below` and are not sealed yet.
@@ -193,9 +230,9 @@ async fn unsealed(ops: &Ops, below: i64) -> Result<Vec<String>> {
     Ok(unsealed)
 }
 
-/// Runs `sql` in a transaction that waits at most 5 s for its locks. `false` (with a WARN)
-/// when it waited too long: the caller skips the rest of this run.
-async fn locked_step(ops: &Ops, sql: &str) -> Result<bool> {
+/// Runs `sql` in a transaction that waits at most 5 s for its locks. `false` (with a WARN that
+/// it could not `what` now) when it waited too long: the caller skips the rest of this run.
+async fn locked_step(ops: &Ops, sql: &str, what: &str) -> Result<bool> {
     let mut tx = ops.begin().await?;
     match tx
         .script(&format!("SET LOCAL lock_timeout = '5s'; {sql}"))
@@ -206,11 +243,11 @@ async fn locked_step(ops: &Ops, sql: &str) -> Result<bool> {
             Ok(true)
         }
         Err(e) if e.is_transient() => {
-            warn!(error = %e, "could not seal the inbox's past days now; will retry next run");
+            warn!(error = %e, "could not {what} now; will retry next run");
             // Rolled back; the error that made it wait too long is reported above.
             let _ = tx.rollback().await;
             Ok(false)
         }
-        Err(e) => Err(doing("sealing the inbox's past days")(e)),
+        Err(e) => Err(doing(what)(e)),
     }
 }
