@@ -48,9 +48,9 @@ for m in partitioned_inbox partitioned_claim partitioned_key partitioned_sealed;
 done >"$WORK/schema.sql"
 psql "$PART" -qX -v ON_ERROR_STOP=1 -f "$WORK/schema.sql"
 psql "$PART" -qX -v ON_ERROR_STOP=1 <<SQL
-DO \$\$ DECLARE today bigint := (extract(epoch from now()) * 1000)::bigint / 86400000; d bigint; BEGIN
+DO \$\$ DECLARE today int := (extract(epoch from now()) * 1000)::bigint / 86400000; BEGIN
   FOR d IN today - 8 .. today + 1 LOOP
-    EXECUTE format('CREATE TABLE inbox_p%s PARTITION OF inbox FOR VALUES FROM (%s) TO (%s)', d, d * 86400000, (d + 1) * 86400000);
+    EXECUTE format('CREATE TABLE inbox_p%s PARTITION OF inbox FOR VALUES FROM (%s) TO (%s)', d, d::bigint * 86400000, (d::bigint + 1) * 86400000);
   END LOOP; END \$\$;
 ALTER TABLE inbox DISABLE TRIGGER USER;
 ALTER TABLE inbox DROP CONSTRAINT inbox_pkey;
@@ -61,13 +61,20 @@ ALTER TABLE inbox ADD PRIMARY KEY (consumer, message_id, received_at) WITH (fill
 CREATE INDEX inbox_received_at ON inbox (received_at);
 CREATE INDEX inbox_claim_key ON inbox USING hash (hashtextextended(consumer || E'\x1f' || message_id, 1869504356));
 ALTER TABLE inbox ENABLE TRIGGER USER;
--- The sealed days' keys as oncely_ops::sealed::seal builds them (the migration made the tables).
+SQL
+psql "$PART" -qX -c "VACUUM ANALYZE"
+# The sealed days' keys as oncely_ops::sealed::seal builds them (the migration made the tables).
+started=$(date +%s.%N)
+psql "$PART" -qX -v ON_ERROR_STOP=1 <<'SQL'
 INSERT INTO inbox_sealed_state (one, active, below)
   VALUES (true, 'a', (extract(epoch from now()) * 1000)::bigint / 86400000 * 86400000);
 INSERT INTO inbox_sealed_a SELECT hashtextextended(consumer || E'\x1f' || message_id, 1869504356) FROM inbox
   WHERE received_at < (SELECT below FROM inbox_sealed_state) ORDER BY 1;
+ANALYZE inbox_sealed_a;
 SQL
-psql "$PART" -qX -c "VACUUM ANALYZE"
+echo "sealed days' keys built in $(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s:" \
+  "$(psql "$PART" -qAtX -c "SELECT count(*) FROM inbox_sealed_a") keys," \
+  "$(psql "$PART" -qAtX -c "SELECT pg_size_pretty(pg_total_relation_size('inbox_sealed_a'))")"
 
 echo "== prefilling the plain inbox"
 psql "$PLAIN" -qX -v ON_ERROR_STOP=1 <<SQL

@@ -157,29 +157,14 @@ async fn stray_rows_in_the_default_partition_move_into_a_new_partition() {
 /// insert, and the guard trigger skips its own check for that insert only.
 #[tokio::test]
 async fn partitioned_inbox_batch_claims_once() {
-    let Some((store, ops, _db)) = common::postgres("partitioned_inbox_batch_claims_once").await
+    let Some((store, ops, _db)) =
+        with_old_ids("partitioned_inbox_batch_claims_once", &["old-1", "old-2"]).await
     else {
         return;
     };
-    partition::install(&ops, 1).await.unwrap();
-    store.migrate().await.unwrap();
-    partition::ensure(&ops, now_ms() - 3 * DAY, 1)
-        .await
-        .unwrap();
     let c = ConsumerName::new("billing").unwrap();
     let (h, other) = (PayloadHash::of(b"x"), PayloadHash::of(b"y"));
     let inbox = ops.tables().inbox();
-    for id in ["old-1", "old-2"] {
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {inbox} VALUES ('billing', $1, $2, $3)"
-        )))
-        .bind(id)
-        .bind(h.to_hex())
-        .bind(now_ms() - 2 * DAY)
-        .execute(store.pool())
-        .await
-        .unwrap();
-    }
     let id = |s: &str| MessageId::new(s).unwrap();
     let items = vec![
         (id("new-1"), h),
@@ -381,29 +366,16 @@ async fn todays_partition_fills(test: &str, analyzed: bool) {
 /// emptied by a crash) never make a claim lose or repeat an id.
 #[tokio::test]
 async fn sealed_days_are_found_through_their_keys() {
+    let old = ["old-1", "old-2", "old-3"];
     let Some((store, ops, _db)) =
-        common::postgres("sealed_days_are_found_through_their_keys").await
+        with_old_ids("sealed_days_are_found_through_their_keys", &old).await
     else {
         return;
     };
-    partition::install(&ops, 1).await.unwrap();
-    store.migrate().await.unwrap();
-    partition::ensure(&ops, now_ms() - 3 * DAY, 1)
-        .await
-        .unwrap();
     let c = ConsumerName::new("billing").unwrap();
     let (h, other) = (PayloadHash::of(b"x"), PayloadHash::of(b"y"));
     let (inbox, tables) = (ops.tables().inbox(), ops.tables().clone());
     let insert = format!("INSERT INTO {inbox} VALUES ('billing', $1, $2, $3)");
-    for id in ["old-1", "old-2", "old-3"] {
-        sqlx::query(AssertSqlSafe(insert.clone()))
-            .bind(id)
-            .bind(h.to_hex())
-            .bind(now_ms() - 2 * DAY)
-            .execute(store.pool())
-            .await
-            .unwrap();
-    }
     let sealed = oncely_ops::sealed::seal(&ops)
         .await
         .unwrap()
@@ -534,4 +506,36 @@ async fn sealed_days_are_found_through_their_keys() {
         claim(vec![(id("copied-1"), h), (id("new-3"), h)]).await,
         [Claim::Duplicate, Claim::Fresh]
     );
+}
+
+/// A partitioned inbox (migrated, with the days back to three days ago) whose consumer
+/// `billing` claimed `old` two days ago, payload `x`; None when the server is missing.
+async fn with_old_ids(
+    test: &str,
+    old: &[&str],
+) -> Option<(
+    oncely_sql::PgStore,
+    oncely_ops::Ops,
+    oncely_testkit::test_db::TestDb,
+)> {
+    let (store, ops, db) = common::postgres(test).await?;
+    partition::install(&ops, 1).await.unwrap();
+    store.migrate().await.unwrap();
+    partition::ensure(&ops, now_ms() - 3 * DAY, 1)
+        .await
+        .unwrap();
+    let insert = format!(
+        "INSERT INTO {} VALUES ('billing', $1, $2, $3)",
+        ops.tables().inbox()
+    );
+    for id in old {
+        sqlx::query(AssertSqlSafe(insert.clone()))
+            .bind(id)
+            .bind(PayloadHash::of(b"x").to_hex())
+            .bind(now_ms() - 2 * DAY)
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    Some((store, ops, db))
 }
