@@ -253,8 +253,8 @@ impl Horizon for Bed<Postgres> {
               SELECT to_regclass($2) UNION ALL SELECT to_regclass($3)) AS rels",
         )
         .bind(&self.sql.inbox)
-        .bind(self.tables.table("inbox_sealed_a"))
-        .bind(self.tables.table("inbox_sealed_b"))
+        .bind(self.tables.inbox_sealed_keys("a"))
+        .bind(self.tables.inbox_sealed_keys("b"))
         .fetch_one(&self.pool)
         .await
         .context("reading the inbox size")?;

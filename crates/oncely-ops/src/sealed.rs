@@ -41,7 +41,7 @@ pub(crate) async fn db_today_ms(ops: &Ops) -> Result<i64> {
 /// Whether the partitioned inbox has the sealed days' keys (the layout's migration 4).
 pub(crate) async fn installed(ops: &Ops) -> Result<bool> {
     let sql = "SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass($1)";
-    let state = ops.tables().table("inbox_sealed_state");
+    let state = ops.tables().inbox_sealed_state();
     let n = ops.autocommit().fetch_i64(sql, &[state.into()]).await;
     Ok(n.map_err(doing("looking for the sealed days' keys"))?
         .unwrap_or(0)
@@ -51,18 +51,27 @@ pub(crate) async fn installed(ops: &Ops) -> Result<bool> {
 /// The statement that withdraws the sealed days' keys from the claims (they probe every
 /// partition until the next [`seal`] rebuilds them).
 pub(crate) fn unpublish_sql(ops: &Ops) -> String {
-    let state = ops.tables().table("inbox_sealed_state");
+    let state = ops.tables().inbox_sealed_state();
     format!("UPDATE {state} SET below = NULL, sealing = NULL WHERE one")
+}
+
+/// The name of the trigger that seals a partition.
+fn seal_trigger(ops: &Ops) -> String {
+    format!("{}inbox_sealed", ops.tables().prefix())
 }
 
 /// The statement that seals partition `name` (the trigger that refuses inserts into it).
 fn seal_sql(ops: &Ops, name: &str) -> String {
-    let tables = ops.tables();
     format!(
-        "CREATE TRIGGER {}inbox_sealed BEFORE INSERT ON {name} FOR EACH ROW EXECUTE FUNCTION {}()",
-        tables.prefix(),
-        tables.table("inbox_sealed_refuse")
+        "CREATE TRIGGER {} BEFORE INSERT ON {name} FOR EACH ROW EXECUTE FUNCTION {}()",
+        seal_trigger(ops),
+        ops.tables().table("inbox_sealed_refuse")
     )
+}
+
+/// The other key table's slot than `slot` (`"a"` or `"b"`).
+fn other(slot: &str) -> &'static str {
+    if slot == "a" { "b" } else { "a" }
 }
 
 /// Seals the daily partitions of the days before the database's today and rebuilds the sealed
@@ -89,7 +98,7 @@ pub async fn seal(ops: &Ops) -> Result<Option<Sealed>> {
         return Ok(None);
     }
     let tables = ops.tables();
-    let state = tables.table("inbox_sealed_state");
+    let state = tables.inbox_sealed_state();
     let below = db_today_ms(ops).await?;
     let mut pool = ops.autocommit();
     let current = pool
@@ -107,10 +116,9 @@ pub async fn seal(ops: &Ops) -> Result<Option<Sealed>> {
         return Ok(None);
     }
     // The other table than the one claims probe now.
-    let next = if built.is_some() && active.as_deref() == Some("a") {
-        "b"
-    } else {
-        "a"
+    let next = match (built, active.as_deref()) {
+        (Some(_), Some(active)) => other(active),
+        _ => "a",
     };
     pool.execute(
         &format!(
@@ -132,7 +140,7 @@ pub async fn seal(ops: &Ops) -> Result<Option<Sealed>> {
         "LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE",
         tables.inbox_default()
     ));
-    let table = tables.table(&format!("inbox_sealed_{next}"));
+    let table = tables.inbox_sealed_keys(next);
     for step in [locks.join("; "), format!("TRUNCATE {table}")] {
         if !locked_step(ops, &step, "seal the inbox's past days").await? {
             return Ok(None);
@@ -167,10 +175,7 @@ pub async fn seal(ops: &Ops) -> Result<Option<Sealed>> {
     }
     // The previous build, no longer probed, emptied now if the claims in flight let it be
     // (else by the next build).
-    let previous = tables.table(&format!(
-        "inbox_sealed_{}",
-        if next == "a" { "b" } else { "a" }
-    ));
+    let previous = tables.inbox_sealed_keys(other(next));
     locked_step(
         ops,
         &format!("TRUNCATE {previous}"),
@@ -194,7 +199,7 @@ pub async fn unseal(ops: &Ops) -> Result<()> {
     // Withdrawn from the claims first, so that no claim relies on a seal this removes.
     let withdrawn = ops.autocommit().execute(&unpublish_sql(ops), &[]).await;
     withdrawn.map_err(doing("withdrawing the sealed days' keys"))?;
-    let trigger = format!("{}inbox_sealed", ops.tables().prefix());
+    let trigger = seal_trigger(ops);
     for p in partition::list(ops).await? {
         let sql = format!(
             "SET LOCAL lock_timeout = '5s'; DROP TRIGGER IF EXISTS {trigger} ON {}",
@@ -212,7 +217,7 @@ pub async fn unseal(ops: &Ops) -> Result<()> {
 /// The daily partitions that end at or before `below` and are not sealed yet.
 async fn unsealed(ops: &Ops, below: i64) -> Result<Vec<String>> {
     let sql = "SELECT COUNT(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2";
-    let trigger = format!("{}inbox_sealed", ops.tables().prefix());
+    let trigger = seal_trigger(ops);
     let mut unsealed = Vec::new();
     for p in partition::list(ops).await? {
         if p.to_ms > below {

@@ -458,9 +458,9 @@ async fn sealed_days_are_found_through_their_keys() {
     // A crash empties the unlogged keys and their state: claims probe every day again.
     sqlx::raw_sql(AssertSqlSafe(format!(
         "TRUNCATE {}, {}, {}",
-        tables.table("inbox_sealed_state"),
-        tables.table("inbox_sealed_a"),
-        tables.table("inbox_sealed_b")
+        tables.inbox_sealed_state(),
+        tables.inbox_sealed_keys("a"),
+        tables.inbox_sealed_keys("b")
     )))
     .execute(store.pool())
     .await

@@ -105,6 +105,29 @@ impl Tables {
         self.table("inbox_default")
     }
 
+    /// The qualified name of the state row of the PostgreSQL partitioned inbox's sealed days:
+    /// which of the two key tables claims probe, and below which `received_at` (set
+    /// `partitioned`, migration 4; oncely-ops `sealed`).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.inbox_sealed_state(), "app_inbox_sealed_state");
+    /// ```
+    pub fn inbox_sealed_state(&self) -> String {
+        self.table("inbox_sealed_state")
+    }
+
+    /// The qualified name of key table `slot` (`"a"` or `"b"`, as the state row names it) of the
+    /// PostgreSQL partitioned inbox's sealed days (set `partitioned`, migration 4).
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.inbox_sealed_keys("b"), "app_inbox_sealed_b");
+    /// ```
+    pub fn inbox_sealed_keys(&self, slot: &str) -> String {
+        self.table(&format!("inbox_sealed_{slot}"))
+    }
+
     /// The qualified name of the dead letters (set `inbox`).
     ///
     /// ```

@@ -136,7 +136,7 @@ impl SqlStore<Postgres> {
                 .query_as(sql)
                 .bind(&inbox)
                 .bind(format!("{}inbox_claim_key", self.tables().prefix()))
-                .bind(self.tables().table("inbox_sealed_state"))
+                .bind(self.tables().inbox_sealed_state())
                 .fetch_one(conn)
                 .await
                 .map_err(|e| db("reading the inbox layout", e))?;
@@ -245,8 +245,9 @@ impl SqlStore<Postgres> {
 /// The planner settings a group claim on the partitioned inbox runs under (transaction-local,
 /// restored before the handler runs): with sequential, index-only and bitmap scans off and
 /// only nested loops to join, without materializing their inner side, the claim-key index
-/// looked up once per id is the only path the probe has ([`keyed_rows`]), so its one generic plan, made once per connection, is safe, and
-/// no group pays for planning the probe of every partition.
+/// looked up once per id is the only path the probe has ([`keyed_rows`]), so its one generic
+/// plan, made once per connection, is safe, and no group pays for planning the probe of every
+/// partition.
 #[cfg(feature = "postgres")]
 const CLAIM_PLANNER: [(&str, &str); 7] = [
     ("enable_seqscan", "off"),
@@ -284,13 +285,19 @@ fn keyed_rows(inbox: &str, cols: &str) -> String {
 /// [`keyed_rows`] with `and` (`AND …`) among the subquery's own conditions.
 #[cfg(feature = "postgres")]
 fn keyed_rows_where(inbox: &str, cols: &str, and: &str) -> String {
-    let (key, wanted) = (
-        claim_key_sql("consumer", "message_id"),
-        claim_key_sql("$1", "x"),
-    );
+    let (key, wanted) = (claim_key_sql("consumer", "message_id"), wanted_keys());
     format!(
-        "SELECT {cols} FROM unnest(ARRAY(SELECT {wanted} FROM unnest($2::text[]) AS x)) AS k(key), \
+        "SELECT {cols} FROM unnest({wanted}) AS k(key), \
          LATERAL (SELECT {cols} FROM {inbox} WHERE {key} = k.key {and} OFFSET 0) AS i OFFSET 0"
+    )
+}
+
+/// The array of the claim keys of consumer `$1` with the ids `$2`.
+#[cfg(feature = "postgres")]
+fn wanted_keys() -> String {
+    format!(
+        "ARRAY(SELECT {} FROM unnest($2::text[]) AS x)",
+        claim_key_sql("$1", "x")
     )
 }
 
@@ -322,19 +329,16 @@ impl Probe {
             Self::Unique => String::new(),
             Self::EveryPartition => format!("WHERE {}", held("")),
             Self::SealedAndRecent => {
-                let state = tables.table("inbox_sealed_state");
+                let state = tables.inbox_sealed_state();
                 let recent = held(&format!(
                     "AND received_at >= coalesce((SELECT below FROM {state} WHERE one), '{}'::bigint)",
                     i64::MIN
                 ));
                 let active =
                     format!("(SELECT active FROM {state} WHERE one AND below IS NOT NULL)");
-                let wanted = format!(
-                    "ARRAY(SELECT {} FROM unnest($2::text[]) AS x)",
-                    claim_key_sql("$1", "x")
-                );
+                let wanted = wanted_keys();
                 let sealed = ["a", "b"].map(|t| {
-                    let table = tables.table(&format!("inbox_sealed_{t}"));
+                    let table = tables.inbox_sealed_keys(t);
                     format!(
                         "SELECT claim_key FROM {table} WHERE {active} = '{t}' AND claim_key = ANY({wanted})"
                     )
