@@ -9,12 +9,17 @@
 #            insert that probes every daily partition by its claim-key hash index, per id;
 #   sealed   the partitioned claim with them (oncely-ops `sealed`): the keys of the days
 #            before today in one UNLOGGED B-tree, so a claim probes it and the partitions from
-#            today on (runtime partition pruning on `received_at >= bound`) instead of every day;
+#            today on (runtime partition pruning on `received_at >= bound`) instead of every day,
+#            sent as oncely-sql sent it before the claim function: a statement that takes the
+#            locks and sets the planner, the insert, a statement that restores the planner;
+#   function the same claim as one call of the layout's inbox_claim function (migration 5),
+#            what oncely-sql sends now;
 #   noprobe  the partitioned insert with no probe at all (the ceiling of the layout's writes:
 #            three indexes per row, against the plain inbox's two).
 #
 #   bash scripts/partitioned-probe.sh          # about 8 min: two prefills, 3 rounds of 10 s cells
 #   T=30 ROUNDS=2 bash scripts/partitioned-probe.sh
+#   ROWS=1000000 bash scripts/partitioned-probe.sh   # a smaller inbox (default 10^7 ids)
 #
 # Every cell inserts its claims, so today's partition grows over a run (about 200,000 rows a
 # 10 s cell): rounds alternate the order. Needs psql and pgbench and a PostgreSQL superuser at
@@ -25,6 +30,7 @@ cd "$(dirname "$0")/.."
 SUPER=${ONCELY_PG_SUPERUSER:-postgres://postgres@127.0.0.1:5432/postgres}
 T=${T:-10}
 ROUNDS=${ROUNDS:-3}
+ROWS=${ROWS:-10000000}
 WORK=$(mktemp -d)
 db_url() { echo "${SUPER%/*}/$1"; }
 PART=$(db_url oncely_probe_part)
@@ -38,12 +44,12 @@ for db in oncely_probe_part oncely_probe_plain; do
   psql "$SUPER" -qX -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 done
 
-# The ids: 10^7 random UUIDs, received_at evenly over the last 7 days; indexes built after.
+# The ids: $ROWS (10^7) random UUIDs, received_at evenly over the last 7 days; indexes built after.
 FILL="SELECT 'bench-consumer', gen_random_uuid()::text, encode(sha256(int8send(g)), 'hex'),
-  (extract(epoch from now()) * 1000)::bigint - 604800000 + g * 60 FROM generate_series(1, 10000000) g"
+  (extract(epoch from now()) * 1000)::bigint - 604800000 + g * (604800000 / $ROWS) FROM generate_series(1, $ROWS) g"
 
 echo "== prefilling the partitioned inbox (the layout's migrations, 10 daily partitions)"
-for m in partitioned_inbox partitioned_claim partitioned_key partitioned_sealed; do
+for m in partitioned_inbox partitioned_claim partitioned_key partitioned_sealed partitioned_claim_fn; do
   sed -e 's/{schema}//g' -e 's/{prefix}//g' "crates/oncely-ops/migrations/postgres/$m.sql"
 done >"$WORK/schema.sql"
 psql "$PART" -qX -v ON_ERROR_STOP=1 -f "$WORK/schema.sql"
@@ -110,13 +116,27 @@ SEALED="$(key "'bench-consumer'" m.id) NOT IN (
 printf '%s\n' "$HEAD" "$INSERT" "$TAIL" >"$WORK/plain.sql"
 printf '%s\n' "$HEAD" "$LOCK" "$INSERT" "$TAIL" >"$WORK/noprobe.sql"
 printf '%s\n' "$HEAD" "$LOCK" "$INSERT" "WHERE $HELD $HELD_END" "$TAIL" >"$WORK/full.sql"
-printf '%s\n' "$HEAD" "$LOCK" "$INSERT" "WHERE $HELD AND $BOUND $HELD_END" "AND $SEALED" "$TAIL" >"$WORK/sealed.sql"
+# The planner settings the three-statement claim set and restored around its insert.
+SETTINGS="enable_seqscan enable_indexonlyscan enable_bitmapscan enable_hashjoin enable_mergejoin enable_material"
+SET=$(for n in $SETTINGS; do printf "set_config('%s', 'off', true), " "$n"; done)
+RESTORE=$(for n in $SETTINGS; do printf "set_config('%s', 'on', true), " "$n"; done)
+LOCK_SET="SELECT count(pg_advisory_xact_lock(k)), set_config('oncely.claim_locked', 'on', true),
+  ${SET}set_config('plan_cache_mode', 'force_generic_plan', true), current_setting('enable_seqscan')
+  FROM (SELECT DISTINCT $(key "'bench-consumer'" id) AS k FROM unnest(:ids::text[]) AS id ORDER BY k OFFSET 0) AS keys;"
+printf '%s\n' "$HEAD" "$LOCK_SET" "$INSERT" "WHERE $HELD AND $BOUND $HELD_END" "AND $SEALED" \
+  "${TAIL%END;}" "SELECT ${RESTORE}set_config('plan_cache_mode', 'auto', true);" "END;" >"$WORK/sealed.sql"
+printf '%s\n' "$HEAD" "SELECT claimed_id, stored_hash FROM inbox_claim('bench-consumer', :ids::text[],
+  ARRAY(SELECT md5(x) FROM unnest(:ids::text[]) AS x), (extract(epoch from statement_timestamp()) * 1000)::bigint);" \
+  "END;" >"$WORK/function.sql"
 
-# The planner settings oncely-sql's partitioned claim runs under (oncely_sql CLAIM_PLANNER).
+# The planner settings of the claim function's SET clauses (partitioned_claim_fn.sql), for the variants
+# that send their statements themselves (full, noprobe).
 PLANNER="-c enable_seqscan=off -c enable_indexonlyscan=off -c enable_bitmapscan=off -c enable_hashjoin=off -c enable_mergejoin=off -c enable_material=off -c plan_cache_mode=force_generic_plan"
 run() { # variant
   local url=$PART options=$PLANNER
   [ "$1" = plain ] && { url=$PLAIN; options=""; }
+  # The three-statement claim and the function set the planner themselves.
+  [ "$1" = sealed ] || [ "$1" = function ] && options=""
   psql "$url" -qX -c CHECKPOINT
   local tps
   tps=$(PGOPTIONS="$options" pgbench -n -M prepared -c 4 -j 2 -T "$T" -f "$WORK/$1.sql" "$url" 2>&1 |
@@ -125,14 +145,14 @@ run() { # variant
 }
 echo "== groups of 64 claims per second, $T s a cell"
 for r in $(seq "$ROUNDS"); do
-  if [ $((r % 2)) = 1 ]; then order="plain full sealed noprobe"; else order="noprobe sealed full plain"; fi
+  if [ $((r % 2)) = 1 ]; then order="plain full sealed function noprobe"; else order="noprobe function sealed full plain"; fi
   line=""
   declare -A tps=()
   for v in $order; do
     read -r name value < <(run "$v")
     tps[$name]=$value
   done
-  for v in full sealed noprobe; do
+  for v in full sealed function noprobe; do
     line+="$v ${tps[$v]} ($(awk -v a="${tps[$v]}" -v b="${tps[plain]}" 'BEGIN {printf "%.2f", a / b}')x plain)  "
   done
   echo "round $r: plain ${tps[plain]}  $line"

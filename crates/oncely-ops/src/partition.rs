@@ -31,6 +31,7 @@ pub fn partitioned_inbox_sql(tables: &Tables) -> String {
         PARTITIONED_CLAIM_SQL,
         PARTITIONED_KEY_SQL,
         PARTITIONED_SEALED_SQL,
+        PARTITIONED_CLAIM_FN_SQL,
     ];
     all.map(|sql| tables.render(sql)).join("\n")
 }
@@ -49,6 +50,11 @@ pub const PARTITIONED_KEY_SQL: &str = include_str!("../migrations/postgres/parti
 pub const PARTITIONED_SEALED_SQL: &str =
     include_str!("../migrations/postgres/partitioned_sealed.sql");
 
+/// The SQL template of the partitioned inbox's fifth migration: the group-claim function
+/// oncely-sql's batch claim calls, one call per chunk (see `oncely_sql::batch`).
+pub const PARTITIONED_CLAIM_FN_SQL: &str =
+    include_str!("../migrations/postgres/partitioned_claim_fn.sql");
+
 /// The `partitioned` migration set (PostgreSQL only) of oncely-sql's one registry: the static
 /// part of the layout (partitioned table, default partition, guard trigger). It must run
 /// before the `inbox` set, whose `CREATE TABLE IF NOT EXISTS` then leaves the table alone. The
@@ -60,6 +66,7 @@ pub static MIGRATIONS: MigrationSet = MigrationSet::new("partitioned")
         Migration::new(2, "partitioned_claim", PARTITIONED_CLAIM_SQL),
         Migration::new(3, "partitioned_key", PARTITIONED_KEY_SQL),
         Migration::new(4, "partitioned_sealed", PARTITIONED_SEALED_SQL),
+        Migration::new(5, "partitioned_claim_fn", PARTITIONED_CLAIM_FN_SQL),
     ])
     .adopt(&[Adopt::Probe {
         dialect: Dialect::Postgres,

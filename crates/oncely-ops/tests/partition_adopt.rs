@@ -1,7 +1,7 @@
 //! The partitioned inbox in the one migration ledger: one installed by the code before the
 //! ledger (its DDL, no ledger row) is adopted by `install` without running the DDL again, and
-//! upgraded by the later migrations; one from before the claim-key index is refused with a
-//! clear error until upgraded, and keeps every id it held.
+//! upgraded by the later migrations; one from before the claim-key index or the claim function
+//! is refused with a clear error until upgraded, and keeps every id it held.
 
 mod common;
 use oncely_core::{Claim, ConsumerName, ErrorKind, MessageId, PayloadHash, Store};
@@ -35,7 +35,7 @@ async fn an_older_partitioned_inbox_is_adopted() {
     .unwrap();
     let ledger: Vec<(&str, i64)> = ledger.iter().map(|(s, v)| (s.as_str(), *v)).collect();
     // Adopted through version 1, then upgraded by the later migrations (the batch claim, the
-    // claim-key index, the sealed days' keys).
+    // claim-key index, the sealed days' keys, the claim function).
     assert_eq!(
         ledger,
         [
@@ -44,7 +44,8 @@ async fn an_older_partitioned_inbox_is_adopted() {
             ("partitioned", 1),
             ("partitioned", 2),
             ("partitioned", 3),
-            ("partitioned", 4)
+            ("partitioned", 4),
+            ("partitioned", 5)
         ]
     );
     assert!(partition::is_partitioned(&ops).await.unwrap());
@@ -55,8 +56,21 @@ async fn an_older_partitioned_inbox_is_adopted() {
 /// `install` upgrades it, the ids it held before (today's and older days') are `Duplicate`.
 #[tokio::test]
 async fn a_partitioned_inbox_without_the_claim_key_is_upgraded_and_forgets_no_id() {
-    let Some((store, ops, _db)) = common::postgres("partitioned_inbox_claim_key_upgrade").await
-    else {
+    upgraded_forgets_no_id("partitioned_inbox_claim_key_upgrade", 3, "claim-key index").await;
+}
+
+/// The same for an installation from before the claim function (migration 5), whose claims
+/// were three statements sent by oncely-sql.
+#[tokio::test]
+async fn a_partitioned_inbox_without_the_claim_function_is_upgraded_and_forgets_no_id() {
+    upgraded_forgets_no_id("partitioned_inbox_claim_fn_upgrade", 5, "claim function").await;
+}
+
+/// Installs the layout, takes back its migration `version` (drops what it made and its ledger
+/// row), claims two ids as that release did, and checks the refusal (naming `missing`), then
+/// the upgrade by `install`.
+async fn upgraded_forgets_no_id(name: &str, version: i64, missing: &str) {
+    let Some((store, ops, _db)) = common::postgres(name).await else {
         return;
     };
     partition::install(&ops, 1).await.unwrap();
@@ -64,11 +78,17 @@ async fn a_partitioned_inbox_without_the_claim_key_is_upgraded_and_forgets_no_id
     partition::ensure(&ops, now_ms() - 3 * 86_400_000, 1)
         .await
         .unwrap();
-    // Back to what the release before migration 3 left.
+    // Back to what the release before migration `version` left.
     let (inbox, ledger) = (ops.tables().inbox(), ops.tables().migration_ledger());
-    let index = ops.tables().table("inbox_claim_key");
+    let undo = match version {
+        3 => format!("DROP INDEX {}", ops.tables().table("inbox_claim_key")),
+        _ => format!(
+            "DROP FUNCTION {}(text, text[], text[], bigint)",
+            ops.tables().inbox_claim()
+        ),
+    };
     sqlx::raw_sql(AssertSqlSafe(format!(
-        "DROP INDEX {index}; DELETE FROM {ledger} WHERE set_name = 'partitioned' AND version = 3"
+        "{undo}; DELETE FROM {ledger} WHERE set_name = 'partitioned' AND version = {version}"
     )))
     .execute(store.pool())
     .await
@@ -99,7 +119,8 @@ async fn a_partitioned_inbox_without_the_claim_key_is_upgraded_and_forgets_no_id
     store.rollback(tx).await.unwrap();
     assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
     assert!(
-        refused.to_string().contains("oncely partition install"),
+        refused.to_string().contains("oncely partition install")
+            && refused.to_string().contains(missing),
         "{refused}"
     );
 

@@ -9,20 +9,17 @@
 //! - PostgreSQL: `INSERT … SELECT … FROM unnest($2::text[], $3::text[]) ON CONFLICT DO NOTHING
 //!   RETURNING message_id`; the ids not returned are read back with `= ANY($2)`.
 //! - PostgreSQL's time-partitioned inbox (oncely-ops' `partition` layout, found on the first
-//!   claim): no index spans the partitions, so the group's keys are first locked with
-//!   transaction-scoped advisory locks (sorted, so overlapping groups don't deadlock), then
-//!   one insert skips the ids any partition holds (`NOT IN`, read in a new statement, so it
-//!   sees what the lock holders before it committed), probing each partition by its hash
-//!   index on the lock's key ([`claim_key_sql`]), the only index the probe can use, with
-//!   sequential and index-only scans off: its cached generic plan stays one lookup per id and
-//!   partition however full today's partition was when it was made. The statement that took the locks
-//!   tells the layout's guard trigger so (the transaction-local [`CLAIM_LOCKED`] setting,
-//!   cleared after the insert by the layout's statement trigger), and the trigger then skips
-//!   its own per-row lock and probe of every partition. Where the layout has the sealed days'
-//!   keys (oncely-ops `sealed`, built once a day for the days that are over), the insert
-//!   probes those keys and the partitions from the sealed bound on instead of every day; an
-//!   id whose key is there without a row (deleted since the build) is claimed after a probe
-//!   of every partition.
+//!   claim): no index spans the partitions, so a chunk is one call of the layout's
+//!   `inbox_claim` function (oncely-ops `migrations/postgres/partitioned_claim_fn.sql`). It
+//!   locks the ids' keys with transaction-scoped advisory locks ([`claim_key_sql`]; sorted, so
+//!   overlapping groups don't deadlock), then in a new statement (so it sees what the lock
+//!   holders before it committed) inserts the ids no partition holds, probing each by its hash
+//!   index on that key, and where the sealed days' keys exist (oncely-ops `sealed`), those
+//!   keys and only the partitions from the sealed bound on. It returns the ids it claimed and
+//!   the stored hash of the others. Its planner settings (sequential, index-only and bitmap
+//!   scans off, nested loops only) hold during the call only: the hash index looked up once per
+//!   id is a probe's only path, so its cached generic plan stays one lookup per id and
+//!   partition however full today's partition was when it was made.
 //! - SQLite: a multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING message_id`.
 //! - `received_at` is the database's clock ([`Dialect::now_ms_sql`]), like the single claim.
 //! - MySQL / MariaDB: a plain read finds the ids already claimed, then one multi-row
@@ -35,11 +32,6 @@
 
 use oncely_core::{Claim, Error, MessageId, PayloadHash, Result};
 use std::collections::{HashMap, HashSet};
-
-/// The transaction-local setting by which a batch claim on the partitioned inbox tells the
-/// layout's guard trigger that it locked and checked the ids of its next insert; the trigger
-/// (oncely-ops `migrations/postgres/partitioned_claim.sql`) reads this name.
-pub const CLAIM_LOCKED: &str = "oncely.claim_locked";
 
 /// The seed of the advisory-lock key of `(consumer, message_id)` on the partitioned inbox:
 /// `hashtextextended(consumer || E'\x1f' || message_id, CLAIM_LOCK_SEED)`, as the guard
@@ -64,8 +56,6 @@ pub fn claim_key_sql(consumer: &str, id: &str) -> String {
 pub(crate) struct Layout {
     /// The time-partitioned layout (oncely-ops `partition`).
     pub partitioned: bool,
-    /// It has the sealed days' claim keys (the layout's migration 4, oncely-ops `sealed`).
-    pub sealed: bool,
 }
 
 /// Ids per statement (keeps every dialect far below its bind-parameter limit).

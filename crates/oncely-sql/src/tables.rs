@@ -105,6 +105,17 @@ impl Tables {
         self.table("inbox_default")
     }
 
+    /// The qualified name of the PostgreSQL partitioned inbox's group-claim function (set
+    /// `partitioned`, migration 5), which oncely-sql's batch claim calls.
+    ///
+    /// ```
+    /// let t = oncely_sql::Tables::default().with_prefix("app_").unwrap();
+    /// assert_eq!(t.inbox_claim(), "app_inbox_claim");
+    /// ```
+    pub fn inbox_claim(&self) -> String {
+        self.table("inbox_claim")
+    }
+
     /// The qualified name of the state row of the PostgreSQL partitioned inbox's sealed days:
     /// which of the two key tables claims probe, and below which `received_at` (set
     /// `partitioned`, migration 4; oncely-ops `sealed`).
