@@ -91,6 +91,8 @@ pub struct HorizonCell {
     pub layout: String,
     /// Claims in the inbox before the run.
     pub inbox_rows: u64,
+    /// Which turn at this layout and size (`--horizon-repeat`), from 0.
+    pub turn: u32,
     /// Messages consumed.
     pub messages: usize,
     /// Seconds the prefill took.
@@ -352,7 +354,7 @@ impl Horizon for Bed<Sqlite> {
 async fn cell<B: Horizon>(
     bed: &B,
     layout: &str,
-    rows: u64,
+    (rows, turn): (u64, u32),
     n: usize,
     kind: IdKind,
 ) -> Result<HorizonCell> {
@@ -392,6 +394,7 @@ async fn cell<B: Horizon>(
     Ok(HorizonCell {
         layout: layout.to_owned(),
         inbox_rows: rows,
+        turn,
         messages: n,
         prefill_seconds,
         msgs_per_sec: n as f64 / seconds.max(1e-9),
@@ -403,34 +406,80 @@ async fn cell<B: Horizon>(
     })
 }
 
-/// Runs every size of `args` on `bed`, printing each cell as it ends.
+/// Messages per cell of `args`.
+fn messages(args: &BenchArgs) -> usize {
+    args.messages
+        .unwrap_or(if args.quick { 3_000 } else { 100_000 })
+}
+
+/// Warm-up, not recorded: opens the pool's connections and prepares the statements, so that
+/// the first size (the empty inbox, the baseline) does not pay for them.
+async fn warm_up<B: Horizon>(bed: &B, layout: &str, args: &BenchArgs) -> Result<()> {
+    let n = (messages(args) / 20).max(500);
+    cell(bed, layout, (0, 0), n, args.horizon_ids).await?;
+    Ok(())
+}
+
+/// One measured cell at `rows` (turn `turn`), printed as it ends.
+async fn measured<B: Horizon>(
+    bed: &B,
+    layout: &str,
+    (rows, turn): (u64, u32),
+    args: &BenchArgs,
+) -> Result<HorizonCell> {
+    let c = cell(bed, layout, (rows, turn), messages(args), args.horizon_ids)
+        .await
+        .with_context(|| format!("{layout} at {rows} inbox rows"))?;
+    eprintln!(
+        "horizon: {layout:<21} {rows:>10} rows  {:>8.0} msgs/s  WAL {:>6} B/msg  {:>5.0} B/row  p50 {:.1} ms p99 {:.1} ms  prefill {:.0} s  double {} lost {}",
+        c.msgs_per_sec,
+        c.wal_bytes_per_msg
+            .map_or("-".into(), |w| format!("{w:.0}")),
+        c.inbox_bytes_per_row,
+        c.p50_ms,
+        c.p99_ms,
+        c.prefill_seconds,
+        c.check.double,
+        c.check.lost
+    );
+    Ok(c)
+}
+
+/// Runs every size of `args` on `bed`, `--horizon-repeat` cells each.
 async fn sizes<B: Horizon>(bed: &B, layout: &str, args: &BenchArgs) -> Result<Vec<HorizonCell>> {
-    let n = args
-        .messages
-        .unwrap_or(if args.quick { 3_000 } else { 100_000 });
-    // Warm-up, not recorded: opens the pool's connections and prepares the statements, so
-    // that the first size (the empty inbox, the baseline) does not pay for them.
-    cell(bed, layout, 0, (n / 20).max(500), args.horizon_ids).await?;
+    warm_up(bed, layout, args).await?;
     let mut cells = Vec::new();
     for &rows in &args.horizon_rows {
-        let c = cell(bed, layout, rows, n, args.horizon_ids)
-            .await
-            .with_context(|| format!("{layout} at {rows} inbox rows"))?;
-        eprintln!(
-            "horizon: {layout:<21} {rows:>10} rows  {:>8.0} msgs/s  WAL {:>6} B/msg  {:>5.0} B/row  p50 {:.1} ms p99 {:.1} ms  prefill {:.0} s  double {} lost {}",
-            c.msgs_per_sec,
-            c.wal_bytes_per_msg
-                .map_or("-".into(), |w| format!("{w:.0}")),
-            c.inbox_bytes_per_row,
-            c.p50_ms,
-            c.p99_ms,
-            c.prefill_seconds,
-            c.check.double,
-            c.check.lost
-        );
-        cells.push(c);
+        for turn in 0..args.horizon_repeat {
+            cells.push(measured(bed, layout, (rows, turn), args).await?);
+        }
     }
     bed.reset().await?;
+    Ok(cells)
+}
+
+/// PostgreSQL's two layouts at every size of `args`, taking turns: at each size and turn both
+/// layouts run a cell, the plain one first on even turns, so that neither always runs on
+/// the warmer (or the more checkpoint-burdened) server.
+async fn paired_sizes<B: Horizon>(
+    plain: &B,
+    partitioned: &B,
+    args: &BenchArgs,
+) -> Result<Vec<HorizonCell>> {
+    let (a, b) = ((plain, "postgres"), (partitioned, "postgres_partitioned"));
+    warm_up(a.0, a.1, args).await?;
+    warm_up(b.0, b.1, args).await?;
+    let mut cells = Vec::new();
+    for &rows in &args.horizon_rows {
+        for turn in 0..args.horizon_repeat {
+            let order = if turn % 2 == 0 { [a, b] } else { [b, a] };
+            for (bed, layout) in order {
+                cells.push(measured(bed, layout, (rows, turn), args).await?);
+            }
+        }
+    }
+    plain.reset().await?;
+    partitioned.reset().await?;
     Ok(cells)
 }
 
@@ -441,18 +490,20 @@ pub struct HorizonReport {
     pub ids: IdKind,
     /// Every cell.
     pub cells: Vec<HorizonCell>,
-    /// `layout/rows` → (msgs/s, WAL per message) as ratios to the same layout's empty inbox.
+    /// `layout/rows/turn` → (msgs/s, WAL per message) as ratios to the same layout's empty
+    /// inbox in the same turn.
     pub vs_empty: Vec<(String, f64, Option<f64>)>,
-    /// `rows` → the partitioned layout's msgs/s and WAL per message over the plain layout's.
-    pub partitioned_vs_plain: Vec<(u64, f64, Option<f64>)>,
+    /// `(rows, turn)` → the partitioned layout's msgs/s and WAL per message over the plain
+    /// layout's in the same turn.
+    pub partitioned_vs_plain: Vec<(u64, u32, f64, Option<f64>)>,
 }
 
 impl HorizonReport {
     fn new(ids: IdKind, cells: Vec<HorizonCell>) -> Self {
-        let find = |layout: &str, rows: u64| {
+        let find = |layout: &str, rows: u64, turn: u32| {
             cells
                 .iter()
-                .find(|c| c.layout == layout && c.inbox_rows == rows)
+                .find(|c| c.layout == layout && c.inbox_rows == rows && c.turn == turn)
         };
         let ratio = |a: &HorizonCell, b: &HorizonCell| {
             let wal = a.wal_bytes_per_msg.zip(b.wal_bytes_per_msg);
@@ -465,16 +516,20 @@ impl HorizonReport {
             .iter()
             .filter(|c| c.inbox_rows > 0)
             .filter_map(|c| {
-                let (speed, wal) = ratio(c, find(&c.layout, 0)?);
-                Some((format!("{}/{}", c.layout, c.inbox_rows), speed, wal))
+                let (speed, wal) = ratio(c, find(&c.layout, 0, c.turn)?);
+                Some((
+                    format!("{}/{}/{}", c.layout, c.inbox_rows, c.turn),
+                    speed,
+                    wal,
+                ))
             })
             .collect();
         let partitioned_vs_plain = cells
             .iter()
             .filter(|c| c.layout == "postgres_partitioned")
             .filter_map(|c| {
-                let (speed, wal) = ratio(c, find("postgres", c.inbox_rows)?);
-                Some((c.inbox_rows, speed, wal))
+                let (speed, wal) = ratio(c, find("postgres", c.inbox_rows, c.turn)?);
+                Some((c.inbox_rows, c.turn, speed, wal))
             })
             .collect();
         Self {
@@ -485,19 +540,52 @@ impl HorizonReport {
         }
     }
 
+    /// The median over the turns of the partitioned layout's speed over the plain one's, per
+    /// size, in `--horizon-rows` order.
+    pub fn partitioned_vs_plain_median(&self) -> Vec<(u64, f64)> {
+        let mut sizes: Vec<u64> = Vec::new();
+        for (rows, ..) in &self.partitioned_vs_plain {
+            if !sizes.contains(rows) {
+                sizes.push(*rows);
+            }
+        }
+        sizes
+            .into_iter()
+            .map(|rows| {
+                let mut speeds: Vec<f64> = (self.partitioned_vs_plain.iter())
+                    .filter(|p| p.0 == rows)
+                    .map(|p| p.2)
+                    .collect();
+                speeds.sort_by(f64::total_cmp);
+                let mid = speeds.len() / 2;
+                let median = if speeds.len() % 2 == 1 {
+                    speeds[mid]
+                } else {
+                    (speeds[mid - 1] + speeds[mid]) / 2.0
+                };
+                (rows, median)
+            })
+            .collect()
+    }
+
     fn print(&self) {
         println!(
-            "\nlong horizon ({:?} ids): ratios to the same layout's empty inbox",
+            "\nlong horizon ({:?} ids): ratios to the same layout's empty inbox (layout/rows/turn)",
             self.ids
         );
         let wal = |w: Option<f64>| w.map_or("-".into(), |w| format!("{w:.2}"));
         for (key, speed, w) in &self.vs_empty {
-            println!("  {key:<32} msgs/s {speed:.2}x  WAL/msg {}x", wal(*w));
+            println!("  {key:<34} msgs/s {speed:.2}x  WAL/msg {}x", wal(*w));
         }
-        for (rows, speed, w) in &self.partitioned_vs_plain {
+        for (rows, turn, speed, w) in &self.partitioned_vs_plain {
             println!(
-                "  partitioned vs plain at {rows:>10} rows: msgs/s {speed:.2}x  WAL/msg {}x",
+                "  partitioned vs plain at {rows:>10} rows, turn {turn}: msgs/s {speed:.2}x  WAL/msg {}x",
                 wal(*w)
+            );
+        }
+        for (rows, median) in self.partitioned_vs_plain_median() {
+            println!(
+                "  partitioned vs plain at {rows:>10} rows, median of the turns: msgs/s {median:.2}x"
             );
         }
     }
@@ -507,12 +595,13 @@ impl HorizonReport {
 pub(crate) async fn run(args: &BenchArgs, schema: &str) -> Result<bool> {
     let mut cells = Vec::new();
     if !args.no_postgres {
-        let bed = crate::plan::postgres(args, schema).await?;
-        cells.extend(Box::pin(sizes(&bed, "postgres", args)).await?);
-        drop_schema(&bed, schema).await;
-        let bed = crate::plan::postgres_partitioned(args, schema).await?;
-        cells.extend(Box::pin(sizes(&bed, "postgres_partitioned", args)).await?);
-        drop_schema(&bed, schema).await;
+        let part_schema = format!("{schema}_part");
+        let plain = crate::plan::postgres(args, schema).await?;
+        let partitioned = crate::plan::postgres_partitioned(args, &part_schema).await?;
+        let paired = Box::pin(paired_sizes(&plain, &partitioned, args)).await;
+        drop_schema(&plain, schema).await;
+        drop_schema(&partitioned, &part_schema).await;
+        cells.extend(paired?);
     }
     if !args.no_mariadb {
         let bed = crate::plan::mariadb(args, schema).await?;

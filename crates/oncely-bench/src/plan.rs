@@ -104,6 +104,12 @@ pub struct BenchArgs {
     /// How the long-horizon mode's producers make ids.
     #[arg(long, value_enum, default_value = "uuid4")]
     pub horizon_ids: crate::horizon::IdKind,
+    /// Cells per layout and inbox size in the long-horizon mode. On PostgreSQL the two layouts
+    /// take turns at each size (plain, partitioned, then partitioned, plain, …), each cell after
+    /// its own prefill, and the partitioned layout's speed is also given as the median of the
+    /// turns' ratios: one cell moves ±15 % or more from run to run on a small VM.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub horizon_repeat: u32,
     /// The soak mode (`--soak` and its `--soak-*` flags).
     #[command(flatten)]
     pub soak: crate::soak::SoakArgs,
