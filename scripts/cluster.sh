@@ -22,6 +22,8 @@ NODES=(1 2 3)
 GALERA_LIB=${ONCELY_GALERA_LIB:-/usr/lib/galera/libgalera_smm.so}
 
 say() { echo "cluster: $*"; }
+# shellcheck source=lib/daemon.sh
+. "$(dirname "$0")/lib/daemon.sh"
 die() { say "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------- Galera
@@ -36,10 +38,8 @@ g_sql() { # node sql...
   timeout 20 mariadb --protocol=tcp -h 127.0.0.1 -P "$(sql_port "$n")" -u root --connect-timeout=2 -N -B -e "$*"
 }
 
-g_pid() {
-  local f; f="$(gdir "$1")/mariadb.pid"
-  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"
-}
+# The node's mariadbd, only if the pid file still names it (see daemon_pid).
+g_pid() { daemon_pid "$(gdir "$1")/mariadb.pid" mariadbd "--datadir=$(gdir "$1")/data"; }
 
 # The node answers SQL and is a synced member of the primary component.
 g_ready() {
@@ -61,6 +61,9 @@ g_init() {
 g_launch() { # node [--wsrep-new-cluster]
   local n=$1 d; d=$(gdir "$1"); shift
   local members="gcomm://127.0.0.1:$(gcomm_port 1),127.0.0.1:$(gcomm_port 2),127.0.0.1:$(gcomm_port 3)"
+  # A pid file left by a killed node (g_pid found no node behind it) goes; the server, run as
+  # mysql, could not write its own over one that root wrote.
+  rm -f "$d/mariadb.pid"
   # --no-defaults: none of the machine's server config (port 3306, its socket) applies.
   (cd / && exec setsid -f runuser -u mysql -- mariadbd --no-defaults "$@" --datadir="$d/data" \
     --bind-address=127.0.0.1 --port="$(sql_port "$n")" --socket="$d/mariadb.sock" \
@@ -135,10 +138,7 @@ route_port() { echo $((16221 + $1)); }
 monitor_port() { echo $((18221 + $1)); }
 ndir() { echo "$BASE/nats-$1"; }
 
-n_pid() {
-  local f; f="$(ndir "$1")/nats.pid"
-  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"
-}
+n_pid() { daemon_pid "$(ndir "$1")/nats.pid" nats-server "-sd $(ndir "$1")/js"; }
 
 # The node's JetStream is up and it sees a meta leader (the cluster has formed).
 n_ready() {

@@ -53,6 +53,8 @@ MODE_FILE=$BASE/mode
 
 say() { echo "pg-ha: $*"; }
 die() { say "$*" >&2; exit 1; }
+# shellcheck source=lib/daemon.sh
+. "$(dirname "$0")/lib/daemon.sh"
 
 as_pg() { # runs a command as postgres (we are root in CI; else we must be postgres)
   if [ "$(id -un)" = postgres ]; then "$@"
@@ -89,7 +91,9 @@ role() { # node -> primary | standby | down
 
 primary() { local n; for n in $(nodes); do [ "$(role "$n")" = primary ] && { echo "$n"; return 0; }; done; return 1; }
 
-running() { [ -f "$(dir_of "$1")/postmaster.pid" ] && kill -0 "$(head -1 "$(dir_of "$1")/postmaster.pid")" 2>/dev/null; }
+# The node's postmaster runs (not some process that got the pid of one killed earlier: pg_ctl
+# would signal whatever holds the pid its postmaster.pid names; see daemon_pid).
+running() { daemon_pid "$(dir_of "$1")/postmaster.pid" "$BIN/postgres" "-D $(dir_of "$1")" >/dev/null; }
 
 ctl() { # node pg_ctl-args... (every descriptor of the server redirected: -l log, stdin /dev/null)
   local d; d=$(dir_of "$1"); shift
@@ -220,7 +224,8 @@ cmd_kill_primary() {
   # Never kill the last node: without a standby there is nothing to fail over to.
   [ -n "$s" ] || die "no standby to promote (status: $(cmd_status | tr '\n' ' '))"
   if [ -n "$p" ]; then
-    pm=$(head -1 "$(dir_of "$p")/postmaster.pid")
+    pm=$(daemon_pid "$(dir_of "$p")/postmaster.pid" "$BIN/postgres" "-D $(dir_of "$p")") \
+      || die "node $p answers as the primary but its postmaster.pid names no postmaster of it"
     kids=$(ps -o pid= --ppid "$pm" || true)
     # The postmaster and all its processes at once, as a machine crash would.
     kill -9 "$pm" $kids 2>/dev/null || true

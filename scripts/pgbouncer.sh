@@ -23,6 +23,8 @@ DIR=${ONCELY_PGBOUNCER_DIR:-/var/tmp/oncely-pgbouncer}-$PORT
 BIN=${PGBOUNCER_BIN:-/usr/sbin/pgbouncer}
 
 say() { echo "pgbouncer: $*"; }
+# shellcheck source=lib/daemon.sh
+. "$(dirname "$0")/lib/daemon.sh"
 
 answers() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT" 2>/dev/null; }
 
@@ -69,7 +71,7 @@ INI
 
 stop() {
   local pid
-  pid=$(cat "$DIR/pgbouncer.pid" 2>/dev/null || true)
+  pid=$(daemon_pid "$DIR/pgbouncer.pid" "$BIN" "$DIR/" || true)
   if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     say "stopped"

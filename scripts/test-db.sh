@@ -28,6 +28,8 @@ MY_DIR=$BASE/mariadb-$MY_PORT
 
 say() { echo "test-db: $*"; }
 die() { say "$*" >&2; exit 1; }
+# shellcheck source=lib/daemon.sh
+. "$(dirname "$0")/lib/daemon.sh"
 
 # Runs a command as `user` (we are root in CI; a non-root user must be that user already).
 as() {
@@ -120,8 +122,8 @@ my_start() {
 
 my_stop() {
   [ -f "$MY_DIR/mariadb.pid" ] || { say "mariadb: not running"; return 0; }
-  local pid; pid=$(cat "$MY_DIR/mariadb.pid")
-  if kill -0 "$pid" 2>/dev/null; then
+  local pid
+  if pid=$(daemon_pid "$MY_DIR/mariadb.pid" mariadbd "--datadir=$MY_DIR/data"); then
     kill "$pid"
     for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$pid" 2>/dev/null && die "mariadb: pid $pid did not stop"
