@@ -20,7 +20,7 @@ struct Json<'a> {
     #[serde(flatten)]
     stats: &'a crate::stats::InboxStats,
     projection: &'a crate::stats::Projection,
-    /// A PostgreSQL setting worth changing for this inbox ([`crate::stats::wal_advice`]).
+    /// A server setting worth changing for this inbox ([`crate::stats::advice`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     advice: Option<String>,
 }
@@ -30,7 +30,7 @@ pub(crate) async fn run(args: StatsArgs) -> Result<bool> {
     let (_store, ops) = args.db.open().await?;
     let stats = crate::stats::stats(&ops).await?;
     let projection = crate::stats::projection(&ops, &stats, args.window).await?;
-    let advice = crate::stats::wal_advice(&ops, &stats, &projection).await;
+    let advice = crate::stats::advice(&ops, &stats, &projection).await;
     if args.db.json {
         print_json(&Json {
             stats: &stats,
