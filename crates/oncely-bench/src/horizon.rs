@@ -551,19 +551,12 @@ impl HorizonReport {
         }
         sizes
             .into_iter()
-            .map(|rows| {
-                let mut speeds: Vec<f64> = (self.partitioned_vs_plain.iter())
+            .filter_map(|rows| {
+                let speeds = (self.partitioned_vs_plain.iter())
                     .filter(|p| p.0 == rows)
                     .map(|p| p.2)
                     .collect();
-                speeds.sort_by(f64::total_cmp);
-                let mid = speeds.len() / 2;
-                let median = if speeds.len() % 2 == 1 {
-                    speeds[mid]
-                } else {
-                    (speeds[mid - 1] + speeds[mid]) / 2.0
-                };
-                (rows, median)
+                Some((rows, crate::report::median(speeds)?))
             })
             .collect()
     }

@@ -715,7 +715,7 @@ fn round_ratios(a: &[f64], b: &[f64]) -> Option<Vec<f64>> {
 
 /// The median of `ratios` (`None` if empty): every paired key, in process or through a
 /// broker, is the median of its rounds' ratios.
-fn median(mut ratios: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut ratios: Vec<f64>) -> Option<f64> {
     if ratios.is_empty() {
         return None;
     }
