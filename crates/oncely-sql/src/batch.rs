@@ -51,13 +51,6 @@ pub fn claim_key_sql(consumer: &str, id: &str) -> String {
     format!("hashtextextended({consumer} || E'\\x1f' || {id}, {CLAIM_LOCK_SEED})")
 }
 
-/// What a PostgreSQL store found its inbox to be (read once, on the first claim).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Layout {
-    /// The time-partitioned layout (oncely-ops `partition`).
-    pub partitioned: bool,
-}
-
 /// Ids per statement (keeps every dialect far below its bind-parameter limit).
 pub(crate) const CHUNK: usize = 500;
 

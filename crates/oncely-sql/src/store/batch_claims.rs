@@ -2,7 +2,7 @@
 //! statement per chunk: see [`crate::batch`], which holds the helpers these share).
 
 use super::SqlStore;
-use crate::batch::{Found, Layout, list, padded, shape_len};
+use crate::batch::{Found, list, padded, shape_len};
 use crate::dialect::Dialect;
 use crate::error::db;
 use crate::query::{Column, SqlDatabase, Value};
@@ -24,7 +24,7 @@ impl SqlStore<Postgres> {
         chunk: &[(&str, PayloadHash)],
         found: &mut Found,
     ) -> Result<()> {
-        if self.inbox_layout(tx).await?.partitioned {
+        if self.partitioned_inbox(tx).await? {
             return self
                 .claim_chunk_partitioned(tx, consumer, chunk, found)
                 .await;
@@ -96,15 +96,10 @@ impl SqlStore<Postgres> {
         Ok(())
     }
 
-    /// Whether the inbox is the time-partitioned layout (asked once per store, on `conn`).
+    /// Whether the inbox is the time-partitioned layout (asked once per store, on `conn`). A
+    /// partitioned inbox without its claim-key index (the layout's migration 3) or its claim
+    /// function (migration 5) is a configuration error that says how to upgrade it.
     pub(crate) async fn partitioned_inbox(&self, conn: &mut sqlx::PgConnection) -> Result<bool> {
-        Ok(self.inbox_layout(conn).await?.partitioned)
-    }
-
-    /// The inbox's [`Layout`] (asked once per store, on `conn`). A partitioned inbox without
-    /// its claim-key index (the layout's migration 3) or its claim function (migration 5) is
-    /// a configuration error that says how to upgrade it.
-    async fn inbox_layout(&self, conn: &mut sqlx::PgConnection) -> Result<Layout> {
         let sql = "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1)), \
                    EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
                            WHERE i.indrelid = to_regclass($1) AND c.relname = $2), \
@@ -137,7 +132,7 @@ impl SqlStore<Postgres> {
                      (docs/retention.md)"
                 )));
             }
-            Ok(Layout { partitioned })
+            Ok(partitioned)
         });
         Ok(*found.await?)
     }

@@ -39,9 +39,9 @@ pub struct SqlStore<DB: Database> {
     isolation: Option<Isolation>,
     /// MySQL's `max_allowed_packet`, read on the first dead letter.
     packet_limit: Arc<tokio::sync::OnceCell<usize>>,
-    /// PostgreSQL: whether the inbox is the time-partitioned layout, and whether it has the
-    /// sealed days' claim keys, read on the first claim (see [`crate::batch`]).
-    pub(crate) partitioned: Arc<tokio::sync::OnceCell<crate::batch::Layout>>,
+    /// PostgreSQL: whether the inbox is the time-partitioned layout, read on the first claim
+    /// (see [`crate::batch`]).
+    pub(crate) partitioned: Arc<tokio::sync::OnceCell<bool>>,
     /// The hosts of a multi-host URL (see [`crate::deploy::failover`]).
     failover: Option<Arc<Failover<DB>>>,
     /// What a commit waits for (see [`crate::deploy::replication`]).
