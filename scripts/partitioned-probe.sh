@@ -15,7 +15,8 @@
 #   function the same claim as one call of the layout's inbox_claim function (migration 5),
 #            what oncely-sql sends now;
 #   noprobe  the partitioned insert with no probe at all (the ceiling of the layout's writes:
-#            three indexes per row, against the plain inbox's two).
+#            the primary key led by received_at and the claim-key hash index, migration 6,
+#            against the plain inbox's primary key and received_at index).
 #
 #   bash scripts/partitioned-probe.sh          # about 8 min: two prefills, 3 rounds of 10 s cells
 #   T=30 ROUNDS=2 bash scripts/partitioned-probe.sh
@@ -49,7 +50,7 @@ FILL="SELECT 'bench-consumer', gen_random_uuid()::text, encode(sha256(int8send(g
   (extract(epoch from now()) * 1000)::bigint - 604800000 + g * (604800000 / $ROWS) FROM generate_series(1, $ROWS) g"
 
 echo "== prefilling the partitioned inbox (the layout's migrations, 10 daily partitions)"
-for m in partitioned_inbox partitioned_claim partitioned_key partitioned_sealed partitioned_claim_fn; do
+for m in partitioned_inbox partitioned_claim partitioned_key partitioned_sealed partitioned_claim_fn partitioned_time_key; do
   sed -e 's/{schema}//g' -e 's/{prefix}//g' "crates/oncely-ops/migrations/postgres/$m.sql"
 done >"$WORK/schema.sql"
 psql "$PART" -qX -v ON_ERROR_STOP=1 -f "$WORK/schema.sql"
@@ -59,12 +60,11 @@ DO \$\$ DECLARE today int := (extract(epoch from now()) * 1000)::bigint / 864000
     EXECUTE format('CREATE TABLE inbox_p%s PARTITION OF inbox FOR VALUES FROM (%s) TO (%s)', d, d::bigint * 86400000, (d::bigint + 1) * 86400000);
   END LOOP; END \$\$;
 ALTER TABLE inbox DISABLE TRIGGER USER;
-ALTER TABLE inbox DROP CONSTRAINT inbox_pkey;
-DROP INDEX inbox_received_at; DROP INDEX inbox_claim_key;
+ALTER TABLE inbox DROP CONSTRAINT inbox_received_at;
+DROP INDEX inbox_claim_key;
 INSERT INTO inbox $FILL;
 SET maintenance_work_mem = '512MB';
-ALTER TABLE inbox ADD PRIMARY KEY (consumer, message_id, received_at) WITH (fillfactor = 70);
-CREATE INDEX inbox_received_at ON inbox (received_at);
+ALTER TABLE inbox ADD CONSTRAINT inbox_received_at PRIMARY KEY (received_at, consumer, message_id);
 CREATE INDEX inbox_claim_key ON inbox USING hash (hashtextextended(consumer || E'\x1f' || message_id, 1869504356));
 ALTER TABLE inbox ENABLE TRIGGER USER;
 SQL

@@ -72,11 +72,11 @@ async fn apply_everything_on_postgres() {
     };
     let (code, out, err) = migrate(&t, &["--with", "effects,queue,partitioned"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("11 migration(s) applied"), "{out}");
+    assert!(out.starts_with("12 migration(s) applied"), "{out}");
     let ledger = t.tables().migration_ledger();
     assert_eq!(
         t.scalar(&format!("SELECT COUNT(*) FROM {ledger}")).await,
-        11
+        12
     );
     let partitioned = t
         .scalar(&format!(

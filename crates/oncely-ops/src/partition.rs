@@ -32,6 +32,7 @@ pub fn partitioned_inbox_sql(tables: &Tables) -> String {
         PARTITIONED_KEY_SQL,
         PARTITIONED_SEALED_SQL,
         PARTITIONED_CLAIM_FN_SQL,
+        PARTITIONED_TIME_KEY_SQL,
     ];
     all.map(|sql| tables.render(sql)).join("\n")
 }
@@ -55,6 +56,11 @@ pub const PARTITIONED_SEALED_SQL: &str =
 pub const PARTITIONED_CLAIM_FN_SQL: &str =
     include_str!("../migrations/postgres/partitioned_claim_fn.sql");
 
+/// The SQL template of the partitioned inbox's sixth migration: the primary key led by
+/// `received_at`, so that a claim writes one random index page (the claim key's), not two.
+pub const PARTITIONED_TIME_KEY_SQL: &str =
+    include_str!("../migrations/postgres/partitioned_time_key.sql");
+
 /// The `partitioned` migration set (PostgreSQL only) of oncely-sql's one registry: the static
 /// part of the layout (partitioned table, default partition, guard trigger). It must run
 /// before the `inbox` set, whose `CREATE TABLE IF NOT EXISTS` then leaves the table alone. The
@@ -67,6 +73,7 @@ pub static MIGRATIONS: MigrationSet = MigrationSet::new("partitioned")
         Migration::new(3, "partitioned_key", PARTITIONED_KEY_SQL),
         Migration::new(4, "partitioned_sealed", PARTITIONED_SEALED_SQL),
         Migration::new(5, "partitioned_claim_fn", PARTITIONED_CLAIM_FN_SQL),
+        Migration::new(6, "partitioned_time_key", PARTITIONED_TIME_KEY_SQL),
     ])
     .adopt(&[Adopt::Probe {
         dialect: Dialect::Postgres,

@@ -1,7 +1,8 @@
 //! The partitioned inbox in the one migration ledger: one installed by the code before the
 //! ledger (its DDL, no ledger row) is adopted by `install` without running the DDL again, and
 //! upgraded by the later migrations; one from before the claim-key index or the claim function
-//! is refused with a clear error until upgraded, and keeps every id it held.
+//! is refused with a clear error until upgraded, and keeps every id it held; one from before the
+//! key led by `received_at` keeps every id through that rebuild.
 
 mod common;
 use oncely_core::{Claim, ConsumerName, ErrorKind, MessageId, PayloadHash, Store};
@@ -35,7 +36,7 @@ async fn an_older_partitioned_inbox_is_adopted() {
     .unwrap();
     let ledger: Vec<(&str, i64)> = ledger.iter().map(|(s, v)| (s.as_str(), *v)).collect();
     // Adopted through version 1, then upgraded by the later migrations (the batch claim, the
-    // claim-key index, the sealed days' keys, the claim function).
+    // claim-key index, the sealed days' keys, the claim function, the key led by received_at).
     assert_eq!(
         ledger,
         [
@@ -45,7 +46,8 @@ async fn an_older_partitioned_inbox_is_adopted() {
             ("partitioned", 2),
             ("partitioned", 3),
             ("partitioned", 4),
-            ("partitioned", 5)
+            ("partitioned", 5),
+            ("partitioned", 6)
         ]
     );
     assert!(partition::is_partitioned(&ops).await.unwrap());
@@ -136,4 +138,103 @@ async fn upgraded_forgets_no_id(name: &str, version: i64, missing: &str) {
     .await
     .unwrap();
     assert_eq!(rows, 3, "one row per id, none claimed twice");
+}
+
+/// An installation from before migration 6, whose primary key led with `(consumer, message_id)`
+/// beside a `received_at` index: after `install` rebuilds the key, the ids it held (today's
+/// and older days') are `Duplicate` to a batch claim and to a single claim (the guard trigger
+/// and the payload-hash read, which now find an id by its claim key), and a different payload
+/// under a held id is a conflict.
+#[tokio::test]
+async fn a_partitioned_inbox_keyed_by_id_is_rebuilt_and_forgets_no_id() {
+    let Some((store, ops, _db)) = common::postgres("partitioned_inbox_time_key_upgrade").await
+    else {
+        return;
+    };
+    partition::install(&ops, 1).await.unwrap();
+    store.migrate().await.unwrap();
+    partition::ensure(&ops, now_ms() - 3 * 86_400_000, 1)
+        .await
+        .unwrap();
+    let (inbox, ledger) = (ops.tables().inbox(), ops.tables().migration_ledger());
+    let fresh_layout = indexes(&store, &inbox).await;
+    let prefix = ops.tables().prefix();
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "ALTER TABLE {inbox} DROP CONSTRAINT {prefix}inbox_received_at; \
+         ALTER TABLE {inbox} ADD CONSTRAINT {prefix}inbox_pkey PRIMARY KEY (consumer, message_id, received_at); \
+         CREATE INDEX {prefix}inbox_received_at ON {inbox} (received_at); \
+         DELETE FROM {ledger} WHERE set_name = 'partitioned' AND version = 6"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let h = PayloadHash::of(b"x");
+    for (id, at) in [
+        ("before-1", now_ms()),
+        ("before-2", now_ms() - 3 * 86_400_000),
+        ("before-3", now_ms() - 3 * 86_400_000),
+    ] {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {inbox} VALUES ('billing', $1, $2, $3)"
+        )))
+        .bind(id)
+        .bind(h.to_hex())
+        .bind(at)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+
+    partition::install(&ops, 1).await.unwrap();
+    store.migrate().await.unwrap();
+    // The key and the claim-key index, as on a new installation; no received_at index beside.
+    let upgraded = indexes(&store, &inbox).await;
+    assert_eq!(upgraded, fresh_layout);
+    assert_eq!(upgraded.len(), 2, "{upgraded:?}");
+    assert!(
+        upgraded[1].starts_with("CREATE UNIQUE INDEX")
+            && upgraded[1].ends_with("(received_at, consumer, message_id)"),
+        "{upgraded:?}"
+    );
+    let c = ConsumerName::new("billing").unwrap();
+    let id = |s: &str| MessageId::new(s).unwrap();
+    let items: Vec<(MessageId, PayloadHash)> = ["before-1", "before-2", "after-1"]
+        .iter()
+        .map(|s| (id(s), h))
+        .collect();
+    let mut tx = store.begin().await.unwrap();
+    let claims = store.claim_batch(&mut tx, &c, &items).await.unwrap();
+    let single = store.claim(&mut tx, &c, &id("before-3"), h).await.unwrap();
+    let changed = store
+        .claim(&mut tx, &c, &id("before-2"), PayloadHash::of(b"y"))
+        .await
+        .unwrap();
+    let fresh = store.claim(&mut tx, &c, &id("after-2"), h).await.unwrap();
+    store.commit(tx).await.unwrap();
+    assert_eq!(claims, [Claim::Duplicate, Claim::Duplicate, Claim::Fresh]);
+    assert_eq!(single, Claim::Duplicate, "a single claim finds a held id");
+    assert!(
+        matches!(changed, Claim::Conflict { .. }),
+        "a different payload under a held id: {changed:?}"
+    );
+    assert_eq!(fresh, Claim::Fresh);
+    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {inbox} WHERE consumer = 'billing'"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows, 5, "one row per id, none claimed twice");
+}
+
+/// The definitions of the inbox's own indexes (not its partitions'), in name order.
+async fn indexes(store: &oncely_sql::PgStore, inbox: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = to_regclass($1) \
+         ORDER BY indexrelid::regclass::text",
+    )
+    .bind(inbox)
+    .fetch_all(store.pool())
+    .await
+    .unwrap()
 }

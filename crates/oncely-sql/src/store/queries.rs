@@ -38,11 +38,20 @@ impl Queries {
             ),
         };
         let select = format!("SELECT {} FROM {dl}", dead_letter_columns(d));
-        let stored_hash = format!(
-            "SELECT payload_hash FROM {inbox} WHERE consumer = {} AND message_id = {}",
-            d.param(1),
-            d.param(2)
+        let (consumer, id) = (d.param(1), d.param(2));
+        let mut stored_hash = format!(
+            "SELECT payload_hash FROM {inbox} WHERE consumer = {consumer} AND message_id = {id}"
         );
+        // PostgreSQL: the claim key too, the one index a time-partitioned inbox finds an id by
+        // (its primary key leads with received_at); the plain inbox's primary key finds the
+        // row, and this is a filter on it.
+        if d == Dialect::Postgres {
+            let (row, wanted) = (
+                crate::batch::claim_key_sql("consumer", "message_id"),
+                crate::batch::claim_key_sql(&consumer, &id),
+            );
+            stored_hash.push_str(&format!(" AND {row} = {wanted}"));
+        }
         // InnoDB: a plain SELECT reads the transaction's snapshot, which may predate the
         // commit the INSERT IGNORE just waited for; a locking read sees the latest row.
         // Portable mode: `FOR UPDATE`, since TiDB ignores `LOCK IN SHARE MODE`.
