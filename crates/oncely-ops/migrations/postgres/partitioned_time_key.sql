@@ -11,8 +11,8 @@
 -- and the pruner's walk of the default partition, `oncely stats` and the sealed days' bound
 -- range over received_at, the new key's first column.
 --
--- Rebuilding the key of an existing inbox holds claims back while it runs (about 20 s for 10^7
--- rows; docs/retention.md).
+-- Rebuilding the key of an existing inbox holds claims back while it runs (5 s for 10^7 rows on
+-- a 2-core VM; docs/retention.md).
 --
 -- The key takes the name of the index it replaces, {prefix}inbox_received_at: the inbox set's
 -- migration 0001, which runs after this set on a new installation, creates that index IF NOT
