@@ -7,10 +7,13 @@ use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use std::path::Path;
 
-const COLORS: [RGBColor; 3] = [
+/// One colour a series (the long-horizon chart has four: two PostgreSQL layouts, MariaDB,
+/// SQLite).
+const COLORS: [RGBColor; 4] = [
     RGBColor(90, 90, 90),
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
 ];
 
 fn backends(report: &Report) -> Vec<String> {
