@@ -75,11 +75,7 @@ async fn upgraded_forgets_no_id(name: &str, version: i64, missing: &str) {
     let Some((store, ops, _db)) = common::postgres(name).await else {
         return;
     };
-    partition::install(&ops, 1).await.unwrap();
-    store.migrate().await.unwrap();
-    partition::ensure(&ops, now_ms() - 3 * 86_400_000, 1)
-        .await
-        .unwrap();
+    installed_with_an_older_day(&store, &ops).await;
     // Back to what the release before migration `version` left.
     let (inbox, ledger) = (ops.tables().inbox(), ops.tables().migration_ledger());
     let undo = match version {
@@ -97,20 +93,7 @@ async fn upgraded_forgets_no_id(name: &str, version: i64, missing: &str) {
     .unwrap();
     // Claims made before the upgrade: today and three days ago (the guard trigger checks each).
     let h = PayloadHash::of(b"x");
-    for (id, at) in [
-        ("before-1", now_ms()),
-        ("before-2", now_ms() - 3 * 86_400_000),
-    ] {
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {inbox} VALUES ('billing', $1, $2, $3)"
-        )))
-        .bind(id)
-        .bind(h.to_hex())
-        .bind(at)
-        .execute(store.pool())
-        .await
-        .unwrap();
-    }
+    hold(&store, &inbox, &[("before-1", 0), ("before-2", 3)], h).await;
     let c = ConsumerName::new("billing").unwrap();
     let items: Vec<(MessageId, PayloadHash)> = ["before-1", "before-2", "after-1"]
         .iter()
@@ -131,13 +114,11 @@ async fn upgraded_forgets_no_id(name: &str, version: i64, missing: &str) {
     let claims = store.claim_batch(&mut tx, &c, &items).await.unwrap();
     store.commit(tx).await.unwrap();
     assert_eq!(claims, [Claim::Duplicate, Claim::Duplicate, Claim::Fresh]);
-    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT COUNT(*) FROM {inbox} WHERE consumer = 'billing'"
-    )))
-    .fetch_one(store.pool())
-    .await
-    .unwrap();
-    assert_eq!(rows, 3, "one row per id, none claimed twice");
+    assert_eq!(
+        rows(&store, &inbox).await,
+        3,
+        "one row per id, none claimed twice"
+    );
 }
 
 /// An installation from before migration 6, whose primary key led with `(consumer, message_id)`
@@ -151,11 +132,7 @@ async fn a_partitioned_inbox_keyed_by_id_is_rebuilt_and_forgets_no_id() {
     else {
         return;
     };
-    partition::install(&ops, 1).await.unwrap();
-    store.migrate().await.unwrap();
-    partition::ensure(&ops, now_ms() - 3 * 86_400_000, 1)
-        .await
-        .unwrap();
+    installed_with_an_older_day(&store, &ops).await;
     let (inbox, ledger) = (ops.tables().inbox(), ops.tables().migration_ledger());
     let fresh_layout = indexes(&store, &inbox).await;
     let prefix = ops.tables().prefix();
@@ -169,21 +146,13 @@ async fn a_partitioned_inbox_keyed_by_id_is_rebuilt_and_forgets_no_id() {
     .await
     .unwrap();
     let h = PayloadHash::of(b"x");
-    for (id, at) in [
-        ("before-1", now_ms()),
-        ("before-2", now_ms() - 3 * 86_400_000),
-        ("before-3", now_ms() - 3 * 86_400_000),
-    ] {
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {inbox} VALUES ('billing', $1, $2, $3)"
-        )))
-        .bind(id)
-        .bind(h.to_hex())
-        .bind(at)
-        .execute(store.pool())
-        .await
-        .unwrap();
-    }
+    hold(
+        &store,
+        &inbox,
+        &[("before-1", 0), ("before-2", 3), ("before-3", 3)],
+        h,
+    )
+    .await;
 
     partition::install(&ops, 1).await.unwrap();
     store.migrate().await.unwrap();
@@ -218,13 +187,11 @@ async fn a_partitioned_inbox_keyed_by_id_is_rebuilt_and_forgets_no_id() {
         "a different payload under a held id: {changed:?}"
     );
     assert_eq!(fresh, Claim::Fresh);
-    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT COUNT(*) FROM {inbox} WHERE consumer = 'billing'"
-    )))
-    .fetch_one(store.pool())
-    .await
-    .unwrap();
-    assert_eq!(rows, 5, "one row per id, none claimed twice");
+    assert_eq!(
+        rows(&store, &inbox).await,
+        5,
+        "one row per id, none claimed twice"
+    );
 }
 
 /// The definitions of the inbox's own indexes (not its partitions'), in name order.
@@ -235,6 +202,41 @@ async fn indexes(store: &oncely_sql::PgStore, inbox: &str) -> Vec<String> {
     )
     .bind(inbox)
     .fetch_all(store.pool())
+    .await
+    .unwrap()
+}
+
+/// The layout installed, the inbox set on top, and the partition of three days ago.
+async fn installed_with_an_older_day(store: &oncely_sql::PgStore, ops: &oncely_ops::Ops) {
+    partition::install(ops, 1).await.unwrap();
+    store.migrate().await.unwrap();
+    partition::ensure(ops, now_ms() - 3 * 86_400_000, 1)
+        .await
+        .unwrap();
+}
+
+/// Inserts each `(id, days ago)` for the consumer `billing` with `hash`, as an older release's
+/// claim did (the guard trigger checks each).
+async fn hold(store: &oncely_sql::PgStore, inbox: &str, ids: &[(&str, i64)], hash: PayloadHash) {
+    for (id, days_ago) in ids {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {inbox} VALUES ('billing', $1, $2, $3)"
+        )))
+        .bind(id)
+        .bind(hash.to_hex())
+        .bind(now_ms() - days_ago * 86_400_000)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+}
+
+/// The inbox's rows of the consumer `billing`.
+async fn rows(store: &oncely_sql::PgStore, inbox: &str) -> i64 {
+    sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {inbox} WHERE consumer = 'billing'"
+    )))
+    .fetch_one(store.pool())
     .await
     .unwrap()
 }
