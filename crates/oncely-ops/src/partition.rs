@@ -301,6 +301,34 @@ pub async fn drop_expired(ops: &Ops, cutoff_ms: i64) -> Result<Vec<String>> {
 mod tests {
     use super::*;
 
+    /// Every claim key the layout's SQL computes uses oncely-sql's seed: the index it builds,
+    /// the keys its function and guard trigger lock and probe by, and the key oncely-sql's
+    /// payload-hash read names ([`oncely_sql::claim_key_sql`]) must be one expression, or the
+    /// read stops finding the index and scans every partition.
+    #[test]
+    fn every_claim_key_of_the_layout_has_oncely_sqls_seed() {
+        let sql = partitioned_inbox_sql(&Tables::default());
+        let key = oncely_sql::claim_key_sql("consumer", "message_id");
+        let seed = &key[key.rfind(", ").expect("a seed argument")..];
+        let mut keys = 0;
+        for (start, _) in sql.match_indices("hashtextextended(") {
+            let mut depth = 0;
+            let end = start
+                + sql[start..]
+                    .char_indices()
+                    .find(|&(_, c)| {
+                        depth += i32::from(c == '(') - i32::from(c == ')');
+                        c == ')' && depth == 0
+                    })
+                    .expect("a closed call")
+                    .0;
+            let call = &sql[start..=end];
+            assert!(call.ends_with(seed), "{call} does not end with {seed}");
+            keys += 1;
+        }
+        assert!(keys >= 9, "{keys} claim keys found");
+    }
+
     #[test]
     fn partition_names_round_trip() {
         assert_eq!(suffix(0).unwrap(), "inbox_p19700101");
