@@ -1,10 +1,10 @@
 -- oncely-ops: partitioned inbox 0006 (PostgreSQL). The primary key leads with received_at:
 -- (received_at, consumer, message_id) instead of (consumer, message_id, received_at), and it
--- replaces the received_at index it makes redundant. A claim's row then lands at the right edge of
--- today's key, as in the received_at index it replaces, and the claim-key hash index
--- (migration 3) is the one index a random id writes at a random page, as the plain inbox's
--- primary key is the one for it: before, every claim wrote two random pages (the key's leaf
--- and the hash bucket), and after a checkpoint each of them whole to the WAL.
+-- replaces the received_at index it makes redundant. A claim's row then lands at the right edge
+-- of today's key, and the claim-key hash index (migration 3) is the one index a random id writes
+-- at a random page, as the plain inbox's primary key is the one for it: before, every claim
+-- wrote two random pages (the key's leaf and the hash bucket), and after a checkpoint each of
+-- them whole to the WAL. The claim key is oncely_sql::claim_key_sql, as in migrations 1, 3 and 5.
 --
 -- Nothing looks a row up by the old key's columns any more: the batch claim (migration 5) and
 -- the guard trigger below probe by the claim key, oncely-sql's payload-hash read names it too,
