@@ -15,6 +15,7 @@
 //! the balances against the published messages (0 double, 0 lost) and the inbox rows against
 //! prefill + published.
 
+use crate::advised::{MariaDbAdvised, PgAdvised};
 use crate::bed::{Bed, Ops};
 use crate::cells::{Check, workload_with};
 use crate::group::{Timed, oncely_group, quantile_ms};
@@ -488,6 +489,8 @@ async fn paired_sizes<B: Horizon>(
 pub struct HorizonReport {
     /// Ids of the run.
     pub ids: IdKind,
+    /// Whether the servers were set as `oncely stats` advises (`--horizon-advised`).
+    pub advised: bool,
     /// Every cell.
     pub cells: Vec<HorizonCell>,
     /// `layout/rows/turn` → (msgs/s, WAL per message) as ratios to the same layout's empty
@@ -499,7 +502,7 @@ pub struct HorizonReport {
 }
 
 impl HorizonReport {
-    fn new(ids: IdKind, cells: Vec<HorizonCell>) -> Self {
+    fn new(ids: IdKind, advised: bool, cells: Vec<HorizonCell>) -> Self {
         let find = |layout: &str, rows: u64, turn: u32| {
             cells
                 .iter()
@@ -534,6 +537,7 @@ impl HorizonReport {
             .collect();
         Self {
             ids,
+            advised,
             cells,
             vs_empty,
             partitioned_vs_plain,
@@ -563,8 +567,13 @@ impl HorizonReport {
 
     fn print(&self) {
         println!(
-            "\nlong horizon ({:?} ids): ratios to the same layout's empty inbox (layout/rows/turn)",
-            self.ids
+            "\nlong horizon ({:?} ids{}): ratios to the same layout's empty inbox (layout/rows/turn)",
+            self.ids,
+            if self.advised {
+                ", servers set as advised"
+            } else {
+                ""
+            }
         );
         let wal = |w: Option<f64>| w.map_or("-".into(), |w| format!("{w:.2}"));
         for (key, speed, w) in &self.vs_empty {
@@ -591,15 +600,32 @@ pub(crate) async fn run(args: &BenchArgs, schema: &str) -> Result<bool> {
         let part_schema = format!("{schema}_part");
         let plain = crate::plan::postgres(args, schema).await?;
         let partitioned = crate::plan::postgres_partitioned(args, &part_schema).await?;
+        let advised = if args.horizon_advised {
+            Some(PgAdvised::apply(&plain.pool).await?)
+        } else {
+            None
+        };
         let paired = Box::pin(paired_sizes(&plain, &partitioned, args)).await;
+        if let Some(advised) = advised {
+            advised.restore(&plain.pool).await?;
+        }
         drop_schema(&plain, schema).await;
         drop_schema(&partitioned, &part_schema).await;
         cells.extend(paired?);
     }
     if !args.no_mariadb {
         let bed = crate::plan::mariadb(args, schema).await?;
-        cells.extend(Box::pin(sizes(&bed, "mariadb", args)).await?);
+        let advised = if args.horizon_advised {
+            Some(MariaDbAdvised::apply(&bed.pool).await?)
+        } else {
+            None
+        };
+        let measured = Box::pin(sizes(&bed, "mariadb", args)).await;
         drop_schema(&bed, schema).await;
+        if let Some(advised) = advised {
+            advised.restore(&bed.pool).await?;
+        }
+        cells.extend(measured?);
     }
     if !args.no_sqlite {
         let dir = tempfile::tempdir()?;
@@ -610,7 +636,7 @@ pub(crate) async fn run(args: &BenchArgs, schema: &str) -> Result<bool> {
         bail!("the long-horizon mode needs a database: all were skipped");
     }
     let ok = cells.iter().all(|c| c.check.ok);
-    let report = HorizonReport::new(args.horizon_ids, cells);
+    let report = HorizonReport::new(args.horizon_ids, args.horizon_advised, cells);
     std::fs::create_dir_all(&args.out)?;
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(args.out.join("horizon.json"), &json)?;

@@ -28,7 +28,8 @@
 //! SVG charts in the results folder.
 //!
 //! `--horizon` runs the long-horizon mode instead ([`horizon`]): the inbox prefilled to a
-//! week of ids (10^6, 10^7 rows) beside the empty inbox, per layout.
+//! week of ids (10^6, 10^7 rows) beside the empty inbox, per layout; with
+//! `--horizon-advised` on servers set as `oncely stats` advises for a large inbox.
 //!
 //! ## Soak mode
 //!
@@ -57,6 +58,7 @@ macro_rules! merged {
     }};
 }
 
+mod advised;
 pub mod bed;
 pub mod broker;
 pub mod cells;

@@ -110,6 +110,12 @@ pub struct BenchArgs {
     /// turns' ratios: one cell moves ±15 % or more from run to run on a small VM.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub horizon_repeat: u32,
+    /// The long-horizon mode on servers set as `oncely stats` advises for a large inbox:
+    /// PostgreSQL `wal_compression = zstd`, `max_wal_size = 8GB`; MariaDB's buffer pool 4 GB.
+    /// Set server-wide for the store's cells and restored after them (docs/performance.md).
+    /// `shared_buffers` above the inbox is advised too but takes a restart: set it by hand.
+    #[arg(long, requires = "horizon")]
+    pub horizon_advised: bool,
     /// The soak mode (`--soak` and its `--soak-*` flags).
     #[command(flatten)]
     pub soak: crate::soak::SoakArgs,

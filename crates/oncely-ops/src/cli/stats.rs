@@ -20,9 +20,9 @@ struct Json<'a> {
     #[serde(flatten)]
     stats: &'a crate::stats::InboxStats,
     projection: &'a crate::stats::Projection,
-    /// A server setting worth changing for this inbox ([`crate::stats::advice`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    advice: Option<String>,
+    /// The server settings worth changing for this inbox ([`crate::stats::advice`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    advice: Vec<String>,
 }
 
 /// Runs `oncely stats`.
@@ -95,7 +95,7 @@ pub(crate) async fn run(args: StatsArgs) -> Result<bool> {
         projection.ids,
         bytes(projection.bytes)
     );
-    if let Some(advice) = advice {
+    for advice in advice {
         println!("advice: {advice}");
     }
     println!(
