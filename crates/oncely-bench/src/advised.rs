@@ -8,7 +8,10 @@
 //! - MariaDB: an `innodb_buffer_pool_size` above the inbox (resized online, then back).
 //!
 //! SQLite has nothing to advise and runs as it is. Both settings are global to the server:
-//! run this mode on a server of your own, not on one other work depends on.
+//! run this mode on a server of your own, not on one other work depends on. A run stopped
+//! midway (Ctrl-C, a crash) leaves them set: `ALTER SYSTEM RESET wal_compression`,
+//! `ALTER SYSTEM RESET max_wal_size`, `SELECT pg_reload_conf()`, and on MariaDB
+//! `SET GLOBAL innodb_buffer_pool_size` to its value before (128 MB by default).
 
 use anyhow::{Context, Result, bail};
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySqlPool, PgPool};
