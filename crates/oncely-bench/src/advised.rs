@@ -84,13 +84,10 @@ impl PgAdvised {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         eprintln!("horizon: PostgreSQL set as advised: {POSTGRES:?}");
-        let buffers: i64 = sqlx::query_scalar(
-            "SELECT (setting::bigint * pg_size_bytes(unit))::bigint FROM pg_settings \
-             WHERE name = 'shared_buffers'",
-        )
-        .fetch_one(pool)
-        .await
-        .context("reading shared_buffers")?;
+        let buffers: i64 = sqlx::query_scalar(oncely_ops::stats::SHARED_BUFFERS_BYTES_SQL)
+            .fetch_one(pool)
+            .await
+            .context("reading shared_buffers")?;
         if buffers < SHARED_BUFFERS_BYTES {
             eprintln!(
                 "horizon: shared_buffers is {} MB, below the 2.5 GB of the plain inbox at 10^7 ids, \
@@ -149,7 +146,7 @@ impl MariaDbAdvised {
 }
 
 async fn buffer_pool(pool: &MySqlPool) -> Result<i64> {
-    sqlx::query_scalar("SELECT CAST(@@innodb_buffer_pool_size AS SIGNED)")
+    sqlx::query_scalar(oncely_ops::stats::BUFFER_POOL_BYTES_SQL)
         .fetch_one(pool)
         .await
         .context("reading innodb_buffer_pool_size")
@@ -165,6 +162,10 @@ async fn resize(pool: &MySqlPool, bytes: i64) -> Result<()> {
     .await
     .context("resizing InnoDB's buffer pool")?;
     let target = buffer_pool(pool).await?;
+    let page: i64 = sqlx::query_scalar("SELECT CAST(@@innodb_page_size AS SIGNED)")
+        .fetch_one(pool)
+        .await
+        .context("reading innodb_page_size")?;
     let started = Instant::now();
     loop {
         let (_, pages): (String, String) =
@@ -172,10 +173,6 @@ async fn resize(pool: &MySqlPool, bytes: i64) -> Result<()> {
                 .fetch_one(pool)
                 .await
                 .context("reading the buffer pool's pages")?;
-        let page: i64 = sqlx::query_scalar("SELECT CAST(@@innodb_page_size AS SIGNED)")
-            .fetch_one(pool)
-            .await
-            .context("reading innodb_page_size")?;
         let now = pages.parse::<i64>().unwrap_or(0) * page;
         // Within 5 %: InnoDB keeps part of the pool for itself.
         if (now - target).abs() * 20 <= target {

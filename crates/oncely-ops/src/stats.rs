@@ -171,46 +171,43 @@ pub async fn advice(ops: &Ops, stats: &InboxStats, projection: &Projection) -> V
         ops.autocommit().fetch_i64(sql, &[]).await.ok().flatten()
     };
     let inbox = stats.inbox_bytes.max(projection.bytes);
+    let mut advice = Vec::new();
     match ops.dialect() {
         Dialect::Postgres => {
             let compressed =
                 setting("SELECT (current_setting('wal_compression') <> 'off')::int::bigint").await;
-            let buffers = setting(
-                "SELECT (setting::bigint * pg_size_bytes(unit))::bigint FROM pg_settings \
-                 WHERE name = 'shared_buffers'",
-            )
-            .await;
             let ids = stats.ids_held.max(projection.ids);
-            [
-                compressed.and_then(|c| wal_advice(stats.partitioned, ids, c != 0)),
-                (!stats.partitioned)
-                    .then(|| {
-                        cache_advice(
-                            inbox?,
-                            ("shared_buffers", buffers?),
-                            SHARED_BUFFERS_MEASURED,
-                        )
-                    })
-                    .flatten(),
-            ]
-            .into_iter()
-            .flatten()
-            .collect()
+            advice.extend(compressed.and_then(|c| wal_advice(stats.partitioned, ids, c != 0)));
+            // The partitioned layout writes to today's partition: its claims need no cache
+            // that holds the whole inbox.
+            if !stats.partitioned {
+                let buffers = setting(SHARED_BUFFERS_BYTES_SQL).await;
+                advice.extend(inbox.zip(buffers).and_then(|(inbox, buffers)| {
+                    cache_advice(inbox, ("shared_buffers", buffers), SHARED_BUFFERS_MEASURED)
+                }));
+            }
         }
         Dialect::MySql => {
-            let pool = setting("SELECT CAST(@@innodb_buffer_pool_size AS SIGNED)").await;
-            let cache = ("innodb_buffer_pool_size", pool);
-            inbox
-                .zip(cache.1)
-                .and_then(|(inbox, pool)| {
-                    cache_advice(inbox, (cache.0, pool), BUFFER_POOL_MEASURED)
-                })
-                .into_iter()
-                .collect()
+            let pool = setting(BUFFER_POOL_BYTES_SQL).await;
+            advice.extend(inbox.zip(pool).and_then(|(inbox, pool)| {
+                cache_advice(
+                    inbox,
+                    ("innodb_buffer_pool_size", pool),
+                    BUFFER_POOL_MEASURED,
+                )
+            }));
         }
-        Dialect::Sqlite => Vec::new(),
+        Dialect::Sqlite => {}
     }
+    advice
 }
+
+/// PostgreSQL's `shared_buffers` in bytes (one `bigint`).
+pub const SHARED_BUFFERS_BYTES_SQL: &str = "SELECT (setting::bigint * pg_size_bytes(unit))::bigint \
+     FROM pg_settings WHERE name = 'shared_buffers'";
+
+/// InnoDB's buffer pool in bytes (one signed integer).
+pub const BUFFER_POOL_BYTES_SQL: &str = "SELECT CAST(@@innodb_buffer_pool_size AS SIGNED)";
 
 /// The `wal_compression` advised for a plain PostgreSQL inbox of [`LARGE_INBOX_IDS`] or more.
 pub const ADVISED_WAL_COMPRESSION: &str = "zstd";
