@@ -65,6 +65,7 @@ pub mod cells;
 mod chart;
 mod group;
 pub mod horizon;
+mod innodb;
 pub mod peer;
 mod plan;
 mod raw;

@@ -1,0 +1,71 @@
+//! MariaDB's counterpart of the `CHECKPOINT` the long-horizon mode takes on PostgreSQL after a
+//! prefill: InnoDB's dirty pages written out before a cell is measured.
+//!
+//! A bulk prefill of 10^7 random ids leaves gigabytes of dirty pages in the buffer pool, and
+//! InnoDB's page cleaner writes them out in the background, for minutes, on the cores the
+//! consumer under test runs on. An inbox that grew over a week has no such backlog: its pages
+//! went to disk as they were written. So the mode sets `innodb_max_dirty_pages_pct` to 0
+//! (the page cleaner then flushes every dirty page), waits until the buffer pool holds
+//! almost none, and sets it back.
+//!
+//! Stopped midway (Ctrl-C), the setting stays at 0 until the server restarts or it is reset by
+//! hand: `SET GLOBAL innodb_max_dirty_pages_pct = DEFAULT`.
+
+use anyhow::{Context, Result};
+use oncely_sql::sqlx::{self, AssertSqlSafe, MySqlPool};
+use std::time::{Duration, Instant};
+
+/// How long the flush may take (10^7 ids: about 2.6 GB of pages) before the cell runs anyway.
+const FLUSH_LIMIT: Duration = Duration::from_secs(600);
+/// Dirty pages left that count as flushed (the purge and the statistics keep writing a few).
+const CLEAN_ENOUGH: u64 = 1_000;
+
+/// Writes InnoDB's dirty pages out and waits for it; returns how many there were and how long
+/// it took. Past [`FLUSH_LIMIT`] it says so and returns: the cell then runs beside the flush.
+pub(crate) async fn flush_dirty_pages(pool: &MySqlPool) -> Result<(u64, Duration)> {
+    let started = Instant::now();
+    let dirty_before = dirty_pages(pool).await?;
+    let pct: f64 = sqlx::query_scalar("SELECT CAST(@@GLOBAL.innodb_max_dirty_pages_pct AS DOUBLE)")
+        .fetch_one(pool)
+        .await
+        .context("reading innodb_max_dirty_pages_pct")?;
+    set_max_dirty_pct(pool, 0.0).await?;
+    let flushed = async {
+        loop {
+            let dirty = dirty_pages(pool).await?;
+            if dirty <= CLEAN_ENOUGH {
+                return Ok(());
+            }
+            if started.elapsed() > FLUSH_LIMIT {
+                eprintln!(
+                    "horizon: MariaDB still holds {dirty} dirty pages after {FLUSH_LIMIT:?}; \
+                     measuring beside the page cleaner"
+                );
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    .await;
+    set_max_dirty_pct(pool, pct).await?;
+    flushed.map(|()| (dirty_before, started.elapsed()))
+}
+
+async fn set_max_dirty_pct(pool: &MySqlPool, pct: f64) -> Result<()> {
+    sqlx::query(AssertSqlSafe(format!(
+        "SET GLOBAL innodb_max_dirty_pages_pct = {pct}"
+    )))
+    .execute(pool)
+    .await
+    .context("setting innodb_max_dirty_pages_pct")?;
+    Ok(())
+}
+
+async fn dirty_pages(pool: &MySqlPool) -> Result<u64> {
+    let (_, pages): (String, String) =
+        sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")
+            .fetch_one(pool)
+            .await
+            .context("reading the buffer pool's dirty pages")?;
+    Ok(pages.parse().unwrap_or(0))
+}
