@@ -14,6 +14,9 @@
 #            locks and sets the planner, the insert, a statement that restores the planner;
 #   function the same claim as one call of the layout's inbox_claim function (migration 5),
 #            what oncely-sql sends now;
+#   bounded  the function with its probe also bounded above at the database's clock + 1 hour,
+#            so runtime pruning skips the partitions created ahead (an experiment, not what
+#            oncely sends: it is exact only while no row is stored with a later received_at);
 #   noprobe  the partitioned insert with no probe at all (the ceiling of the layout's writes:
 #            the primary key led by received_at and the claim-key hash index, migration 6,
 #            against the plain inbox's primary key and received_at index).
@@ -21,6 +24,9 @@
 #   bash scripts/partitioned-probe.sh          # about 8 min: two prefills, 3 rounds of 10 s cells
 #   T=30 ROUNDS=2 bash scripts/partitioned-probe.sh
 #   ROWS=1000000 bash scripts/partitioned-probe.sh   # a smaller inbox (default 10^7 ids)
+#   VARIANTS="plain function bounded" AHEAD=1 bash scripts/partitioned-probe.sh
+#            # some variants only; daily partitions created ahead of today (default 3, as
+#            # `oncely prune --days-ahead`)
 #
 # Every cell inserts its claims, so today's partition grows over a run (about 200,000 rows a
 # 10 s cell): rounds alternate the order. Needs psql and pgbench and a PostgreSQL superuser at
@@ -49,14 +55,20 @@ done
 FILL="SELECT 'bench-consumer', gen_random_uuid()::text, encode(sha256(int8send(g)), 'hex'),
   (extract(epoch from now()) * 1000)::bigint - 604800000 + g * (604800000 / $ROWS) FROM generate_series(1, $ROWS) g"
 
-echo "== prefilling the partitioned inbox (the layout's migrations, 10 daily partitions)"
+echo "== prefilling the partitioned inbox (the layout's migrations, 9 daily partitions to today and ${AHEAD:-3} ahead)"
 for m in partitioned_inbox partitioned_claim partitioned_key partitioned_sealed partitioned_claim_fn partitioned_time_key; do
   sed -e 's/{schema}//g' -e 's/{prefix}//g' "crates/oncely-ops/migrations/postgres/$m.sql"
 done >"$WORK/schema.sql"
 psql "$PART" -qX -v ON_ERROR_STOP=1 -f "$WORK/schema.sql"
+# The claim function whose probe also stops an hour past the database's clock, so that runtime
+# pruning skips the partitions created ahead (and the default one when the range is covered).
+sed -e 's/{schema}//g' -e 's/{prefix}//g' -e 's/inbox_claim(/inbox_claim_bounded(/' \
+  -e "s/'-9223372036854775808'::bigint)$/&\n AND p.received_at < (extract(epoch from statement_timestamp()) * 1000)::bigint + 3600000/" \
+  crates/oncely-ops/migrations/postgres/partitioned_claim_fn.sql >"$WORK/bounded_fn.sql"
+psql "$PART" -qX -v ON_ERROR_STOP=1 -f "$WORK/bounded_fn.sql"
 psql "$PART" -qX -v ON_ERROR_STOP=1 <<SQL
 DO \$\$ DECLARE today int := (extract(epoch from now()) * 1000)::bigint / 86400000; BEGIN
-  FOR d IN today - 8 .. today + 1 LOOP
+  FOR d IN today - 8 .. today + ${AHEAD:-3} LOOP
     EXECUTE format('CREATE TABLE inbox_p%s PARTITION OF inbox FOR VALUES FROM (%s) TO (%s)', d, d::bigint * 86400000, (d::bigint + 1) * 86400000);
   END LOOP; END \$\$;
 ALTER TABLE inbox DISABLE TRIGGER USER;
@@ -128,6 +140,7 @@ printf '%s\n' "$HEAD" "$LOCK_SET" "$INSERT" "WHERE $HELD AND $BOUND $HELD_END" "
 printf '%s\n' "$HEAD" "SELECT claimed_id, stored_hash FROM inbox_claim('bench-consumer', :ids::text[],
   ARRAY(SELECT md5(x) FROM unnest(:ids::text[]) AS x), (extract(epoch from statement_timestamp()) * 1000)::bigint);" \
   "END;" >"$WORK/function.sql"
+sed 's/inbox_claim(/inbox_claim_bounded(/' "$WORK/function.sql" >"$WORK/bounded.sql"
 
 # The planner settings of the claim function's SET clauses (partitioned_claim_fn.sql), for the variants
 # that send their statements themselves (full, noprobe).
@@ -136,7 +149,7 @@ run() { # variant
   local url=$PART options=$PLANNER
   [ "$1" = plain ] && { url=$PLAIN; options=""; }
   # The three-statement claim and the function set the planner themselves.
-  [ "$1" = sealed ] || [ "$1" = function ] && options=""
+  [ "$1" = sealed ] || [ "$1" = function ] || [ "$1" = bounded ] && options=""
   psql "$url" -qX -c CHECKPOINT
   local tps
   tps=$(PGOPTIONS="$options" pgbench -n -M prepared -c 4 -j 2 -T "$T" -f "$WORK/$1.sql" "$url" 2>&1 |
@@ -145,14 +158,15 @@ run() { # variant
 }
 echo "== groups of 64 claims per second, $T s a cell"
 for r in $(seq "$ROUNDS"); do
-  if [ $((r % 2)) = 1 ]; then order="plain full sealed function noprobe"; else order="noprobe function sealed full plain"; fi
+  if [ $((r % 2)) = 1 ]; then order="${VARIANTS:-plain full sealed function bounded noprobe}"; else order="$(echo "${VARIANTS:-plain full sealed function bounded noprobe}" | tr " " "\n" | tac | tr "\n" " ")"; fi
   line=""
   declare -A tps=()
   for v in $order; do
     read -r name value < <(run "$v")
     tps[$name]=$value
   done
-  for v in full sealed function noprobe; do
+  for v in $order; do
+    [ "$v" = plain ] && continue
     line+="$v ${tps[$v]} ($(awk -v a="${tps[$v]}" -v b="${tps[plain]}" 'BEGIN {printf "%.2f", a / b}')x plain)  "
   done
   echo "round $r: plain ${tps[plain]}  $line"
