@@ -112,8 +112,13 @@ impl Sql {
                 tables.map(String::as_str).join(", ")
             )],
             Dialect::MySql => each("TRUNCATE TABLE"),
+            // VACUUM: a compact file for each cell, as TRUNCATE gives the others. Without it the
+            // pages the deletes free stay in the file and later cells grow into them: the
+            // 10^6-id cells of one run slowed turn by turn (6,082, 5,357, 5,361 msgs/s; with
+            // it 7,344, 7,577, 7,746).
             Dialect::Sqlite => {
                 let mut sql: Vec<String> = each("DELETE FROM");
+                sql.push("VACUUM".to_owned());
                 sql.push("PRAGMA wal_checkpoint(TRUNCATE)".to_owned());
                 sql
             }
