@@ -283,9 +283,7 @@ impl Horizon for Bed<MySql> {
             .await
             .context("analyzing the inbox")?;
         // As PostgreSQL's checkpoint: the prefill's pages written out before the cell.
-        let (pages, took) = crate::innodb::flush_dirty_pages(&self.pool).await?;
-        eprintln!("horizon: MariaDB flushed {pages} dirty pages of the prefill in {took:.1?}");
-        Ok(())
+        crate::innodb::flush_dirty_pages(&self.pool).await
     }
 
     async fn wal_position(&self) -> Result<Option<u64>> {
