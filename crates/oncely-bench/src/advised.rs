@@ -13,6 +13,7 @@
 //! `ALTER SYSTEM RESET max_wal_size`, `SELECT pg_reload_conf()`, and on MariaDB
 //! `SET GLOBAL innodb_buffer_pool_size` to its value before (128 MB by default).
 
+use crate::innodb::{global_status, set_global};
 use anyhow::{Context, Result, bail};
 use oncely_sql::sqlx::{self, AssertSqlSafe, MySqlPool, PgPool};
 use std::time::{Duration, Instant};
@@ -155,12 +156,7 @@ async fn buffer_pool(pool: &MySqlPool) -> Result<i64> {
 /// Sets the buffer pool to `bytes` and waits until InnoDB's pages add up to it (the resize
 /// runs in the background, chunk by chunk).
 async fn resize(pool: &MySqlPool, bytes: i64) -> Result<()> {
-    sqlx::query(AssertSqlSafe(format!(
-        "SET GLOBAL innodb_buffer_pool_size = {bytes}"
-    )))
-    .execute(pool)
-    .await
-    .context("resizing InnoDB's buffer pool")?;
+    set_global(pool, "innodb_buffer_pool_size", bytes).await?;
     let target = buffer_pool(pool).await?;
     let page: i64 = sqlx::query_scalar("SELECT CAST(@@innodb_page_size AS SIGNED)")
         .fetch_one(pool)
@@ -168,12 +164,10 @@ async fn resize(pool: &MySqlPool, bytes: i64) -> Result<()> {
         .context("reading innodb_page_size")?;
     let started = Instant::now();
     loop {
-        let (_, pages): (String, String) =
-            sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_total'")
-                .fetch_one(pool)
-                .await
-                .context("reading the buffer pool's pages")?;
-        let now = pages.parse::<i64>().unwrap_or(0) * page;
+        let pages = global_status(pool, "Innodb_buffer_pool_pages_total")
+            .await?
+            .context("MariaDB does not report Innodb_buffer_pool_pages_total")?;
+        let now = pages as i64 * page;
         // Within 5 %: InnoDB keeps part of the pool for itself.
         if (now - target).abs() * 20 <= target {
             return Ok(());

@@ -287,12 +287,7 @@ impl Horizon for Bed<MySql> {
     }
 
     async fn wal_position(&self) -> Result<Option<u64>> {
-        let row: Option<(String, String)> =
-            sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_lsn_current'")
-                .fetch_optional(&self.pool)
-                .await
-                .context("reading the redo position")?;
-        Ok(row.and_then(|(_, v)| v.parse().ok()))
+        crate::innodb::global_status(&self.pool, "Innodb_lsn_current").await
     }
 
     async fn inbox_bytes(&self) -> Result<u64> {

@@ -1,5 +1,6 @@
 //! MariaDB's counterpart of the `CHECKPOINT` the long-horizon mode takes on PostgreSQL after a
-//! prefill: InnoDB's dirty pages written out before a cell is measured.
+//! prefill: InnoDB's dirty pages written out before a cell is measured. Also the bench's one
+//! way to set a MariaDB global and read a status counter ([`set_global`], [`global_status`]).
 //!
 //! A bulk prefill of 10^7 random ids leaves gigabytes of dirty pages in the buffer pool, and
 //! InnoDB's page cleaner writes them out in the background, for minutes, on the cores the
@@ -20,6 +21,8 @@ use std::time::{Duration, Instant};
 /// How long the flush may take before the cell runs anyway (10^7 ids: about 92,000 pages,
 /// 3 minutes at the default `innodb_io_capacity`).
 const FLUSH_LIMIT: Duration = Duration::from_secs(600);
+/// The setting the flush lowers to 0 and puts back.
+const MAX_DIRTY_PCT: &str = "innodb_max_dirty_pages_pct";
 /// Dirty pages left that count as flushed (the purge and the statistics keep writing a few).
 const CLEAN_ENOUGH: u64 = 1_000;
 
@@ -32,7 +35,7 @@ pub(crate) async fn flush_dirty_pages(pool: &MySqlPool) -> Result<()> {
         .fetch_one(pool)
         .await
         .context("reading innodb_max_dirty_pages_pct")?;
-    if let Err(e) = set_max_dirty_pct(pool, 0.0).await {
+    if let Err(e) = set_global(pool, MAX_DIRTY_PCT, 0.0).await {
         eprintln!(
             "horizon: MariaDB's {dirty_before} dirty pages not flushed before the cell ({e:#}); \
              measuring beside the page cleaner"
@@ -50,7 +53,7 @@ pub(crate) async fn flush_dirty_pages(pool: &MySqlPool) -> Result<()> {
         }
     }
     .await;
-    set_max_dirty_pct(pool, pct).await?;
+    set_global(pool, MAX_DIRTY_PCT, pct).await?;
     let (left, took) = (left?, started.elapsed());
     if left > CLEAN_ENOUGH {
         eprintln!(
@@ -65,23 +68,37 @@ pub(crate) async fn flush_dirty_pages(pool: &MySqlPool) -> Result<()> {
     Ok(())
 }
 
-async fn set_max_dirty_pct(pool: &MySqlPool, pct: f64) -> Result<()> {
-    sqlx::query(AssertSqlSafe(format!(
-        "SET GLOBAL innodb_max_dirty_pages_pct = {pct}"
-    )))
-    .execute(pool)
-    .await
-    .context("setting innodb_max_dirty_pages_pct")?;
+/// `SET GLOBAL {name} = {value}` (the bench's own constants, never user input).
+pub(crate) async fn set_global(
+    pool: &MySqlPool,
+    name: &str,
+    value: impl std::fmt::Display,
+) -> Result<()> {
+    sqlx::query(AssertSqlSafe(format!("SET GLOBAL {name} = {value}")))
+        .execute(pool)
+        .await
+        .with_context(|| format!("setting {name}"))?;
     Ok(())
 }
 
-async fn dirty_pages(pool: &MySqlPool) -> Result<u64> {
-    let (_, pages): (String, String) =
-        sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")
-            .fetch_one(pool)
+/// A counter of `SHOW GLOBAL STATUS` (`name`: the bench's own constant); `None` when the
+/// server does not report it.
+pub(crate) async fn global_status(pool: &MySqlPool, name: &str) -> Result<Option<u64>> {
+    let row: Option<(String, String)> =
+        sqlx::query_as(AssertSqlSafe(format!("SHOW GLOBAL STATUS LIKE '{name}'")))
+            .fetch_optional(pool)
             .await
-            .context("reading the buffer pool's dirty pages")?;
-    pages
-        .parse()
-        .with_context(|| format!("Innodb_buffer_pool_pages_dirty is {pages:?}"))
+            .with_context(|| format!("reading {name}"))?;
+    row.map(|(_, value)| {
+        value
+            .parse()
+            .with_context(|| format!("{name} is {value:?}"))
+    })
+    .transpose()
+}
+
+async fn dirty_pages(pool: &MySqlPool) -> Result<u64> {
+    global_status(pool, "Innodb_buffer_pool_pages_dirty")
+        .await?
+        .context("MariaDB does not report Innodb_buffer_pool_pages_dirty")
 }
